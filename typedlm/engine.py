@@ -1,0 +1,150 @@
+"""Engine: the one frozen handle per loaded model. Resolved once; nothing re-inspects the model later."""
+
+from __future__ import annotations
+
+import inspect
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from . import models
+from .errors import ModelLoadError, TypedLMError
+from .grammar.compiler import Grammars
+
+
+@dataclass(frozen=True)
+class ChatProfile:
+    """How chat messages become a prompt: the model's own template, or none (raw prompts only)."""
+
+    template: str | None
+    bos_token: str | None
+
+    @property
+    def has_template(self) -> bool:
+        return bool(self.template)
+
+
+@dataclass(frozen=True)
+class Engine:
+    name: str
+    model: Any  # transformers PreTrainedModel, eval mode
+    tokenizer: Any  # transformers PreTrainedTokenizerFast
+    device: torch.device
+    dtype: torch.dtype
+    chat: ChatProfile
+    tokenizer_vocab_size: int  # ids [0, tokenizer_vocab_size) decode to text
+    model_vocab_size: int  # lm_head rows; may exceed the tokenizer (padded vocabularies)
+    stop_ids: frozenset[int]
+    max_context: int
+    grammars: Grammars
+    cache_kwarg: str = "past_key_values"  # forward() keyword for the KV cache in this transformers
+    load_seconds: float = 0.0
+    source: str = ""
+    extras: dict = field(default_factory=dict, compare=False)
+
+    # -- prompts ---------------------------------------------------------------------------------
+    def render_chat(self, messages: list[dict]) -> str:
+        if not self.chat.has_template:
+            raise TypedLMError(f"model '{self.name}' has no chat template: pass a raw prompt instead")
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+    def encode_prompt(self, *, prompt: str | None = None, messages: list[dict] | None = None) -> list[int]:
+        """Token ids of a raw prompt (tokenizer adds its specials) or of rendered chat messages."""
+        if (prompt is None) == (messages is None):
+            raise TypedLMError("give exactly one of 'prompt' or 'messages'")
+        if messages is not None:
+            text = self.render_chat(messages)
+            return self.tokenizer.encode(text, add_special_tokens=False)
+        return self.tokenizer.encode(prompt, add_special_tokens=True)
+
+    def forward(self, input_ids, cache=None, **kwargs):
+        """One model call -> (logits [B, T, V], cache). The only place that knows the KV-cache keyword
+        of this transformers version (``cache`` in 5.x, ``past_key_values`` before)."""
+        kwargs[self.cache_kwarg] = cache
+        out = self.model(input_ids=input_ids, use_cache=True, **kwargs)
+        return out.logits, getattr(out, "cache", None) if self.cache_kwarg == "cache" else out.past_key_values
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def pick_device(device: str = "auto") -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        d = torch.device(device)
+    except RuntimeError as e:
+        raise ModelLoadError(f"bad device '{device}': {e}") from e
+    if d.type == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError("device 'cuda' asked for, but no CUDA GPU is available")
+    return d
+
+
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+           "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+
+
+def pick_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype in (None, "auto"):
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if dtype not in _DTYPES:
+        raise ModelLoadError(f"bad dtype '{dtype}': use one of {sorted(_DTYPES)}")
+    return _DTYPES[dtype]
+
+
+def load_engine(ref: str = models.DEFAULT_REF, *, device: str = "auto", dtype: str | None = None,
+                progress: bool = True) -> Engine:
+    """Resolve ``ref`` (see :mod:`typedlm.models`), load model + tokenizer, build the handle."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    t0 = time.perf_counter()
+    resolved = models.resolve(ref)
+    dev = pick_device(device)
+    dt = pick_dtype(dtype, dev)
+    path = models.local_dir(resolved, progress=progress)
+    try:
+        tok = AutoTokenizer.from_pretrained(path, local_files_only=resolved.kind != "hub")
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dt, local_files_only=resolved.kind != "hub")
+    except OSError as e:
+        if resolved.kind == "hub":
+            raise ModelLoadError(
+                f"could not load hub model '{ref}' (is the Hugging Face hub reachable?): {e}. "
+                "Offline, pass a local path instead: a HF model directory or a .gguf file"
+            ) from e
+        raise ModelLoadError(f"could not load model '{ref}' from {path}: {e}") from e
+    return engine_from_model(model, tok, name=resolved.name, device=dev, dtype=dt, source=path,
+                             load_seconds=time.perf_counter() - t0)
+
+
+def engine_from_model(model, tokenizer, *, name: str, device: torch.device | str = "cpu",
+                      dtype: torch.dtype = torch.float32, source: str = "",
+                      load_seconds: float = 0.0) -> Engine:
+    """Build the handle from an already-constructed model + tokenizer (used by tests and benches)."""
+    device = torch.device(device)
+    model = model.to(device=device, dtype=dtype).eval()
+    tok_vocab = len(tokenizer)
+    model_vocab = int(model.get_output_embeddings().weight.shape[0])
+    stops: set[int] = set()
+    if tokenizer.eos_token_id is not None:
+        stops.add(int(tokenizer.eos_token_id))
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if isinstance(gen_eos, int):
+        stops.add(gen_eos)
+    elif gen_eos:
+        stops.update(int(i) for i in gen_eos)
+    if not stops:
+        raise ModelLoadError(f"model '{name}' declares no end-of-sequence token")
+    cfg = model.config
+    max_ctx = int(getattr(cfg, "max_position_embeddings", 0) or 2048)
+    chat = ChatProfile(template=getattr(tokenizer, "chat_template", None), bos_token=tokenizer.bos_token)
+    params = inspect.signature(model.forward).parameters
+    cache_kwarg = "cache" if "cache" in params else "past_key_values"
+    grammars = Grammars.for_tokenizer(tokenizer, model_vocab_size=model_vocab, stop_ids=sorted(stops))
+    return Engine(name=name, model=model, tokenizer=tokenizer, device=device, dtype=dtype, chat=chat,
+                  tokenizer_vocab_size=tok_vocab, model_vocab_size=model_vocab,
+                  stop_ids=frozenset(stops), max_context=max_ctx, grammars=grammars,
+                  cache_kwarg=cache_kwarg, load_seconds=load_seconds, source=source)

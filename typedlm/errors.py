@@ -1,0 +1,26 @@
+"""Every error typedlm raises on purpose. Callers (CLI, server) map these to exit 2 / HTTP 4xx."""
+
+
+class TypedLMError(Exception):
+    """Base class: a clear, user-facing reason in ``str(err)``."""
+
+
+class ModelLoadError(TypedLMError):
+    """A model reference could not be resolved or loaded."""
+
+
+class GrammarCompileError(TypedLMError):
+    """A constraint could not be compiled, or uses keywords the grammar would not enforce.
+
+    ``keyword`` and ``pointer`` name the offending JSON Schema keyword and its JSON pointer when the
+    refusal layer raised it.
+    """
+
+    def __init__(self, message: str, *, keyword: str | None = None, pointer: str | None = None):
+        super().__init__(message)
+        self.keyword = keyword
+        self.pointer = pointer
+
+
+class ConstraintError(TypedLMError, ValueError):
+    """A request named zero-or-several constraints where one is required, or bad sampling input."""

@@ -1,0 +1,92 @@
+"""``typedlm.generate``: the Python entry point for constrained (or free) generation."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import torch
+
+from ..engine import Engine, load_engine
+from ..errors import TypedLMError
+from ..grammar.controller import GrammarRow
+from ..grammar.spec import Constraint, make_constraint
+from .loop import run_sequence
+from .result import GenerationResult, check_schema
+from .sampling import SamplingParams
+from .sequence import Sequence
+
+_default: dict[str, Engine] = {}
+_default_lock = threading.Lock()
+
+
+def default_engine() -> Engine:
+    """The embedded default model, loaded once per process."""
+    with _default_lock:
+        if "engine" not in _default:
+            _default["engine"] = load_engine("default")
+        return _default["engine"]
+
+
+def build_sequence(engine: Engine, prompt_ids: list[int], params: SamplingParams,
+                   constraint: Constraint | None) -> Sequence:
+    """Compile the constraint (cached) and make a ready-to-decode Sequence. Shared by every path."""
+    if not prompt_ids:
+        raise TypedLMError("the prompt is empty")
+    if len(prompt_ids) >= engine.max_context:
+        raise TypedLMError(f"prompt has {len(prompt_ids)} tokens; the model's context is {engine.max_context}")
+    room = engine.max_context - len(prompt_ids)
+    if params.max_tokens > room:
+        params = SamplingParams(**{**params.__dict__, "max_tokens": room})
+    row, compile_s = None, 0.0
+    if constraint is not None:
+        compiled, compile_s = engine.grammars.compile(constraint)
+        row = GrammarRow(compiled, vocab_size=engine.model_vocab_size, stop_ids=engine.stop_ids)
+    gen = None
+    if params.seed is not None and not params.greedy:
+        gen = torch.Generator(device=engine.device).manual_seed(params.seed)
+    seq = Sequence(prompt_ids=list(prompt_ids), params=params, tokenizer_vocab_size=engine.tokenizer_vocab_size,
+                   stop_ids=engine.stop_ids, decode=engine.decode, grammar=row, constraint=constraint,
+                   generator=gen)
+    seq.timings.compile = compile_s
+    return seq
+
+
+def finish_result(engine: Engine, seq: Sequence) -> GenerationResult:
+    """The one finalizer every generation path goes through: text, stop-string cut, schema check."""
+    text = engine.decode(seq.output_ids)
+    if seq.stop_text_at is not None:
+        text = text[: seq.stop_text_at]
+    c = seq.constraint
+    valid, errors = None, []
+    if c is not None and c.schema is not None:
+        valid, errors = check_schema(text, c.schema)
+    return GenerationResult(text=text, token_ids=list(seq.output_ids), finish_reason=seq.finish_reason or "abort",
+                            prompt_tokens=len(seq.prompt_ids), timings=seq.timings.as_dict(),
+                            constraint=c.kind if c else None, schema_valid=valid, schema_errors=errors,
+                            error=seq.error, truncation_fallbacks=seq.truncation_fallbacks)
+
+
+def generate(prompt: str | None = None, *, messages: list[dict] | None = None, engine: Engine | None = None,
+             json_object: bool = False, json_schema: Any = None, regex: str | None = None,
+             choice: list[str] | None = None, grammar: str | None = None, lark: str | None = None,
+             structural_tag: Any = None, any_whitespace: bool = True, strict: bool = True,
+             lenient: bool = False, max_tokens: int = 256, temperature: float = 1.0, top_p: float = 1.0,
+             top_k: int = 0, seed: int | None = None, stop: list[str] | str | None = None,
+             repetition_penalty: float = 1.0, logits_processors=()) -> GenerationResult:
+    """Generate text for a raw ``prompt`` or chat ``messages`` under at most one constraint.
+
+    Raises ``ConstraintError`` (two constraints, bad sampling values), ``GrammarCompileError``
+    (constraint does not compile or uses keywords the grammar would not enforce), ``TypedLMError``.
+    """
+    constraint = make_constraint(json_object=json_object, json_schema=json_schema, regex=regex, choice=choice,
+                                 grammar=grammar, lark=lark, structural_tag=structural_tag,
+                                 any_whitespace=any_whitespace, strict=strict, lenient=lenient)
+    params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
+                            stop=stop or (), repetition_penalty=repetition_penalty,
+                            logits_processors=tuple(logits_processors or ()))
+    engine = engine or default_engine()
+    prompt_ids = engine.encode_prompt(prompt=prompt, messages=messages)
+    seq = build_sequence(engine, prompt_ids, params, constraint)
+    run_sequence(engine, seq)
+    return finish_result(engine, seq)

@@ -1,0 +1,55 @@
+"""GenerationResult: what one constrained (or free) generation returns. Keys pinned by a test."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import jsonschema
+
+
+@dataclass
+class GenerationResult:
+    text: str
+    token_ids: list[int]
+    finish_reason: str  # "stop" | "length" | "error" | "abort"
+    prompt_tokens: int
+    timings: dict
+    constraint: str | None = None  # constraint kind, None for free text
+    schema_valid: bool | None = None  # json_schema / json_object only
+    schema_errors: list[str] = field(default_factory=list)
+    error: str | None = None
+    truncation_fallbacks: int = 0
+
+    @property
+    def completion_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def usage(self) -> dict:
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "total_tokens": self.prompt_tokens + self.completion_tokens}
+
+    def json(self):
+        """The text parsed as JSON (raises ValueError when it is not JSON)."""
+        return json.loads(self.text)
+
+    def to_dict(self) -> dict:
+        return {"text": self.text, "token_ids": self.token_ids, "finish_reason": self.finish_reason,
+                "usage": self.usage, "timings": self.timings, "constraint": self.constraint,
+                "schema_valid": self.schema_valid, "schema_errors": self.schema_errors,
+                "error": self.error, "truncation_fallbacks": self.truncation_fallbacks}
+
+
+def check_schema(text: str, schema: dict) -> tuple[bool, list[str]]:
+    """Validate generated text against a JSON Schema (Draft 2020-12). Returns (valid, reasons)."""
+    try:
+        instance = json.loads(text)
+    except ValueError as e:
+        return False, [f"not JSON: {e}"]
+    try:
+        validator = jsonschema.Draft202012Validator(schema)
+        errors = sorted(validator.iter_errors(instance), key=lambda e: list(e.absolute_path))
+    except Exception as e:  # noqa: BLE001 - a schema jsonschema cannot evaluate is reported, not raised
+        return False, [f"schema cannot be checked: {e}"]
+    return not errors, [f"{'/'.join(map(str, e.absolute_path)) or '/'}: {e.message}" for e in errors[:5]]

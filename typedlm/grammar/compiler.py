@@ -1,0 +1,126 @@
+"""Constraint -> xgrammar CompiledGrammar, with one cache per tokenizer and hit/miss counters."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import xgrammar as xgr
+
+from ..errors import GrammarCompileError
+from .schema_check import prepare_schema
+from .spec import MAX_WHITESPACE, Constraint, canonical_json
+
+KILL_SWITCH = "TYPEDLM_GRAMMAR"
+
+
+class GrammarDisabled(GrammarCompileError):
+    """``TYPEDLM_GRAMMAR=0``: grammar compilation is switched off for this process."""
+
+
+def grammar_enabled() -> bool:
+    return os.environ.get(KILL_SWITCH, "1").strip().lower() not in ("0", "false", "off", "no")
+
+
+def ebnf_literal(text: str) -> str:
+    """An EBNF string literal matching exactly ``text`` (every non-alphanumeric char escaped)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise GrammarCompileError(f"text {text!r} is not valid Unicode (lone surrogate)") from e
+    out = []
+    for ch in text:
+        out.append(ch if ch.isascii() and ch.isalnum() else f"\\U{ord(ch):08X}")
+    return '"' + "".join(out) + '"'
+
+
+def choice_ebnf(choices: tuple[str, ...]) -> str:
+    return "root ::= " + " | ".join(ebnf_literal(c) for c in choices)
+
+
+@dataclass
+class CacheStats:
+    hits: int = 0
+    misses: int = 0
+    entries: int = 0
+    compile_seconds: float = 0.0  # total time spent compiling misses
+
+    def as_dict(self) -> dict:
+        return {"hits": self.hits, "misses": self.misses, "entries": self.entries,
+                "compile_seconds": round(self.compile_seconds, 6)}
+
+
+class Grammars:
+    """Compiles constraints for one tokenizer. Thread-safe; LRU cache keyed by the constraint key."""
+
+    def __init__(self, tokenizer_info: xgr.TokenizerInfo, *, max_entries: int = 512):
+        self.tokenizer_info = tokenizer_info
+        self.compiler = xgr.GrammarCompiler(tokenizer_info, cache_enabled=True)
+        self.max_entries = max_entries
+        self._cache: OrderedDict[str, xgr.CompiledGrammar] = OrderedDict()
+        self._lock = threading.Lock()
+        self.stats = CacheStats()
+
+    @classmethod
+    def for_tokenizer(cls, tokenizer, *, model_vocab_size: int, stop_ids: list[int]) -> "Grammars":
+        info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=model_vocab_size,
+                                                  stop_token_ids=list(stop_ids))
+        return cls(info)
+
+    def compile(self, c: Constraint) -> tuple[xgr.CompiledGrammar, float]:
+        """Compiled grammar and the seconds this call spent (≈0 on a cache hit)."""
+        if not grammar_enabled():
+            raise GrammarDisabled(f"grammar compilation is disabled ({KILL_SWITCH}=0)")
+        t0 = time.perf_counter()
+        with self._lock:
+            hit = self._cache.get(c.key)
+            if hit is not None:
+                self._cache.move_to_end(c.key)
+                self.stats.hits += 1
+                return hit, time.perf_counter() - t0
+        compiled = self._compile_uncached(c)
+        dt = time.perf_counter() - t0
+        with self._lock:
+            self.stats.misses += 1
+            self.stats.compile_seconds += dt
+            self._cache[c.key] = compiled
+            while len(self._cache) > self.max_entries:
+                self._cache.popitem(last=False)
+            self.stats.entries = len(self._cache)
+        return compiled, dt
+
+    def _compile_uncached(self, c: Constraint) -> xgr.CompiledGrammar:
+        try:
+            if c.kind in ("json_schema", "json_object"):
+                schema = prepare_schema(c.value, lenient=c.lenient) if c.kind == "json_schema" else c.value
+                return self.compiler.compile_json_schema(
+                    canonical_json(schema), any_whitespace=c.any_whitespace,
+                    separators=None if c.any_whitespace else (",", ":"),
+                    strict_mode=c.strict if c.kind == "json_schema" else False,
+                    max_whitespace_cnt=MAX_WHITESPACE if c.any_whitespace else None)
+            if c.kind == "regex":
+                return self.compiler.compile_regex(c.value)
+            if c.kind == "choice":
+                return self.compiler.compile_grammar(choice_ebnf(c.value))
+            if c.kind == "grammar":
+                return self.compiler.compile_grammar(c.value)
+            if c.kind == "lark":
+                return self.compiler.compile_lark(c.value)
+            if c.kind == "structural_tag":
+                return self.compiler.compile_structural_tag(canonical_json(c.value))
+        except GrammarCompileError:
+            raise
+        except Exception as e:  # xgrammar raises RuntimeError / ValueError / TypeError with a reason
+            raise GrammarCompileError(f"{c.kind} does not compile: {_clean(e)}") from e
+        raise GrammarCompileError(f"unknown constraint kind {c.kind!r}")
+
+
+def _clean(e: Exception) -> str:
+    """xgrammar messages start with '[time] /path/file.cc:line: '; keep the reason."""
+    msg = str(e).strip()
+    if msg.startswith("[") and ": " in msg:
+        msg = msg.split(": ", 1)[1] if ".cc:" in msg.split(": ", 1)[0] else msg
+    return msg.splitlines()[0] if msg else type(e).__name__
