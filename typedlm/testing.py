@@ -1,0 +1,45 @@
+"""Tiny random-weight models with a real tokenizer: fast, honest grammar tests and benchmarks.
+
+A random-weight model samples anything its mask allows, so whatever it emits under a grammar must
+still be valid: the best test a grammar layer can get.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import models
+from .engine import Engine, engine_from_model
+
+# ids the tiny model's lm_head has beyond the tokenizer (padded vocabularies exist: Qwen, Llama-3)
+PAD_ROWS = 64
+
+
+def default_tokenizer():
+    """The default model's real tokenizer (SmolLM2: ByteLevel BPE, 49,152 ids, ChatML template)."""
+    from transformers import AutoTokenizer
+
+    path = models.local_dir(models.resolve(models.DEFAULT_REF), progress=False)
+    return AutoTokenizer.from_pretrained(path)
+
+
+def tiny_llama(tokenizer, *, layers: int = 2, hidden: int = 64, heads: int = 4, kv_heads: int = 2,
+               pad_rows: int = PAD_ROWS, seed: int = 0, max_positions: int = 4096):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=len(tokenizer) + pad_rows, hidden_size=hidden, intermediate_size=hidden * 2,
+                      num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
+                      max_position_embeddings=max_positions, tie_word_embeddings=False,
+                      bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(cfg)
+    with torch.no_grad():  # make the random logits spread out, like a real model's
+        model.lm_head.weight.normal_(0.0, 0.5)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model
+
+
+def tiny_engine(*, seed: int = 0, **kw) -> Engine:
+    tok = default_tokenizer()
+    return engine_from_model(tiny_llama(tok, seed=seed, **kw), tok, name="tiny-random-llama", device="cpu",
+                             dtype=torch.float32)
