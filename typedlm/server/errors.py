@@ -1,0 +1,62 @@
+"""OpenAI error shape for every error response: {"error": {"message", "type", "param", "code"}}."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ..errors import GrammarCompileError, TypedLMError
+
+log = logging.getLogger("typedlm.server")
+
+
+class APIError(Exception):
+    """Raise from a handler to answer ``status`` with the OpenAI error shape."""
+
+    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
+                 param: str | None = None, code: str | None = None, headers: dict | None = None):
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
+        self.headers = headers or {}
+
+
+def error_response(status: int, message: str, *, type: str = "invalid_request_error", param: str | None = None,
+                   code: str | None = None, headers: dict | None = None) -> JSONResponse:
+    body = {"error": {"message": message, "type": type, "param": param, "code": code}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(APIError)
+    async def _api(_: Request, e: APIError):
+        return error_response(e.status, e.message, type=e.type, param=e.param, code=e.code, headers=e.headers)
+
+    @app.exception_handler(GrammarCompileError)
+    async def _grammar(_: Request, e: GrammarCompileError):
+        return error_response(400, str(e), param=e.pointer, code="grammar_compile_error")
+
+    @app.exception_handler(TypedLMError)
+    async def _typed(_: Request, e: TypedLMError):
+        return error_response(400, str(e))
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, e: RequestValidationError):
+        errs = e.errors()
+        first = errs[0] if errs else {}
+        loc = ".".join(str(x) for x in first.get("loc", ()) if x != "body")
+        msg = f"{loc}: {first.get('msg', 'invalid request')}" if loc else first.get("msg", "invalid request")
+        return error_response(400, msg, param=loc or None)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, e: StarletteHTTPException):
+        typ = "invalid_request_error" if e.status_code < 500 else "server_error"
+        return error_response(e.status_code, str(e.detail), type=typ, headers=getattr(e, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, e: Exception):
+        log.exception("internal error")
+        return error_response(500, f"internal error: {type(e).__name__}", type="server_error")
