@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import xgrammar as xgr
 
 from ..errors import GrammarCompileError
-from .schema_check import prepare_schema
+from .schema import prepare_schema
 from .spec import MAX_WHITESPACE, Constraint, canonical_json
 
 KILL_SWITCH = "TYPEDLM_GRAMMAR"
