@@ -12,6 +12,10 @@ instance is rendered as the grammar would emit it (see :func:`renderings`) and a
 ``refused``        the refusal layer named an unenforceable keyword
 ``compile_error``  any other compile failure (xgrammar error, time limit)
 =================  ==========================================================
+
+A schema the rewrites prove empty (``false``, contradicting constraints) raises
+``EmptySchemaError``: no output is possible, which is right for every invalid instance (``pass``)
+and wrong for a valid one (``false_negative``).
 """
 
 from __future__ import annotations
@@ -156,12 +160,30 @@ class SuiteReport:
                 "gaps_by_keyword": self.gaps_by_keyword(), "seconds": round(self.seconds, 2)}
 
 
-def default_grammars():
+REMOTE_BASE = "http://localhost:1234/"  # where the suite's remote $refs point
+
+
+def remotes_registry(suite: Path = DEFAULT_SUITE):
+    """The suite's ``remotes/`` folder as a ``referencing.Registry`` (never the network)."""
+    import referencing
+    from referencing.jsonschema import DRAFT202012
+
+    resources = []
+    root = Path(suite) / "remotes"
+    for path in sorted(root.rglob("*.json")) if root.is_dir() else []:
+        contents = json.loads(path.read_text(encoding="utf-8"))
+        resources.append((REMOTE_BASE + path.relative_to(root).as_posix(),
+                          referencing.Resource.from_contents(contents, default_specification=DRAFT202012)))
+    return referencing.Registry().with_resources(resources)
+
+
+def default_grammars(suite: Path = DEFAULT_SUITE):
     from ..grammar.compiler import Grammars
     from ..testing import default_tokenizer
 
     tok = default_tokenizer()
-    return Grammars.for_tokenizer(tok, model_vocab_size=len(tok), stop_ids=[tok.eos_token_id])
+    return Grammars.for_tokenizer(tok, model_vocab_size=len(tok), stop_ids=[tok.eos_token_id],
+                                  schema_registry=remotes_registry(suite))
 
 
 def accepts(compiled, text: str) -> bool:
@@ -176,19 +198,23 @@ def accepts(compiled, text: str) -> bool:
 
 
 def run_case(case: Case, grammars) -> Iterator[TestResult]:
-    from ..errors import GrammarCompileError
+    from ..errors import EmptySchemaError, GrammarCompileError
     from ..grammar.spec import make_constraint
 
-    compiled, outcome, detail, keyword = None, None, "", None
+    compiled, outcome, detail, keyword, empty = None, None, "", None, False
     try:
         c = make_constraint(json_schema=case.schema, strict=False, any_whitespace=False)
         compiled, _ = grammars.compile(c)
+    except EmptySchemaError as e:
+        empty, detail = True, str(e)
     except GrammarCompileError as e:
         keyword = getattr(e, "keyword", None)
         outcome = "refused" if keyword else "compile_error"
         detail = str(e)
     for t in case.tests:
-        if compiled is None:
+        if empty:  # proven to accept nothing: right for invalid instances, wrong for valid ones
+            out = "false_negative" if t["valid"] else "pass"
+        elif compiled is None:
             out = outcome
         else:
             ok = any(accepts(compiled, text) for text in renderings(t["data"], case.schema))
@@ -198,7 +224,7 @@ def run_case(case: Case, grammars) -> Iterator[TestResult]:
 
 
 def run_suite(suite: Path = DEFAULT_SUITE, grammars=None) -> SuiteReport:
-    grammars = grammars or default_grammars()
+    grammars = grammars or default_grammars(suite)
     t0 = time.perf_counter()
     report = SuiteReport()
     for case in load_suite(suite):

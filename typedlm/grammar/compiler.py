@@ -56,8 +56,9 @@ class CacheStats:
 class Grammars:
     """Compiles constraints for one tokenizer. Thread-safe; LRU cache keyed by the constraint key."""
 
-    def __init__(self, tokenizer_info: xgr.TokenizerInfo, *, max_entries: int = 512):
+    def __init__(self, tokenizer_info: xgr.TokenizerInfo, *, max_entries: int = 512, schema_registry=None):
         self.tokenizer_info = tokenizer_info
+        self.schema_registry = schema_registry  # referencing.Registry: documents remote $refs point to
         self.compiler = xgr.GrammarCompiler(tokenizer_info, cache_enabled=True)
         self.max_entries = max_entries
         self._cache: OrderedDict[str, xgr.CompiledGrammar] = OrderedDict()
@@ -65,10 +66,11 @@ class Grammars:
         self.stats = CacheStats()
 
     @classmethod
-    def for_tokenizer(cls, tokenizer, *, model_vocab_size: int, stop_ids: list[int]) -> "Grammars":
+    def for_tokenizer(cls, tokenizer, *, model_vocab_size: int, stop_ids: list[int],
+                      schema_registry=None) -> "Grammars":
         info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=model_vocab_size,
                                                   stop_token_ids=list(stop_ids))
-        return cls(info)
+        return cls(info, schema_registry=schema_registry)
 
     def compile(self, c: Constraint) -> tuple[xgr.CompiledGrammar, float]:
         """Compiled grammar and the seconds this call spent (≈0 on a cache hit)."""
@@ -95,7 +97,8 @@ class Grammars:
     def _compile_uncached(self, c: Constraint) -> xgr.CompiledGrammar:
         try:
             if c.kind in ("json_schema", "json_object"):
-                schema = prepare_schema(c.value, lenient=c.lenient) if c.kind == "json_schema" else c.value
+                schema = prepare_schema(c.value, lenient=c.lenient,
+                                                                registry=self.schema_registry) if c.kind == "json_schema" else c.value
                 return self.compiler.compile_json_schema(
                     canonical_json(schema), any_whitespace=c.any_whitespace,
                     separators=None if c.any_whitespace else (",", ":"),

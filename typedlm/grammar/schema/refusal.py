@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 ANNOTATIONS = {"$schema", "$comment", "title", "description", "default", "examples", "deprecated",
                "readOnly", "writeOnly", "contentMediaType", "contentEncoding", "contentSchema", "$defs",
-               "definitions", "$id"}
+               "definitions", "$id", "$anchor", "$dynamicAnchor"}
 # formats whose xgrammar grammar accepts exactly the RFC format (measured on the suite's optional
 # format tests: 0 false positives); every other format is refused.
 ENFORCED_FORMATS = {"email", "uuid", "ipv4", "uri"}

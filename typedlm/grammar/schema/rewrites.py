@@ -35,8 +35,11 @@ import re
 from fractions import Fraction
 
 import jsonschema
+import referencing
+import referencing.exceptions
+from referencing.jsonschema import DRAFT202012
 
-from ...errors import GrammarCompileError
+from ...errors import EmptySchemaError, GrammarCompileError
 from .refusal import ANNOTATIONS, ENFORCED_FORMATS, JSON_TYPES, TYPES, Refusal, Refuse, ptr, rewrite_pattern
 
 MAX_BRANCHES = 64  # a rewrite that needs more alternatives than this is refused (size, compile time)
@@ -77,19 +80,27 @@ def _count(v, kw, p) -> int:
 
 
 class Normalizer:
-    def __init__(self, root):
+    def __init__(self, root, registry: referencing.Registry | None = None):
         self.root = root
-        self.validator = jsonschema.Draft202012Validator(
-            root if isinstance(root, (dict, bool)) else {}, format_checker=jsonschema.FormatChecker())
-        self.memo: dict[str, list] = {}
-        self.active: set[str] = set()
-        self.cyclic: set[str] = set()
+        base = root.get("$id", "") if isinstance(root, dict) and isinstance(root.get("$id"), str) else ""
+        try:
+            resource = referencing.Resource.from_contents(root, default_specification=DRAFT202012)
+            self.registry = (registry or referencing.Registry()).with_resource(base, resource).crawl()
+        except Exception as e:
+            raise Refuse("$id", "", f"the schema's identifiers are invalid: {e}") from e
+        self.res = self.registry.resolver(base_uri=base)
+        self.validator = jsonschema.Draft202012Validator(root, registry=self.registry,
+                                                         format_checker=jsonschema.FormatChecker())
+        self.memo: dict[int, list] = {}  # $ref target (by identity) -> branches
+        self.active: set[int] = set()
+        self.cyclic: set[int] = set()
+        self.names: dict[int, str] = {}
 
     # ------------------------------------------------------------ entry points
     def run(self) -> dict:
         d = self.norm(self.root, "")
         if not d:
-            raise Refuse("(schema)", "", "the schema accepts no value")
+            raise EmptySchemaError("the schema accepts no value: its constraints contradict each other")
         out = self.emit(d)
         if self.cyclic:
             defs, todo, done = {}, list(self.cyclic), set()
@@ -97,20 +108,34 @@ class Normalizer:
                 p = todo.pop()
                 if p not in done:
                     done.add(p)
-                    defs[_def_name(p)] = self.emit(self.memo[p])
+                    defs[self.def_name(p)] = self.emit(self.memo[p])
                     todo.extend(self.cyclic - done)
             out = {**out, "$defs": defs} if "$ref" not in out else {"allOf": [out], "$defs": defs}
         return out
 
+    def def_name(self, key: int) -> str:
+        return self.names.setdefault(key, f"typedlm_{len(self.names)}")
+
     def valid(self, value, schema, p) -> bool:
         try:
-            return self.validator.evolve(schema=schema).is_valid(value)
+            return self.validator.evolve(schema=schema, _resolver=self.res).is_valid(value)
         except Exception as e:  # unresolvable $ref, bad regex, ...
             raise Refuse("$ref" if "ref" in type(e).__name__.lower() else "(schema)", p,
                          f"cannot evaluate the schema here: {type(e).__name__}") from e
 
     # ------------------------------------------------------------ schema -> branches
     def norm(self, s, p) -> list:
+        if isinstance(s, dict) and "$id" in s and p != "":
+            old = self.res
+            try:
+                self.res = self.res.in_subresource(referencing.Resource.from_contents(
+                    s, default_specification=DRAFT202012))
+                return self._norm(s, p)
+            finally:
+                self.res = old
+        return self._norm(s, p)
+
+    def _norm(self, s, p) -> list:
         if s is True:
             return _any()
         if s is False:
@@ -120,8 +145,6 @@ class Normalizer:
         for kw in s:
             if kw not in KNOWN:
                 raise Refuse(kw, ptr(p, kw), "unknown keyword (or one the grammar cannot enforce)")
-        if "$id" in s and p != "":
-            raise Refuse("$id", ptr(p, "$id"), "$id inside a subschema changes the base URI")
         if ("unevaluatedProperties" in s or "unevaluatedItems" in s) and any(k in s for k in APPLICATORS):
             kw = "unevaluatedProperties" if "unevaluatedProperties" in s else "unevaluatedItems"
             raise Refuse(kw, ptr(p, kw), f"{kw} beside in-place applicators (allOf, $ref, ...) is not supported")
@@ -141,39 +164,37 @@ class Normalizer:
         for part in s.get("allOf", []) if isinstance(s.get("allOf"), list) else []:
             seen = 0
             while isinstance(part, dict) and set(part) - ANNOTATIONS == {"$ref"} and seen < 16:
-                part, seen = self.resolve(part["$ref"], p), seen + 1
+                part, seen = self.lookup(part["$ref"], p).contents, seen + 1
             if isinstance(part, dict) and ("enum" in part or "const" in part):
                 return self.enum_values(part, p)
         return None
 
-    def resolve(self, ref, p):
-        if not isinstance(ref, str) or not (ref == "#" or ref.startswith("#/")):
-            raise Refuse("$ref", ptr(p, "$ref"), "only local references ('#/...') are supported")
-        node = self.root
-        for part in ref[2:].split("/") if ref != "#" else []:
-            part = part.replace("~1", "/").replace("~0", "~")
-            if isinstance(node, dict) and part in node:
-                node = node[part]
-            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-                node = node[int(part)]
-            else:
-                raise Refuse("$ref", ptr(p, "$ref"), f"reference {ref!r} does not resolve")
-        return node
+    def lookup(self, ref, p):
+        if not isinstance(ref, str):
+            raise Refuse("$ref", ptr(p, "$ref"), "$ref must be a string")
+        try:
+            return self.res.lookup(ref)
+        except referencing.exceptions.Unresolvable as e:
+            raise Refuse("$ref", ptr(p, "$ref"),
+                         f"reference {ref!r} does not resolve (remote references are never fetched)") from e
 
     def ref(self, ref, p) -> list:
-        target = ref[1:] if ref != "#" else ""
-        self.resolve(ref, p)
-        if target in self.memo:
-            return self.memo[target]
-        if target in self.active:
-            self.cyclic.add(target)
-            return [{"$ref": target}]
-        self.active.add(target)
+        resolved = self.lookup(ref, p)
+        node, key = resolved.contents, id(resolved.contents)
+        if key in self.memo:
+            return self.memo[key]
+        if key in self.active:
+            self.cyclic.add(key)
+            return [{"$ref": key}]
+        self.active.add(key)
+        self._keep = getattr(self, "_keep", []) + [node]
+        old, self.res = self.res, resolved.resolver
         try:
-            d = self.norm(self.resolve(ref, p), target)
+            d = self.norm(node, ptr(p, "$ref"))
         finally:
-            self.active.discard(target)
-        self.memo[target] = d
+            self.res = old
+            self.active.discard(key)
+        self.memo[key] = d
         return d
 
     def typed(self, s, p) -> list:
@@ -587,13 +608,13 @@ class Normalizer:
     def emit_standalone(self, d) -> dict:
         out = self.emit(d)
         if self.cyclic:
-            out = {"allOf": [out], "$defs": {_def_name(c): self.emit(self.memo[c]) for c in self.cyclic
+            out = {"allOf": [out], "$defs": {self.def_name(c): self.emit(self.memo[c]) for c in self.cyclic
                                              if c in self.memo}}
         return out
 
     def emit_branch(self, b):
         if "$ref" in b:
-            return {"$ref": "#/$defs/" + _def_name(b["$ref"])}
+            return {"$ref": "#/$defs/" + self.def_name(b["$ref"])}
         if "enum" in b:
             return {"enum": b["enum"]}
         t, out = b["type"], {"type": b["type"]}
@@ -654,10 +675,6 @@ class Normalizer:
 
 
 # ---------------------------------------------------------------- helpers
-
-def _def_name(pointer: str) -> str:
-    return "typedlm" + re.sub(r"[^A-Za-z0-9]", "_", pointer or "_root")
-
 
 def _needs_escape(name: str) -> bool:
     return any(ch in '"\\' or ord(ch) < 0x20 for ch in name)
@@ -739,10 +756,10 @@ def _check_array(b):
     return b
 
 
-def find_refusals(schema) -> list[Refusal]:
+def find_refusals(schema, registry: referencing.Registry | None = None) -> list[Refusal]:
     """The keyword (with its pointer) that stops ``schema`` from being enforced exactly; [] when none."""
     try:
-        Normalizer(schema).run()
+        Normalizer(schema, registry).run()
     except Refuse as r:
         return [r.refusal]
     except RecursionError:
@@ -750,11 +767,12 @@ def find_refusals(schema) -> list[Refusal]:
     return []
 
 
-def prepare_schema(schema: dict, *, lenient: bool = False) -> dict:
+def prepare_schema(schema: dict, *, lenient: bool = False, registry: referencing.Registry | None = None) -> dict:
     """The core-form schema to compile (exact), or GrammarCompileError naming keyword and pointer.
-    ``lenient``: compile the schema as given (only patterns rewritten) even where not enforced."""
+    ``lenient``: compile the schema as given even where it would not be enforced.
+    ``registry``: documents that remote ``$ref`` s may point to (nothing is ever fetched)."""
     try:
-        return Normalizer(copy.deepcopy(schema)).run()
+        return Normalizer(copy.deepcopy(schema), registry).run()
     except Refuse as r:
         if lenient:
             return schema
