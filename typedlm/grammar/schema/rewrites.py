@@ -32,6 +32,7 @@ from __future__ import annotations
 import copy
 import math
 import re
+import time
 from fractions import Fraction
 
 import jsonschema
@@ -80,8 +81,9 @@ def _count(v, kw, p) -> int:
 
 
 class Normalizer:
-    def __init__(self, root, registry: referencing.Registry | None = None):
+    def __init__(self, root, registry: referencing.Registry | None = None, deadline: float | None = None):
         self.root = root
+        self.deadline = deadline
         base = root.get("$id", "") if isinstance(root, dict) and isinstance(root.get("$id"), str) else ""
         try:
             resource = referencing.Resource.from_contents(root, default_specification=DRAFT202012)
@@ -136,6 +138,7 @@ class Normalizer:
         return self._norm(s, p)
 
     def _norm(self, s, p) -> list:
+        self.check_time()
         if s is True:
             return _any()
         if s is False:
@@ -414,7 +417,12 @@ class Normalizer:
         return out
 
     # ------------------------------------------------------------ intersection
+    def check_time(self):
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise GrammarCompileError("rewriting the schema ran past the compile time limit")
+
     def intersect(self, x, y, p, kw) -> list:
+        self.check_time()
         out = []
         for a in x:
             for b in y:
@@ -767,12 +775,14 @@ def find_refusals(schema, registry: referencing.Registry | None = None) -> list[
     return []
 
 
-def prepare_schema(schema: dict, *, lenient: bool = False, registry: referencing.Registry | None = None) -> dict:
+def prepare_schema(schema: dict, *, lenient: bool = False, registry: referencing.Registry | None = None,
+                   deadline: float | None = None) -> dict:
     """The core-form schema to compile (exact), or GrammarCompileError naming keyword and pointer.
     ``lenient``: compile the schema as given even where it would not be enforced.
-    ``registry``: documents that remote ``$ref`` s may point to (nothing is ever fetched)."""
+    ``registry``: documents that remote ``$ref`` s may point to (nothing is ever fetched).
+    ``deadline``: ``time.monotonic()`` value past which the rewrite gives up (GrammarCompileError)."""
     try:
-        return Normalizer(copy.deepcopy(schema), registry).run()
+        return Normalizer(copy.deepcopy(schema), registry, deadline).run()
     except Refuse as r:
         if lenient:
             return schema
