@@ -249,6 +249,33 @@ def run_suite(suite: Path = DEFAULT_SUITE, grammars=None) -> SuiteReport:
     return report
 
 
+# ---------------------------------------------------------------- ratchet
+
+RATCHET = Path(__file__).resolve().parents[2] / "tests" / "data" / "jsonschema_ratchet.json"
+
+
+def ratchet_of(report: SuiteReport) -> dict:
+    """Expected counts per file (and totals): what the ratchet test holds the suite to."""
+    return {"suite": f"JSON-Schema-Test-Suite {DRAFT}", "totals": {g: report.totals(g) for g in GROUPS},
+            "files": report.by_file()}
+
+
+def ratchet_problems(report: SuiteReport, ratchet: dict) -> list[str]:
+    """Every false positive, every drop in passes and every rise not yet written into the ratchet."""
+    problems = [f"false positive: {r.file} | {r.case} | {r.test}" for r in report.results
+                if r.outcome == "false_positive"]
+    now = report.by_file()
+    for name, want in ratchet["files"].items():
+        got = now.get(name, {}).get("pass", 0)
+        if got < want["pass"]:
+            problems.append(f"{name}: {got} passes, the ratchet expects {want['pass']}")
+        elif got > want["pass"]:
+            problems.append(f"{name}: {got} passes > {want['pass']} in the ratchet: update it in this commit "
+                            "(typedlm bench jsonschema-suite --write-ratchet)")
+    problems += [f"{name}: not in the ratchet" for name in now if name not in ratchet["files"]]
+    return problems
+
+
 # ---------------------------------------------------------------- CLI
 
 def _table(report: SuiteReport) -> None:
@@ -280,6 +307,8 @@ def register(app, bench_app) -> None:
     def jsonschema_suite(
         suite: Path = typer.Option(DEFAULT_SUITE, "--suite", help="JSON-Schema-Test-Suite checkout"),
         out: Optional[Path] = typer.Option(None, "--json", help="write the totals and per-file counts here"),
+        write_ratchet: bool = typer.Option(False, "--write-ratchet",
+                                           help=f"write the per-file counts to the ratchet file ({RATCHET.name})"),
     ):
         """Run the official JSON Schema suite (draft 2020-12) through the grammar path; table + JSON."""
         with user_errors():
@@ -291,4 +320,9 @@ def register(app, bench_app) -> None:
         if out is not None:
             with user_errors():
                 Path(out).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        if write_ratchet:
+            fps = report.totals("required")["false_positive"] + report.totals("optional")["false_positive"]
+            if fps:
+                fail(f"{fps} false positives: a ratchet never records a false positive")
+            RATCHET.write_text(json.dumps(ratchet_of(report), indent=1) + "\n", encoding="utf-8")
         print_json({g: data[g] for g in GROUPS} | {"seconds": data["seconds"]})

@@ -70,6 +70,10 @@ def _type_of(v) -> str:
     return "array" if isinstance(v, list) else "object"
 
 
+def _is_any(d) -> bool:
+    return len(d) >= len(TYPES) and set(TYPES) <= {b.get("type") for b in d if set(b) - {"@"} == {"type"}}
+
+
 def _is_num(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
@@ -100,7 +104,7 @@ class Normalizer:
 
     # ------------------------------------------------------------ entry points
     def run(self) -> dict:
-        d = self.norm(self.root, "")
+        d = self.ref("#", "") if isinstance(self.root, dict) else self.norm(self.root, "")
         if not d:
             raise EmptySchemaError("the schema accepts no value: its constraints contradict each other")
         out = self.emit(d)
@@ -167,18 +171,19 @@ class Normalizer:
         for part in s.get("allOf", []) if isinstance(s.get("allOf"), list) else []:
             seen = 0
             while isinstance(part, dict) and set(part) - ANNOTATIONS == {"$ref"} and seen < 16:
-                part, seen = self.lookup(part["$ref"], p).contents, seen + 1
+                part, seen = self.lookup(part["$ref"], ptr(p, "allOf")).contents, seen + 1
             if isinstance(part, dict) and ("enum" in part or "const" in part):
                 return self.enum_values(part, p)
         return None
 
     def lookup(self, ref, p):
+        """Resolve ``ref`` (found at pointer ``p``) against the current base URI."""
         if not isinstance(ref, str):
-            raise Refuse("$ref", ptr(p, "$ref"), "$ref must be a string")
+            raise Refuse("$ref", p, "$ref must be a string")
         try:
             return self.res.lookup(ref)
         except referencing.exceptions.Unresolvable as e:
-            raise Refuse("$ref", ptr(p, "$ref"),
+            raise Refuse("$ref", p,
                          f"reference {ref!r} does not resolve (remote references are never fetched)") from e
 
     def ref(self, ref, p) -> list:
@@ -193,7 +198,7 @@ class Normalizer:
         self._keep = getattr(self, "_keep", []) + [node]
         old, self.res = self.res, resolved.resolver
         try:
-            d = self.norm(node, ptr(p, "$ref"))
+            d = self.norm(node, p)
         finally:
             self.res = old
             self.active.discard(key)
@@ -347,6 +352,8 @@ class Normalizer:
                 return None
         if b.get("minProperties", 0) > b.get("maxProperties", math.inf):
             return None
+        if not b.get("properties"):
+            b.pop("properties", None)
         return b
 
     def prop_schema(self, b, name):
@@ -423,6 +430,10 @@ class Normalizer:
 
     def intersect(self, x, y, p, kw) -> list:
         self.check_time()
+        if _is_any(x):
+            return y
+        if _is_any(y):
+            return x
         out = []
         for a in x:
             for b in y:
