@@ -54,6 +54,16 @@ CASES = [
     ("uniqueItems small enum", {"type": "array", "items": {"enum": [1, 2]}, "uniqueItems": True}, "[2,1]", True),
     ("unevaluatedProperties alone", {"type": "object", "properties": {"a": {}}, "unevaluatedProperties": False},
      '{"a":1,"b":2}', False),
+    ("unevaluatedProperties after applicators",
+     {"properties": {"foo": {"type": "string"}}, "allOf": [{"properties": {"bar": {"type": "string"}}}],
+      "unevaluatedProperties": False}, '{"foo":"a","bar":"b","baz":"c"}', False),
+    ("unevaluatedProperties after applicators",
+     {"properties": {"foo": {"type": "string"}}, "allOf": [{"properties": {"bar": {"type": "string"}}}],
+      "unevaluatedProperties": False}, '{"foo":"a","bar":"b"}', True),
+    ("unevaluatedItems after applicators", {"prefixItems": [{"type": "string"}], "allOf": [
+        {"prefixItems": [True, {"type": "number"}]}], "unevaluatedItems": False}, '["foo",42,true]', False),
+    ("unevaluatedItems after applicators", {"prefixItems": [{"type": "string"}], "allOf": [
+        {"prefixItems": [True, {"type": "number"}]}], "unevaluatedItems": False}, '["foo",42]', True),
     ("unevaluatedItems alone", {"type": "array", "prefixItems": [{}], "unevaluatedItems": False}, "[1,2]", False),
     ("propertyNames with closed objects", {"type": "object", "properties": {"ab": {}, "abcd": {}},
                                            "additionalProperties": False, "propertyNames": {"maxLength": 3}},
@@ -146,7 +156,8 @@ def test_pattern_rewrite():
     ({"type": "object", "patternProperties": {"a": {}, "b": {}}}, "patternProperties", "/patternProperties"),
     ({"type": "object", "properties": {"a\nb": {}}}, "properties", ""),
     ({"type": "array", "uniqueItems": True}, "uniqueItems", "/uniqueItems"),
-    ({"allOf": [{"type": "object"}], "unevaluatedProperties": False}, "unevaluatedProperties", "/unevaluatedProperties"),
+    ({"anyOf": [{"properties": {"a": {}}}, {"properties": {"b": {}}}], "unevaluatedProperties": False},
+     "unevaluatedProperties", "/unevaluatedProperties"),
     ({"type": "number", "multipleOf": 0.5}, "multipleOf", "/multipleOf"),
     ({"frobnicate": 1}, "frobnicate", "/frobnicate"),
 ])

@@ -70,8 +70,18 @@ def _type_of(v) -> str:
     return "array" if isinstance(v, list) else "object"
 
 
+# bookkeeping keys of a branch (never emitted): "@" the pointer it came from; evaluated-ness for
+# unevaluatedProperties ("evn" names, "evp" patterns, "eva" all) and unevaluatedItems ("evi": prefix
+# length or True); "evx": annotations may be incomplete (anyOf), "evc": contains annotates items
+META = {"@", "evn", "evp", "eva", "evi", "evx", "evc"}
+
+
+def _plain(b) -> bool:
+    return set(b) - META == {"type"}
+
+
 def _is_any(d) -> bool:
-    return len(d) >= len(TYPES) and set(TYPES) <= {b.get("type") for b in d if set(b) - {"@"} == {"type"}}
+    return len(d) >= len(TYPES) and set(TYPES) <= {b.get("type") for b in d if _plain(b)}
 
 
 def _is_num(v) -> bool:
@@ -152,14 +162,66 @@ class Normalizer:
         for kw in s:
             if kw not in KNOWN:
                 raise Refuse(kw, ptr(p, kw), "unknown keyword (or one the grammar cannot enforce)")
-        if ("unevaluatedProperties" in s or "unevaluatedItems" in s) and any(k in s for k in APPLICATORS):
-            kw = "unevaluatedProperties" if "unevaluatedProperties" in s else "unevaluatedItems"
-            raise Refuse(kw, ptr(p, kw), f"{kw} beside in-place applicators (allOf, $ref, ...) is not supported")
         values = self.enum_values(s, p)
         if values is not None:
             kept = [v for v in values if self.valid(v, s, p)]
             return [{"enum": kept}] if kept else []
-        return self.applicators(self.typed(s, p), s, p)
+        d = self.applicators(self.typed(s, p), s, p)
+        if any(k in s for k in APPLICATORS):
+            if "unevaluatedProperties" in s:
+                d = self.unevaluated_properties(d, s["unevaluatedProperties"], ptr(p, "unevaluatedProperties"))
+            if "unevaluatedItems" in s:
+                d = self.unevaluated_items(d, s["unevaluatedItems"], ptr(p, "unevaluatedItems"))
+        return d
+
+    def unevaluated_properties(self, d, sub, q) -> list:
+        """Apply ``unevaluatedProperties`` after the in-place applicators: on each object branch, to the
+        keys no properties/patternProperties/additionalProperties of the branch's parts evaluated."""
+        u = self.norm(sub, q)
+        out = []
+        for b in d:
+            if "$ref" in b or ("enum" in b and any(isinstance(v, dict) for v in b["enum"])):
+                raise Refuse("unevaluatedProperties", q, "which keys were evaluated is unknown here "
+                             "(a recursive $ref or an enum of objects)")
+            if b.get("type") != "object" or b.get("eva"):
+                out.append(b)
+                continue
+            if b.get("evx"):
+                raise Refuse("unevaluatedProperties", q, "anyOf branches that overlap: which of them "
+                             "evaluated a key depends on the instance")
+            b = {**b, "properties": dict(b.get("properties", {})), "eva": True}
+            for name in list(b["properties"]):
+                if name not in b.get("evn", ()) and not any(re.search(pt, name) for pt in b.get("evp", ())):
+                    b["properties"][name] = self.intersect(b["properties"][name], u, q, "unevaluatedProperties")
+            b["additionalProperties"] = u
+            b = self.complete_object(b)
+            if b is not None:
+                out.append(b)
+        return out
+
+    def unevaluated_items(self, d, sub, q) -> list:
+        """Apply ``unevaluatedItems`` to the positions no prefixItems/items of the branch's parts evaluated."""
+        u = self.norm(sub, q)
+        out = []
+        for b in d:
+            if "$ref" in b or ("enum" in b and any(isinstance(v, list) for v in b["enum"])):
+                raise Refuse("unevaluatedItems", q, "which items were evaluated is unknown here "
+                             "(a recursive $ref or an enum of arrays)")
+            if b.get("type") != "array" or b.get("evi") is True:
+                out.append(b)
+                continue
+            if b.get("evx") or b.get("evc"):
+                raise Refuse("unevaluatedItems", q, "overlapping anyOf branches or contains: which items "
+                             "were evaluated depends on the instance")
+            n = b.get("evi", 0)
+            pre = list(b.get("prefixItems", []))
+            for i in range(n, len(pre)):
+                pre[i] = self.intersect(pre[i], u, q, "unevaluatedItems")
+            b = {**b, "evi": True, "items": self.meet_opt(b.get("items"), u, q, "unevaluatedItems")}
+            if pre:
+                b["prefixItems"] = pre
+            out.append(b)
+        return out
 
     def enum_values(self, s, p):
         if "const" in s:
@@ -269,12 +331,14 @@ class Normalizer:
             if not isinstance(s["prefixItems"], list):
                 raise Refuse("prefixItems", ptr(p, "prefixItems"), "prefixItems must be an array")
             b["prefixItems"] = [self.norm(x, ptr(p, "prefixItems", i)) for i, x in enumerate(s["prefixItems"])]
+        b["evi"] = len(b.get("prefixItems", []))
+        alone = not any(k in s for k in APPLICATORS)  # else unevaluated_items() applies it afterwards
         if "items" in s:
-            b["items"] = self.norm(s["items"], ptr(p, "items"))
-        elif "unevaluatedItems" in s and "contains" not in s:
-            b["items"] = self.norm(s["unevaluatedItems"], ptr(p, "unevaluatedItems"))
-        elif "unevaluatedItems" in s:
+            b["items"], b["evi"] = self.norm(s["items"], ptr(p, "items")), True
+        elif "unevaluatedItems" in s and "contains" in s:
             raise Refuse("unevaluatedItems", ptr(p, "unevaluatedItems"), "unevaluatedItems beside contains")
+        elif "unevaluatedItems" in s and alone:
+            b["items"], b["evi"] = self.norm(s["unevaluatedItems"], ptr(p, "unevaluatedItems")), True
         for kw in ("minItems", "maxItems"):
             if kw in s:
                 b[kw] = _count(s[kw], kw, ptr(p, kw))
@@ -282,6 +346,7 @@ class Normalizer:
             mn = _count(s.get("minContains", 1), "minContains", ptr(p, "minContains"))
             if mn != 0 or "maxContains" in s:
                 raise Refuse("contains", ptr(p, "contains"), "contains is not enforced by the grammar")
+            b["evc"] = True
         if s.get("uniqueItems") is True and not (b.get("maxItems", 2) <= 1):
             return self.unique_items(b, p)
         return _check_array(b)
@@ -318,10 +383,13 @@ class Normalizer:
                     raise Refuse("patternProperties", ptr(p, "patternProperties", pat),
                                  "pattern cannot be enforced exactly")
                 b["patternProperties"][pat] = self.norm(sub, ptr(p, "patternProperties", pat))
+        b["evn"], b["evp"] = frozenset(b["properties"]), tuple(b.get("patternProperties", ()))
         if "additionalProperties" in s:
             b["additionalProperties"] = self.norm(s["additionalProperties"], ptr(p, "additionalProperties"))
-        elif "unevaluatedProperties" in s:
+            b["eva"] = True
+        elif "unevaluatedProperties" in s and not any(k in s for k in APPLICATORS):
             b["additionalProperties"] = self.norm(s["unevaluatedProperties"], ptr(p, "unevaluatedProperties"))
+            b["eva"] = True
         if "required" in s:
             r = s["required"]
             if not isinstance(r, list) or not all(isinstance(x, str) for x in r):
@@ -379,7 +447,10 @@ class Normalizer:
         for i, sub in enumerate(s.get("allOf", [])):
             d = self.intersect(d, self.norm(sub, ptr(p, "allOf", i)), ptr(p, "allOf"), "allOf")
         if "anyOf" in s:
-            u = [b for i, sub in enumerate(s["anyOf"]) for b in self.norm(sub, ptr(p, "anyOf", i))]
+            ds = [self.norm(sub, ptr(p, "anyOf", i)) for i, sub in enumerate(s["anyOf"])]
+            u = [b for x in ds for b in x]
+            if len(ds) > 1 and not self.disjoint(ds, ptr(p, "anyOf")):
+                u = [{**b, "evx": True} if b.get("type") in ("object", "array") else b for b in u]
             d = self.intersect(d, u, ptr(p, "anyOf"), "anyOf")
         if "oneOf" in s:
             d = self.intersect(d, self.one_of(s["oneOf"], ptr(p, "oneOf")), ptr(p, "oneOf"), "oneOf")
@@ -409,10 +480,16 @@ class Normalizer:
                 d = self.intersect(d, others + absent + need, q, kw)
         return d
 
+    def disjoint(self, ds, p) -> bool:
+        """Whether no instance matches two of the alternatives (as far as intersection can tell)."""
+        try:
+            return all(not self.intersect(a, b, p, "oneOf") for i, a in enumerate(ds) for b in ds[i + 1:])
+        except Refuse:
+            return False
+
     def one_of(self, subs, p) -> list:
         ds = [self.norm(sub, ptr(p, i)) for i, sub in enumerate(subs)]
-        disjoint = all(not self.intersect(a, b, p, "oneOf") for i, a in enumerate(ds) for b in ds[i + 1:])
-        if disjoint:
+        if self.disjoint(ds, p):
             return [b for d in ds for b in d]
         out = []
         for i, a in enumerate(ds):
@@ -467,6 +544,8 @@ class Normalizer:
         t = "integer" if "integer" in (ta, tb) else ta
         m = getattr(self, "m_" + t, None)
         out = {**a, **b, "type": t, "@": a.get("@", b.get("@", p))} if m is None else m(a, b, p, kw)
+        if out is not None and t in ("object", "array"):
+            out.update(_merge_meta(a, b))
         return [out] if out is not None else []
 
     def m_number(self, a, b, p, kw, kind="number"):
@@ -571,7 +650,7 @@ class Normalizer:
         if t == "integer":
             raise Refuse(kw, p, "the complement of 'integer' (non-integral numbers) cannot be enforced")
         out = [{"type": u} for u in TYPES if u != t]
-        keys = set(b) - {"type", "@"}
+        keys = set(b) - {"type"} - META
         if t == "object":
             if not b.get("properties") and not b.get("required"):
                 keys -= {"properties"}
@@ -609,14 +688,14 @@ class Normalizer:
     def emit(self, d) -> dict:
         if not d:
             return dict(NOTHING)
-        plain = [b["type"] for b in d if set(b) - {"@"} == {"type"}]
+        plain = [b["type"] for b in d if _plain(b)]
         if set(TYPES) <= set(plain):
             return {}
         branches = []
         if plain:
             branches.append({"type": plain[0] if len(plain) == 1 else list(dict.fromkeys(plain))})
         for b in d:
-            if set(b) - {"@"} != {"type"}:
+            if not _plain(b):
                 e = self.emit_branch(b)
                 if e is not None:
                     branches.append(e)
@@ -694,6 +773,24 @@ class Normalizer:
 
 
 # ---------------------------------------------------------------- helpers
+
+def _merge_meta(a, b) -> dict:
+    """Evaluated keys/items of a conjunction: everything either part evaluated."""
+    out = {}
+    if a.get("type") == "object" or b.get("type") == "object":
+        out["evn"] = frozenset(a.get("evn", ())) | frozenset(b.get("evn", ()))
+        out["evp"] = tuple(dict.fromkeys(a.get("evp", ()) + b.get("evp", ())))
+        if a.get("eva") or b.get("eva"):
+            out["eva"] = True
+    else:
+        ia, ib = a.get("evi", 0), b.get("evi", 0)
+        out["evi"] = True if ia is True or ib is True else max(ia, ib)
+        if a.get("evc") or b.get("evc"):
+            out["evc"] = True
+    if a.get("evx") or b.get("evx"):
+        out["evx"] = True
+    return out
+
 
 def _needs_escape(name: str) -> bool:
     return any(ch in '"\\' or ord(ch) < 0x20 for ch in name)
