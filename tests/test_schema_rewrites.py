@@ -155,6 +155,8 @@ def test_pattern_rewrite():
     ({"items": {"$dynamicRef": "#x"}}, "$dynamicRef", "/items/$dynamicRef"),
     ({"type": "object", "patternProperties": {"a": {}, "b": {}}}, "patternProperties", "/patternProperties"),
     ({"type": "object", "properties": {"a\nb": {}}}, "properties", ""),
+    ({"type": "object", "properties": {"a": {}}, "patternProperties": {"^b": {"type": "integer"}}},
+     "patternProperties", ""),
     ({"type": "array", "uniqueItems": True}, "uniqueItems", "/uniqueItems"),
     ({"anyOf": [{"properties": {"a": {}}}, {"properties": {"b": {}}}], "unevaluatedProperties": False},
      "unevaluatedProperties", "/unevaluatedProperties"),

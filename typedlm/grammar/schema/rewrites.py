@@ -22,7 +22,9 @@ keyword and its JSON pointer. The rewrites (each pinned by tests/test_schema_rew
 - ``multipleOf``: integral divisors on integers (a number multiple of an integer is an integer).
 - integer bounds: made whole (``minimum: 1.5`` -> ``2``; exclusive bounds made inclusive).
 - ``pattern`` / ``patternProperties``: search semantics and ECMA ``.`` (see refusal.rewrite_pattern).
-- ``uniqueItems`` on arrays of at most one item, ``contains`` with ``minContains: 0``,
+- ``uniqueItems`` over a finite array space (positions that are enums/booleans/null, bounded
+  length): the enum of every array of distinct values; on arrays of at most one item: dropped.
+- ``contains`` with ``minContains: 0``,
   ``unevaluatedProperties``/``unevaluatedItems`` with no in-place applicator: dropped or turned into
   ``additionalProperties``/``items``, their exact meaning there.
 """
@@ -30,6 +32,7 @@ keyword and its JSON pointer. The rewrites (each pinned by tests/test_schema_rew
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 import re
 import time
@@ -44,6 +47,7 @@ from ...errors import EmptySchemaError, GrammarCompileError
 from .refusal import ANNOTATIONS, ENFORCED_FORMATS, JSON_TYPES, TYPES, Refusal, Refuse, ptr, rewrite_pattern
 
 MAX_BRANCHES = 64  # a rewrite that needs more alternatives than this is refused (size, compile time)
+MAX_ENUM = 256  # the most arrays uniqueItems may enumerate
 NOTHING = {"anyOf": []}  # xgrammar: accepts no value (as a property: the key must be absent)
 APPLICATORS = ("allOf", "anyOf", "oneOf", "not", "if", "$ref", "dependentSchemas")
 KNOWN = {"type", "enum", "const", "allOf", "anyOf", "oneOf", "not", "if", "then", "else", "$ref",
@@ -352,15 +356,28 @@ class Normalizer:
         return _check_array(b)
 
     def unique_items(self, b, p):
-        """uniqueItems over a small finite item space: every array of distinct values, as an enum."""
-        items = b.get("items")
-        if "prefixItems" in b or items is None or len(items) != 1 or "enum" not in items[0] \
-                or len(items[0]["enum"]) > 4:
-            raise Refuse("uniqueItems", ptr(p, "uniqueItems"),
-                         "uniqueItems is enforced only for arrays of at most one item or of a small enum")
-        vals = _distinct(items[0]["enum"])
-        lo, hi = b.get("minItems", 0), min(b.get("maxItems", len(vals)), len(vals))
-        arrays = [list(c) for k in range(lo, hi + 1) for c in _perms(vals, k)]
+        """uniqueItems over a finite array space (every position an enum, boolean or null, and a
+        bounded length): every array of distinct values, as an enum."""
+        pre, items = b.get("prefixItems", []), b.get("items")
+        hi = b.get("maxItems")
+        if items == []:
+            hi = len(pre) if hi is None else min(hi, len(pre))
+        refuse = Refuse("uniqueItems", ptr(p, "uniqueItems"),
+                        "uniqueItems is enforced only on arrays of at most one item or of a small finite space")
+        if hi is None and items is not None and _finite(items) is not None:
+            hi = len(pre) + len(_finite(items))  # distinct items from a finite set: no longer than that
+        if hi is None:
+            raise refuse
+        pos = [_finite(pre[i] if i < len(pre) else items) for i in range(hi)]
+        if any(v is None for v in pos) or math.prod(max(1, len(v)) for v in pos) > 4096:
+            raise refuse
+        arrays = []
+        for k in range(b.get("minItems", 0), hi + 1):
+            for combo in itertools.product(*pos[:k]):
+                if all(not _same(x, y) for i, x in enumerate(combo) for y in combo[i + 1:]):
+                    arrays.append(list(combo))
+        if len(arrays) > MAX_ENUM:
+            raise refuse
         return {"enum": arrays} if arrays else None
 
     def b_object(self, s, p):
@@ -756,6 +773,9 @@ class Normalizer:
                 if any(re.search(pat, name) for pat in pats):
                     raise Refuse("patternProperties", b.get("@", ""),
                                  f"property {name!r} also matches a patternProperties pattern")
+            if props and pats:  # measured: xgrammar then lets any extra key through with any value
+                raise Refuse("patternProperties", b.get("@", ""),
+                             "patternProperties beside properties (or required names) is not enforced")
             if props:
                 out["properties"] = {n: self.emit(d) for n, d in props.items()}
             if pats:
@@ -811,18 +831,21 @@ def _same(a, b) -> bool:
     return type(a) in (int, float) and type(b) in (int, float) and a == b or type(a) is type(b) and a == b
 
 
-def _distinct(vals):
+def _finite(d):
+    """The values of a finite branch list (enums, booleans, null), or None when it is infinite."""
+    if d is None:
+        return None
     out = []
-    for v in vals:
-        if not any(_same(v, w) for w in out):
-            out.append(v)
+    for b in d:
+        if "enum" in b:
+            out += b["enum"]
+        elif b.get("type") == "boolean" and _plain(b):
+            out += [True, False]
+        elif b.get("type") == "null" and _plain(b):
+            out.append(None)
+        else:
+            return None
     return out
-
-
-def _perms(vals, k):
-    import itertools
-
-    return itertools.permutations(vals, k)
 
 
 def _bound(b, side, new):
