@@ -6,7 +6,8 @@ calls, so the invariants live in one place:
   ``begin_step()``        fill the grammar mask; a complete grammar finishes the row (no sampling)
   ``select(logits_row)``  the logits pipeline of :mod:`sampling`, grammar mask last, then sample
   ``append(token)``       matcher accepts the sampled token (rejection = internal error on the
-                          result), stop ids / stop strings / max_tokens end the row
+                          result); a grammar that is now complete, a stop id, a stop string or
+                          max_tokens ends the row
 """
 
 from __future__ import annotations
@@ -115,12 +116,14 @@ class Sequence:
             self.finish("stop")
             return
         self.output_ids.append(token)
-        if self.grammar is not None and self.grammar.is_terminated():
-            self.finish("stop")
-            return
         if self.params.stop and self._hit_stop_string():
             self.finish("stop")
             return
+        if self.grammar is not None:
+            self.grammar.fill()  # next step's mask, now: a complete grammar ends the row before any forward
+            if self.grammar.only_stop():
+                self.finish("stop")
+                return
         if len(self.output_ids) >= self.params.max_tokens:
             self.finish("length")
 

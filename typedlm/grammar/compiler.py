@@ -110,12 +110,33 @@ class Grammars:
             if c.kind == "lark":
                 return self.compiler.compile_lark(c.value)
             if c.kind == "structural_tag":
-                return self.compiler.compile_structural_tag(canonical_json(c.value))
+                tag = c.value if c.lenient else _checked_tag(c.value)
+                return self.compiler.compile_structural_tag(canonical_json(tag))
         except GrammarCompileError:
             raise
         except Exception as e:  # xgrammar raises RuntimeError / ValueError / TypeError with a reason
             raise GrammarCompileError(f"{c.kind} does not compile: {_clean(e)}") from e
         raise GrammarCompileError(f"unknown constraint kind {c.kind!r}")
+
+
+def _checked_tag(node, path: str = ""):
+    """Run every JSON Schema inside a structural tag through the refusal layer (and its rewrites)."""
+    if isinstance(node, list):
+        return [_checked_tag(x, f"{path}/{i}") for i, x in enumerate(node)]
+    if not isinstance(node, dict):
+        return node
+    out = {}
+    for k, v in node.items():
+        inner = f"{path}/{k}"
+        if (k == "json_schema" and node.get("type") == "json_schema") or (k == "schema" and "begin" in node):
+            try:
+                out[k] = prepare_schema(v) if isinstance(v, dict) else v
+            except GrammarCompileError as e:
+                raise GrammarCompileError(f"structural_tag{inner}: {e}", keyword=e.keyword,
+                                          pointer=inner + (e.pointer if e.pointer != "/" else "")) from e
+        else:
+            out[k] = _checked_tag(v, inner)
+    return out
 
 
 def _clean(e: Exception) -> str:

@@ -2,7 +2,8 @@
 
 One :class:`GrammarRow` per sequence. The decode loop calls, each step and in this order:
 ``fill()`` -> (``only_stop()`` ends the row with no sampling) -> ``apply(logits)`` as the very last
-logits processor -> sample -> ``accept(token)``.
+logits processor -> sample -> ``accept(token)`` -> ``fill()`` + ``only_stop()`` again, so a grammar
+that just completed ends the row before another forward pass is spent on it.
 """
 
 from __future__ import annotations
@@ -18,10 +19,13 @@ class GrammarRow:
         self.bitmask = xgr.allocate_token_bitmask(1, vocab_size)
         self._stop_bits = _bits_for(stop_ids, self.bitmask.shape[1])
         self.accepted = 0
+        self.filled = False  # the bitmask holds the mask for the current matcher state
 
     def fill(self) -> None:
-        """Compute the mask of tokens the grammar allows next (host-side, int32 bitmask)."""
-        self.matcher.fill_next_token_bitmask(self.bitmask, 0)
+        """Compute the mask of tokens the grammar allows next (host-side, int32 bitmask); once per state."""
+        if not self.filled:
+            self.matcher.fill_next_token_bitmask(self.bitmask, 0)
+            self.filled = True
 
     def only_stop(self) -> bool:
         """True when the grammar is complete and allows nothing but a stop token."""
@@ -37,6 +41,7 @@ class GrammarRow:
     def accept(self, token: int) -> bool:
         ok = self.matcher.accept_token(int(token))
         self.accepted += int(ok)
+        self.filled = False
         return ok
 
     def is_terminated(self) -> bool:
