@@ -70,12 +70,7 @@ class Sequence:
         """Prepare this step's mask. Returns False when the row finished instead of sampling."""
         if self.finished:
             return False
-        if self.grammar is not None:
-            self.grammar.fill()
-            if self.grammar.only_stop():
-                self.finish("stop")
-                return False
-        return True
+        return self.grammar is None or self._grammar_open()
 
     def select(self, logits: torch.Tensor) -> int:
         """Pick the next id from this row's raw logits (1-D, float32, a private copy: changed in place)."""
@@ -119,13 +114,20 @@ class Sequence:
         if self.params.stop and self._hit_stop_string():
             self.finish("stop")
             return
-        if self.grammar is not None:
-            self.grammar.fill()  # next step's mask, now: a complete grammar ends the row before any forward
-            if self.grammar.only_stop():
-                self.finish("stop")
-                return
+        if self.grammar is not None and not self._grammar_open():
+            return  # next step's mask is computed now: a complete grammar ends the row before any forward
         if len(self.output_ids) >= self.params.max_tokens:
             self.finish("length")
+
+    def _grammar_open(self) -> bool:
+        self.grammar.fill()
+        state = self.grammar.state()
+        if state == "complete":
+            self.finish("stop")
+        elif state == "dead":
+            self.finish("error", "grammar allows no next token: the tokenizer cannot produce the text the "
+                                 f"grammar requires (after {len(self.output_ids)} tokens)")
+        return state == "open"
 
     def _hit_stop_string(self) -> bool:
         text = self.decode(self.output_ids)

@@ -1,8 +1,8 @@
 """Per-row grammar controller: fill the next-token mask, apply it, accept the sampled token.
 
 One :class:`GrammarRow` per sequence. The decode loop calls, each step and in this order:
-``fill()`` -> (``only_stop()`` ends the row with no sampling) -> ``apply(logits)`` as the very last
-logits processor -> sample -> ``accept(token)`` -> ``fill()`` + ``only_stop()`` again, so a grammar
+``fill()`` -> (``state()`` complete/dead ends the row with no sampling) -> ``apply(logits)`` as the very last
+logits processor -> sample -> ``accept(token)`` -> ``fill()`` + ``state()`` again, so a grammar
 that just completed ends the row before another forward pass is spent on it.
 """
 
@@ -27,11 +27,15 @@ class GrammarRow:
             self.matcher.fill_next_token_bitmask(self.bitmask, 0)
             self.filled = True
 
-    def only_stop(self) -> bool:
-        """True when the grammar is complete and allows nothing but a stop token."""
+    def state(self) -> str:
+        """After ``fill()``: "open" (some non-stop token allowed), "complete" (only stop tokens, or
+        terminated), or "dead" (no token at all: the tokenizer cannot spell what the grammar needs)."""
         if self.matcher.is_terminated():
-            return True
-        return not bool(torch.any(self.bitmask[0] & ~self._stop_bits))
+            return "complete"
+        row = self.bitmask[0]
+        if bool(torch.any(row & ~self._stop_bits)):
+            return "open"
+        return "complete" if bool(torch.any(row)) else "dead"
 
     def apply(self, logits: torch.Tensor) -> None:
         """Set every disallowed id (padded-vocab ids included) of a 1-D logits row to -inf, in place."""
