@@ -9,6 +9,8 @@ import json
 
 import jsonschema
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from typedlm.errors import EmptySchemaError, GrammarCompileError
 from typedlm.grammar.schema import find_refusals, prepare_schema
@@ -58,6 +60,15 @@ CASES = [
                                   "uniqueItems": True}, "[true,true]", False),
     ("uniqueItems finite space", {"prefixItems": [{"type": "boolean"}, {"type": "boolean"}], "items": False,
                                   "uniqueItems": True}, "[false,true]", True),
+    ("format as an exact regex", {"type": "string", "format": "date"}, '"2020-02-30"', False),
+    ("format as an exact regex", {"type": "string", "format": "date"}, '"2020-02-29"', True),
+    ("format as an exact regex", {"type": "string", "format": "date"}, '"2021-02-29"', False),
+    ("format as an exact regex", {"type": "string", "format": "ipv6"}, '"::ffff:1.2.3.4"', True),
+    ("format as an exact regex", {"type": "string", "format": "ipv6"}, '"1:2:3:4:5:6:7:8:9"', False),
+    ("format as an exact regex", {"type": "string", "format": "duration"}, '"P1Y2M3DT4H5M6S"', True),
+    ("format as an exact regex", {"type": "string", "format": "duration"}, '"PT1D"', False),
+    ("format as an exact regex", {"type": "string", "format": "json-pointer"}, '"/a~1b/~0"', True),
+    ("format as an exact regex", {"type": "string", "format": "json-pointer"}, '"/a~2"', False),
     ("unevaluatedProperties after applicators",
      {"properties": {"foo": {"type": "string"}}, "allOf": [{"properties": {"bar": {"type": "string"}}}],
       "unevaluatedProperties": False}, '{"foo":"a","bar":"b","baz":"c"}', False),
@@ -119,8 +130,10 @@ def _raw(grammars, schema, text):
 
 @pytest.mark.parametrize("name,schema,text,valid", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
 def test_rewrite_is_exact(grammars, name, schema, text, valid):
-    if name not in ECMA_ONLY:  # the case is right
-        assert jsonschema.Draft202012Validator(schema).is_valid(json.loads(text)) == valid
+    checker = jsonschema.Draft202012Validator.FORMAT_CHECKER
+    # the case is right (where jsonschema can judge it: ECMA regexes and some formats it cannot)
+    if name not in ECMA_ONLY and schema.get("format", "date") in checker.checkers:
+        assert jsonschema.Draft202012Validator(schema, format_checker=checker).is_valid(json.loads(text)) == valid
     assert _ours(grammars, schema, text) == valid
 
 
@@ -152,7 +165,7 @@ def test_pattern_rewrite():
 @pytest.mark.parametrize("schema,keyword,pointer", [
     ({"properties": {"a": {"contains": {"type": "string"}}}}, "contains", "/properties/a/contains"),
     ({"type": "string", "pattern": "(?=a)"}, "pattern", "/pattern"),
-    ({"type": "string", "format": "date"}, "format", "/format"),
+    ({"type": "string", "format": "iri-reference"}, "format", "/format"),
     ({"type": "string", "pattern": "a", "maxLength": 3}, "maxLength", ""),
     ({"not": {"type": "integer"}}, "not", "/not"),
     ({"$ref": "http://example.com/x.json"}, "$ref", "/$ref"),
@@ -203,3 +216,56 @@ def test_recursive_ref_becomes_a_definition(grammars):
     assert "$defs" in out
     assert _ours(grammars, schema, '{"child":{"child":{}}}')
     assert not _ours(grammars, schema, '{"child":{"x":1}}')
+
+
+DATE_CHARS = "0123456789-"
+HEX = "0123456789abcdefABCDEF:."
+
+
+def _ref_date(text):
+    import datetime
+    import re
+
+    if not re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", text):
+        return False
+    if text.startswith("0000"):  # RFC 3339 allows year 0 (a leap year); Python's date does not
+        return text[5:] != "02-30" and text[5:] != "02-31" and _ref_date("2000" + text[4:])
+    try:
+        datetime.date.fromisoformat(text)
+        return True
+    except ValueError:
+        return False
+
+
+def _ref_ipv6(text):
+    import ipaddress
+
+    if "%" in text or not text or any(c not in HEX for c in text):
+        return False
+    try:
+        ipaddress.IPv6Address(text)
+    except ValueError:
+        return False
+    return not any(len(p) > 1 and p[0] == "0" for p in text.split(":")[-1].split(".")[1:]) if "." in text else True
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(st.one_of(st.text(DATE_CHARS, min_size=10, max_size=10),
+                 st.dates().map(lambda d: d.isoformat())))
+def test_date_regex_is_rfc3339_full_date(text):
+    import re
+
+    from typedlm.grammar.schema.refusal import FORMAT_PATTERNS
+
+    assert bool(re.fullmatch(FORMAT_PATTERNS["date"], text)) == _ref_date(text), text
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(st.one_of(st.text(HEX, max_size=24), st.ip_addresses(v=6).map(str),
+                 st.ip_addresses(v=6).map(lambda a: a.exploded)))
+def test_ipv6_regex_matches_ipaddress(text):
+    import re
+
+    from typedlm.grammar.schema.refusal import FORMAT_PATTERNS
+
+    assert bool(re.fullmatch(FORMAT_PATTERNS["ipv6"], text)) == _ref_ipv6(text), text

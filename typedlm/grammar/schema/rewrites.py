@@ -44,7 +44,7 @@ import referencing.exceptions
 from referencing.jsonschema import DRAFT202012
 
 from ...errors import EmptySchemaError, GrammarCompileError
-from .refusal import ANNOTATIONS, ENFORCED_FORMATS, JSON_TYPES, TYPES, Refusal, Refuse, ptr, rewrite_pattern
+from .refusal import ANNOTATIONS, ENFORCED_FORMATS, FORMAT_PATTERNS, JSON_TYPES, TYPES, Refusal, Refuse, ptr, rewrite_pattern
 
 MAX_BRANCHES = 64  # a rewrite that needs more alternatives than this is refused (size, compile time)
 MAX_ENUM = 256  # the most arrays uniqueItems may enumerate
@@ -323,7 +323,11 @@ class Normalizer:
                 raise Refuse("pattern", ptr(p, "pattern"),
                              "pattern uses anchors, lookaround or escapes that cannot be enforced exactly")
             b["pattern"] = rw
-        if "format" in s:
+        if "format" in s and s["format"] in FORMAT_PATTERNS:
+            if "pattern" in b:
+                raise Refuse("format", ptr(p, "format"), "format beside pattern is not enforced by the grammar")
+            b["pattern"] = FORMAT_PATTERNS[s["format"]]
+        elif "format" in s:
             if s["format"] not in ENFORCED_FORMATS:
                 raise Refuse("format", ptr(p, "format"), f"format {s['format']!r} is not checked exactly")
             b["format"] = s["format"]
