@@ -181,3 +181,29 @@ def test_what_the_grammar_emits_is_valid(grammars, schema, seed):
 
 
 _TOK: dict = {}
+
+
+ANY_KEYWORD = st.sampled_from(["type", "enum", "const", "properties", "required", "items", "prefixItems",
+                               "allOf", "anyOf", "oneOf", "not", "if", "then", "else", "$ref", "minimum",
+                               "multipleOf", "minLength", "pattern", "format", "patternProperties",
+                               "additionalProperties", "dependentRequired", "dependentSchemas", "propertyNames",
+                               "uniqueItems", "contains", "minContains", "unevaluatedProperties", "$id", "$defs",
+                               "minItems", "maxProperties", "$anchor", "exclusiveMaximum"])
+GARBAGE = st.recursive(st.one_of(SCALARS, st.floats(allow_nan=False), st.text(max_size=4)),
+                       lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                               st.dictionaries(st.one_of(ANY_KEYWORD, NAMES), inner, max_size=3)),
+                       max_leaves=10)
+
+
+@SETTINGS
+@given(schema=st.dictionaries(ANY_KEYWORD, GARBAGE, max_size=4))
+def test_malformed_schemas_are_clear_errors(schema):
+    """Wrong-typed keyword values anywhere: a TypedLMError naming the problem, never another exception."""
+    from typedlm.grammar.schema import prepare_schema
+
+    from typedlm.grammar.schema.rewrites import INTERNAL
+
+    try:
+        prepare_schema(schema)
+    except TypedLMError as e:
+        assert INTERNAL not in str(e)  # the last-resort guard must not be what caught it

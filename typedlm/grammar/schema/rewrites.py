@@ -47,7 +47,8 @@ from ...errors import EmptySchemaError, GrammarCompileError
 from .refusal import ANNOTATIONS, ENFORCED_FORMATS, FORMAT_PATTERNS, JSON_TYPES, TYPES, Refusal, Refuse, ptr, rewrite_pattern
 
 MAX_BRANCHES = 64  # a rewrite that needs more alternatives than this is refused (size, compile time)
-MAX_ENUM = 256  # the most arrays uniqueItems may enumerate
+MAX_ENUM = 256
+INTERNAL = "the schema could not be analysed (a typedlm bug; please report it)"  # the most arrays uniqueItems may enumerate
 NOTHING = {"anyOf": []}  # xgrammar: accepts no value (as a property: the key must be absent)
 APPLICATORS = ("allOf", "anyOf", "oneOf", "not", "if", "$ref", "dependentSchemas")
 KNOWN = {"type", "enum", "const", "allOf", "anyOf", "oneOf", "not", "if", "then", "else", "$ref",
@@ -277,7 +278,7 @@ class Normalizer:
             tl = list(TYPES)
         else:
             tl = t if isinstance(t, list) else [t]
-            if not tl or any(x not in JSON_TYPES for x in tl):
+            if not tl or any(not isinstance(x, str) or x not in JSON_TYPES for x in tl):
                 raise Refuse("type", ptr(p, "type"), f"unknown type {t!r}")
             if "number" in tl:
                 tl = [x for x in tl if x != "integer"]
@@ -323,6 +324,8 @@ class Normalizer:
                 raise Refuse("pattern", ptr(p, "pattern"),
                              "pattern uses anchors, lookaround or escapes that cannot be enforced exactly")
             b["pattern"] = rw
+        if "format" in s and not isinstance(s["format"], str):
+            raise Refuse("format", ptr(p, "format"), "format must be a string")
         if "format" in s and s["format"] in FORMAT_PATTERNS:
             if "pattern" in b:
                 raise Refuse("format", ptr(p, "format"), "format beside pattern is not enforced by the grammar")
@@ -907,6 +910,8 @@ def find_refusals(schema, registry: referencing.Registry | None = None) -> list[
         return [r.refusal]
     except RecursionError:
         return [Refusal("$ref", "", "the schema nests too deeply")]
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError) as e:
+        return [Refusal("(schema)", "", f"{INTERNAL}: {type(e).__name__}: {e}")]
     return []
 
 
@@ -925,3 +930,5 @@ def prepare_schema(schema: dict, *, lenient: bool = False, registry: referencing
                                   pointer=r.refusal.pointer or "/") from None
     except RecursionError:
         raise GrammarCompileError("the schema nests too deeply", keyword="$ref", pointer="/") from None
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError) as e:  # a bug here: never a crash
+        raise GrammarCompileError(f"{INTERNAL}: {type(e).__name__}: {e}") from e
