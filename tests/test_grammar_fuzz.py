@@ -207,3 +207,34 @@ def test_malformed_schemas_are_clear_errors(schema):
         prepare_schema(schema)
     except TypedLMError as e:
         assert INTERNAL not in str(e)  # the last-resort guard must not be what caught it
+
+
+ATOM = st.sampled_from(["a", "b", "[ab]", "[^a]", ".", "\\d", "c"])
+QUANT = st.sampled_from(["?", "*", "+", "{1,2}", "{0,1}", "{2}", "??", "+?"])
+
+
+def _regex_ext(inner):
+    return st.one_of(st.lists(inner, min_size=2, max_size=3).map("".join),
+                     st.lists(inner, min_size=2, max_size=3).map(lambda xs: "(" + "|".join(xs) + ")"),
+                     st.tuples(inner, QUANT).map(lambda t: "(" + t[0] + ")" + t[1]),
+                     st.tuples(ATOM, QUANT).map("".join))
+
+
+SIMPLE_REGEX = st.recursive(ATOM, _regex_ext, max_leaves=6)
+
+
+@SETTINGS
+@given(rx=SIMPLE_REGEX, texts=st.lists(st.text("abc1", max_size=4), min_size=6, max_size=6))
+def test_patterns_match_exactly_what_the_regex_matches(grammars, rx, texts):
+    """Differential: the grammar for {"pattern": "^rx$"} accepts a string iff Python's re (the same
+    as ECMA-262 for these constructs) matches it whole."""
+    import re
+
+    from typedlm.bench.jsonschema_suite import accepts
+
+    compiled = _compile(grammars, json_schema={"type": "string", "pattern": f"^{rx}$"}, strict=False,
+                        any_whitespace=False)
+    if compiled is None:
+        return
+    for t in texts:
+        assert accepts(compiled, json.dumps(t)) == (re.fullmatch(rx, t) is not None), (rx, t)

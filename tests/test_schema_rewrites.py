@@ -51,6 +51,8 @@ CASES = [
     ("integer bounds made whole", {"type": "integer", "minimum": 1.5}, "2", True),
     ("integer bounds made whole", {"type": "integer", "exclusiveMaximum": 3}, "3", False),
     ("pattern search", {"type": "string", "pattern": "b"}, '"abc"', True),
+    ("pattern group ? as {0,1}", {"type": "string", "pattern": "^(ab+)?$"}, '"b"', False),
+    ("pattern group ? as {0,1}", {"type": "string", "pattern": "^(ab+)?$"}, '"abb"', True),
     ("pattern ECMA dot", {"type": "string", "pattern": "^a.c$"}, '"a\u2028c"', False),
     ("uniqueItems small enum", {"type": "array", "items": {"enum": [1, 2]}, "uniqueItems": True}, "[1,1]", False),
     ("uniqueItems small enum", {"type": "array", "items": {"enum": [1, 2]}, "uniqueItems": True}, "[2,1]", True),
@@ -158,6 +160,7 @@ def test_pattern_rewrite():
     assert rewrite_pattern("ab") == r"[\s\S]*(ab)[\s\S]*"
     assert rewrite_pattern("^a.") == r"(a[^\n\r\u2028\u2029])[\s\S]*"
     assert rewrite_pattern("[.]") == r"[\s\S]*([.])[\s\S]*"
+    assert rewrite_pattern("^(ab+)?c(d)??$") == "((ab+){0,1}c(d){0,1})"
     for bad in ("(?=a)", r"\bx", r"\p{L}", "^a|b$", "a^b", r"(a)\1", "[]"):
         assert rewrite_pattern(bad) is None, bad
 
