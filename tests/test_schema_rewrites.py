@@ -37,6 +37,13 @@ CASES = [
     ("not type", {"not": {"type": "string"}}, '"x"', False),
     ("not type", {"not": {"type": "string"}}, "1", True),
     ("not bound", {"type": "number", "not": {"minimum": 3}}, "4", False),
+    ("not string enum", {"type": "string", "not": {"enum": ["then", "the"]}}, '"then"', False),
+    ("not string enum", {"type": "string", "not": {"enum": ["then", "the"]}}, '"th"', True),
+    ("not string enum", {"type": "string", "not": {"enum": ["then", "the"]}}, '"thenx"', True),
+    ("not string enum", {"not": {"const": ""}}, '""', False),
+    ("not prefixItems", {"type": "array", "not": {"prefixItems": [{"type": "string"}]}}, "[1,2]", True),
+    ("not prefixItems", {"type": "array", "not": {"prefixItems": [{"type": "string"}]}}, '["a"]', False),
+    ("not prefixItems", {"type": "array", "not": {"prefixItems": [{"type": "string"}]}}, "[]", False),
     ("not required", {"type": "object", "not": {"required": ["a"]}}, '{"a":1}', False),
     ("if/then/else", {"if": {"maximum": 0}, "then": {"minimum": -10}, "else": {"maximum": 10}}, "-11", False),
     ("if/then/else", {"if": {"maximum": 0}, "then": {"minimum": -10}, "else": {"maximum": 10}}, "11", False),
@@ -161,7 +168,7 @@ def test_pattern_rewrite():
     assert rewrite_pattern("^a.") == r"(a[^\n\r\u2028\u2029])[\s\S]*"
     assert rewrite_pattern("[.]") == r"[\s\S]*([.])[\s\S]*"
     assert rewrite_pattern("^(ab+)?c(d)??$") == "((ab+){0,1}c(d){0,1})"
-    for bad in ("(?=a)", r"\bx", r"\p{L}", "^a|b$", "a^b", r"(a)\1", "[]"):
+    for bad in ("(?=a)", r"\bx", r"\p{L}", "^a|b$", "a^b", r"(a)\1", "[]", "^(a|b|a{1,2})$"):
         assert rewrite_pattern(bad) is None, bad
 
 
@@ -272,3 +279,16 @@ def test_ipv6_regex_matches_ipaddress(text):
     from typedlm.grammar.schema.refusal import FORMAT_PATTERNS
 
     assert bool(re.fullmatch(FORMAT_PATTERNS["ipv6"], text)) == _ref_ipv6(text), text
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(values=st.lists(st.text("ab\u00e9", max_size=3), min_size=1, max_size=4),
+       texts=st.lists(st.text("ab\u00e9c", max_size=4), min_size=8, max_size=8))
+def test_not_strings_regex_is_the_exact_complement(values, texts):
+    import re
+
+    from typedlm.grammar.schema.rewrites import _not_strings
+
+    rx = _not_strings(values)
+    for t in texts + values:
+        assert (re.fullmatch(rx, t) is not None) == (t not in values), (values, t)

@@ -87,6 +87,7 @@ def _scan(body: str) -> tuple[str, bool, bool] | None:
     """One pass over a regex: (body with '.' made ECMA-exact, has unescaped ^/$, has top-level '|').
     None when it uses an escape or construct whose meaning we cannot keep exactly."""
     out, i, depth, in_class, anchors, alt = [], 0, 0, False, False, False
+    any_alt, ranges = False, False
     while i < len(body):
         ch = body[i]
         if ch == "\\":
@@ -114,8 +115,11 @@ def _scan(body: str) -> tuple[str, bool, bool] | None:
                 out.append("){0,1}")
                 i += 3 if body.startswith("??", i + 1) else 2
                 continue
-        elif ch == "|" and depth == 0:
-            alt = True
+        elif ch == "|":
+            alt, any_alt = alt or depth == 0, True
+        elif ch == "{":
+            m = re.match(r"\{(\d+)(,(\d*))?\}", body[i:])
+            ranges = ranges or bool(m and m.group(2) is not None and m.group(3) != m.group(1))
         elif ch in "^$":
             anchors = True
         elif ch == ".":
@@ -124,6 +128,9 @@ def _scan(body: str) -> tuple[str, bool, bool] | None:
             continue
         out.append(ch)
         i += 1
+    if any_alt and ranges:
+        # measured: xgrammar 0.2.9 compiles "^(a|b|a{1,2})$" so that it accepts "ba"
+        return None
     return "".join(out), anchors, alt
 
 

@@ -667,6 +667,8 @@ class Normalizer:
                 elif t == "boolean":
                     rest = [v for v in (True, False) if not any(_same(v, w) for w in vals)]
                     out += [{"enum": rest}] if rest else []
+                elif t == "string" and all(_regex_safe(v) for v in vals):
+                    out.append({"type": "string", "@": p, "pattern": _not_strings(vals)})
                 elif t != "null":
                     raise Refuse(kw, p, f"the complement of an enum of {t}s cannot be enforced")
             return out
@@ -694,6 +696,14 @@ class Normalizer:
             if k == lo:
                 return [{"type": t, "@": q, hi: b[k] - 1}] if b[k] > 0 else []
             return [{"type": t, "@": q, lo: b[k] + 1}]
+        if t == "array" and k == "prefixItems":  # some position i holds an item that fails prefixItems[i]
+            out = []
+            for i, d in enumerate(b["prefixItems"]):
+                neg = self.complement(d, p, kw)
+                if neg:
+                    out.append({"type": "array", "@": q, "prefixItems": [_any() for _ in range(i)] + [neg],
+                                "minItems": i + 1})
+            return out
         if t == "object" and k == "required":
             return [{"type": "object", "@": q, "properties": {r: []}} for r in b["required"]]
         if t == "object" and k == "properties":
@@ -800,6 +810,27 @@ class Normalizer:
 
 
 # ---------------------------------------------------------------- helpers
+
+def _regex_safe(text: str) -> bool:
+    """Characters a JSON string holds unescaped and a regex can name as \\uXXXX."""
+    return all(0x20 <= ord(c) <= 0xFFFF and c not in '"\\' for c in text)
+
+
+def _not_strings(values) -> str:
+    """A whole-match regex for every string except ``values`` (a trie: at each node the string may
+    end (unless a value ends there), leave the trie with another character, or follow an edge)."""
+    def esc(c):
+        return f"\\u{ord(c):04x}"
+
+    def node(suffixes):
+        firsts = sorted({x[0] for x in suffixes if x})
+        leave = ("[^" + "".join(map(esc, firsts)) + "]" if firsts else r"[\s\S]") + r"[\s\S]*"
+        alts = [leave] + [esc(c) + node([x[1:] for x in suffixes if x and x[0] == c]) for c in firsts]
+        body = "(" + "|".join(alts) + ")"
+        return body if "" in suffixes else body + "{0,1}"  # "{0,1}", not "?": see refusal._scan
+
+    return node(list(dict.fromkeys(values)))
+
 
 def _merge_meta(a, b) -> dict:
     """Evaluated keys/items of a conjunction: everything either part evaluated."""
