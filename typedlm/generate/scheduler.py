@@ -84,12 +84,16 @@ class Scheduler:
 
     # -- client side (any thread) -----------------------------------------------------------------
     def submit(self, req: Request) -> Request:
+        return self.submit_all([req])[0]
+
+    def submit_all(self, reqs: list[Request], *, force: bool = False) -> list[Request]:
+        """Queue all of ``reqs`` or none (``QueueFull``); ``force`` skips the bound (warm-up)."""
         with self._cond:
-            if len(self.waiting) >= self.max_queue:
-                raise QueueFull(f"admission queue is full ({self.max_queue} waiting)")
-            self.waiting.append(req)
+            if not force and len(self.waiting) + len(reqs) > self.max_queue:
+                raise QueueFull(f"admission queue is full ({len(self.waiting)} of {self.max_queue} waiting)")
+            self.waiting.extend(reqs)
             self._cond.notify()
-        return req
+        return reqs
 
     def cancel(self, req: Request) -> None:
         """Mark a request cancelled; the engine thread finishes it with "abort" before its next step."""
