@@ -110,12 +110,45 @@ class Grammars:
             if c.kind == "lark":
                 return self.compiler.compile_lark(c.value)
             if c.kind == "structural_tag":
-                return self.compiler.compile_structural_tag(canonical_json(c.value))
+                tag = _checked_tag(c.value, c.lenient)
+                return self.compiler.compile_structural_tag(canonical_json(tag))
         except GrammarCompileError:
             raise
         except Exception as e:  # xgrammar raises RuntimeError / ValueError / TypeError with a reason
             raise GrammarCompileError(f"{c.kind} does not compile: {_clean(e)}") from e
         raise GrammarCompileError(f"unknown constraint kind {c.kind!r}")
+
+
+def _checked_tag(node, lenient: bool, path: str = ""):
+    """Structural tags embed JSON Schemas: each one goes through the refusal layer (unless lenient)
+    and gets the bounded-whitespace default. ``any_order`` (drops required/uniqueness checks) and
+    ``excludes`` (drops minLength/maxLength) are not exact, so they are refused too."""
+    if isinstance(node, list):
+        return [_checked_tag(x, lenient, f"{path}/{i}") for i, x in enumerate(node)]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _checked_tag(v, lenient, f"{path}/{k}") for k, v in node.items()
+           if not _is_embedded_schema(node, k)}
+    for k, v in node.items():
+        if not _is_embedded_schema(node, k):
+            continue
+        inner = f"{path}/{k}"
+        try:
+            out[k] = prepare_schema(v, lenient=lenient) if isinstance(v, dict) else v
+        except GrammarCompileError as e:
+            raise GrammarCompileError(f"structural_tag{inner}: {e}", keyword=e.keyword,
+                                      pointer=inner + (e.pointer if e.pointer != "/" else "")) from e
+    if node.get("type") == "json_schema" and "json_schema" in node:
+        out.setdefault("max_whitespace_cnt", MAX_WHITESPACE)
+        for opt in ("any_order", "excludes"):
+            if node.get(opt) and not lenient:
+                raise GrammarCompileError(f"structural_tag{path}/{opt}: not enforced exactly (drops schema checks)",
+                                          keyword=opt, pointer=f"{path}/{opt}")
+    return {k: out[k] for k in list(node) + [k for k in out if k not in node]}
+
+
+def _is_embedded_schema(node: dict, key: str) -> bool:
+    return (key == "json_schema" and node.get("type") == "json_schema") or (key == "schema" and "begin" in node)
 
 
 def _clean(e: Exception) -> str:
