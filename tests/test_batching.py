@@ -84,14 +84,15 @@ def test_sampled_rows_follow_their_own_grammar(tiny):
 def test_free_rows_pay_nothing_for_grammar_rows(tiny, monkeypatch):
     fills = []
     real_fill = GrammarRow.fill
-    monkeypatch.setattr(GrammarRow, "fill", lambda self: (fills.append(id(self)), real_fill(self))[1])
+    monkeypatch.setattr(GrammarRow, "fill",
+                        lambda self: (fills.append(id(self)) if not self.filled else None, real_fill(self))[1])
     params = SamplingParams(max_tokens=12, temperature=0)
     c = make_constraint(regex=r"[a-z]{12}")
     seqs = [build_sequence(tiny, tiny.encode_prompt(prompt=p), params, c if i == 0 else None)
             for i, p in enumerate(PROMPTS[:4])]
     grammar_id = id(seqs[0].grammar)
     results = run_batch(tiny, seqs, max_batch=4)
-    # one fill per step of the constrained row (+1 when the completion check ends it), none for free rows
+    # one mask fill per token of the constrained row (+1 for the state after the last), none for free rows
     assert set(fills) == {grammar_id}
     assert results[0].completion_tokens <= len(fills) <= results[0].completion_tokens + 1
     assert results[0].finish_reason == "stop" and len(results[0].text) == 12

@@ -222,7 +222,8 @@ def test_precedence(server, model, hi):
     """Every field below the winner is present too; the winner decides the output."""
     body = {"model": model, "messages": MSG, "max_tokens": 200, "seed": 1}
     for _, fields, _ in CHAIN[hi:]:
-        body.update(json.loads(json.dumps(fields)))
+        for k, v in fields.items():
+            body.setdefault(k, v)  # json_schema and json_object share the response_format key
     r = post(server, "/v1/chat/completions", body)
     assert r.status_code == 200, r.text
     name, _, kind = CHAIN[hi]
@@ -271,7 +272,7 @@ def _err(r, status=400):
     ({"model": "M", "messages": MSG, "response_format": {"type": "structural_tag"}}, "structural_tag"),
     ({"model": "M", "messages": [{"role": "user", "content": "word " * 2000}]}, "at most 512"),
     ({"model": "M", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "image_url"),
-    ({"model": "M", "prompt": "x"}, "prompt"),
+    ({"model": "M", "messages": MSG, "prompt": "x"}, "prompt"),
 ])
 def test_400_cases(server, model, body, needle):
     body = {**body, "model": model} if body.get("model") == "M" else body
@@ -396,7 +397,7 @@ def test_metrics_move(server, client, model):
 
 # -- separate servers: auth, admission, loading -----------------------------------------------------
 def test_401_api_key(tiny):
-    with live_server(create_app(tiny, ServerConfig(api_key="s3cret", warmup=False))) as url:
+    with live_server(create_app(tiny, ServerConfig(api_key="s3cret", warmup=False)), api_key="s3cret") as url:
         assert httpx.get(url + "/health").status_code == 200
         for path in ("/ready", "/metrics", "/v1/models"):
             assert _err(httpx.get(url + path), 401)["code"] == "invalid_api_key"

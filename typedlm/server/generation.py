@@ -8,6 +8,7 @@ incremental detokenization for streams, and the metrics each finished request re
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
@@ -81,7 +82,6 @@ class Job:
                 self.state.metrics.ttft.observe(self.first_token_at - self.t0)
             if isinstance(ev, DoneEvent):
                 self.finished += 1
-                self._record(ev.result)
                 if self.finished == self.n:
                     self.state.metrics.latency.observe(time.perf_counter() - self.t0)
             return i, ev
@@ -95,11 +95,6 @@ class Job:
                 self.cancel()
         return [r.result for r in self.reqs]
 
-    def _record(self, res: GenerationResult) -> None:
-        m = self.state.metrics
-        m.prompt_tokens.inc(res.prompt_tokens)
-        m.completion_tokens.inc(res.completion_tokens)
-        m.finished.labels(res.finish_reason, res.constraint or "none").inc()
 
 
 async def submit(state: ServerState, http: HTTPRequest, *, structured: Structured, params: SamplingParams,
@@ -125,7 +120,12 @@ async def submit(state: ServerState, http: HTTPRequest, *, structured: Structure
     queue: asyncio.Queue = asyncio.Queue()
 
     def listener(i):
-        return lambda ev: loop.call_soon_threadsafe(queue.put_nowait, (i, ev))
+        def on_event(ev):  # engine thread
+            if isinstance(ev, DoneEvent):
+                _record(state, ev.result)  # here, not in the consumer: aborted rows count too
+            with contextlib.suppress(RuntimeError):  # the event loop is gone (shutdown)
+                loop.call_soon_threadsafe(queue.put_nowait, (i, ev))
+        return on_event
 
     reqs = [Request(seq=s, on_event=listener(i), logprobs=logprobs) for i, s in enumerate(seqs)]
     try:
@@ -134,6 +134,13 @@ async def submit(state: ServerState, http: HTTPRequest, *, structured: Structure
         raise APIError(429, f"{e}; retry after {state.config.retry_after_s}s", type="rate_limit_error",
                        code="queue_full", headers={"Retry-After": str(state.config.retry_after_s)}) from e
     return Job(state, reqs, queue, t0, headers)
+
+
+def _record(state: ServerState, res: GenerationResult) -> None:
+    m = state.metrics
+    m.prompt_tokens.inc(res.prompt_tokens)
+    m.completion_tokens.inc(res.completion_tokens)
+    m.finished.labels(res.finish_reason, res.constraint or "none").inc()
 
 
 def _build(state: ServerState, ids: list[int], params: SamplingParams, constraint, n: int):

@@ -15,7 +15,7 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def live_server(app, *, wait_ready: bool = True, timeout: float = 120.0):
+def live_server(app, *, wait_ready: bool = True, timeout: float = 120.0, api_key: str | None = None):
     """Run ``app`` on 127.0.0.1:<free port>; yields the base URL (``http://127.0.0.1:PORT``)."""
     import httpx
     import uvicorn
@@ -31,8 +31,9 @@ def live_server(app, *, wait_ready: bool = True, timeout: float = 120.0):
         if time.monotonic() > deadline or not thread.is_alive():
             raise RuntimeError("server did not start")
         time.sleep(0.02)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     if wait_ready:
-        while httpx.get(f"{url}/ready").status_code != 200:
+        while httpx.get(f"{url}/ready", headers=headers).status_code != 200:
             if time.monotonic() > deadline:
                 raise RuntimeError("server did not become ready")
             time.sleep(0.05)
