@@ -52,8 +52,8 @@ def model(tiny):
     return tiny.name
 
 
-def post(server, path, body, **kw):
-    return httpx.post(server[0] + path, json=body, timeout=120, **kw)
+def post(server, path, body, timeout=120, **kw):
+    return httpx.post(server[0] + path, json=body, timeout=timeout, **kw)
 
 
 def metric(server, name, labels=""):
@@ -340,8 +340,11 @@ def test_16_concurrent_mixed_requests(server, client, model):
                                                                             "strict": True, "any_whitespace": False}})
         return schema, r
 
+    sched = server[1].state.typedlm.scheduler
+    sched.peak_batch = 0
     with concurrent.futures.ThreadPoolExecutor(16) as pool:
         out = list(pool.map(one, range(16)))
+    assert sched.peak_batch == 4  # the server's max_batch: rows really shared the decode batch
     assert sum(s is None for s, _ in out) == 3
     for schema, r in out:
         ch = r.choices[0]
@@ -466,3 +469,43 @@ def test_load_failure_is_reported(tiny):
             time.sleep(0.05)
         r = httpx.get(url + "/ready")
         assert r.status_code == 503 and "weights missing" in r.json()["error"]
+
+
+def test_stop_strings_stream_and_not(client, model):
+    base = client.completions.create(model=model, prompt="Once", max_tokens=20, temperature=0).choices[0].text
+    stop = base[8:11]
+    assert stop.strip() and base.find(stop) >= 0
+    r = client.completions.create(model=model, prompt="Once", max_tokens=20, temperature=0, stop=[stop])
+    assert r.choices[0].text == base[: base.find(stop)] and r.choices[0].finish_reason == "stop"
+    parts = list(client.completions.create(model=model, prompt="Once", max_tokens=20, temperature=0, stop=[stop],
+                                           stream=True))
+    assert "".join(p.choices[0].text for p in parts) == r.choices[0].text
+
+
+def test_stream_n_choices(client, model):
+    chunks = list(client.chat.completions.create(model=model, messages=MSG, max_tokens=5, n=2, seed=11, stream=True,
+                                                 stream_options={"include_usage": True}))
+    texts = {0: "", 1: ""}
+    finished = set()
+    for ch in chunks[:-1]:
+        c = ch.choices[0]
+        texts[c.index] += c.delta.content or ""
+        if c.finish_reason:
+            finished.add(c.index)
+    assert finished == {0, 1} and chunks[-1].usage.completion_tokens == 10
+    full = client.chat.completions.create(model=model, messages=MSG, max_tokens=5, n=2, seed=11)
+    assert [c.message.content for c in full.choices] == [texts[0], texts[1]]
+
+
+def test_disconnected_non_stream_request_is_cancelled(server, model):
+    sched = server[1].state.typedlm.scheduler
+    aborted = metric(server, "typedlm_generations_total", '{constraint="none",finish_reason="abort"}')
+    with pytest.raises(httpx.ReadTimeout):
+        post(server, "/v1/completions", {"model": model, "prompt": "x", "max_tokens": 256, "temperature": 1.0},
+             timeout=httpx.Timeout(60, read=0.7))
+    deadline = time.monotonic() + 20
+    while sched.batch_size and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sched.batch_size == 0
+    time.sleep(0.2)
+    assert metric(server, "typedlm_generations_total", '{constraint="none",finish_reason="abort"}') == aborted + 1

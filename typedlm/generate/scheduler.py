@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import inspect
 import logging
 import threading
 import time
@@ -62,6 +63,7 @@ class Request:
     logprobs: int | None = None  # None: no logprobs; k >= 0: chosen token + top-k alternatives
     cancelled: bool = False
     next_logits: torch.Tensor | None = None
+    decode_t0: float | None = None  # when the row joined the batch (end of its prefill)
     result: GenerationResult | None = None
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -81,6 +83,11 @@ class Scheduler:
         self._thread: threading.Thread | None = None
         self._stop = False
         self.steps = 0
+        self.peak_batch = 0  # most rows ever decoded together
+        # prefill needs the last position's logits only (HF generate does the same): skips a
+        # [prompt_len, vocab] lm_head product per admitted row
+        params = inspect.signature(engine.model.forward).parameters
+        self._prefill_kw = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
 
     # -- client side (any thread) -----------------------------------------------------------------
     def submit(self, req: Request) -> Request:
@@ -231,7 +238,7 @@ class Scheduler:
             t0 = time.perf_counter()
             try:
                 ids = torch.tensor([seq.prompt_ids], device=self.engine.device)
-                logits, cache = self.engine.forward(ids)
+                logits, cache = self.engine.forward(ids, **self._prefill_kw)
                 req.next_logits = logits[0, -1].float()
                 self.kv.add(cache, len(seq.prompt_ids))
             except Exception as e:  # noqa: BLE001 - this row fails, the batch goes on
@@ -240,14 +247,14 @@ class Scheduler:
                 self._finish(req)
                 continue
             seq.timings.prefill = time.perf_counter() - t0
-            seq._decode_t0 = time.perf_counter()
+            req.decode_t0 = time.perf_counter()
             self.running.append(req)
+            self.peak_batch = max(self.peak_batch, len(self.running))
 
     def _finish(self, req: Request) -> None:
         seq = req.seq
-        t0 = getattr(seq, "_decode_t0", None)
-        if t0 is not None:
-            seq.timings.decode = time.perf_counter() - t0
+        if req.decode_t0 is not None:
+            seq.timings.decode = time.perf_counter() - req.decode_t0
         seq.grammar = None  # free the matcher now, not when the client lets go of the request
         req.next_logits = None
         req.result = finish_result(self.engine, seq)

@@ -55,6 +55,7 @@ class Job:
     first_token_at: float | None = None
     finished: int = 0
     events: dict = field(default_factory=dict)  # choice index -> [TokenEvent] (for logprobs)
+    polled: float = field(default_factory=time.perf_counter)  # last client-disconnect check
 
     @property
     def n(self) -> int:
@@ -68,12 +69,15 @@ class Job:
     async def next_event(self, http: HTTPRequest | None = None):
         """The next (choice index, event); polls for a client disconnect while waiting (-> cancel)."""
         while True:
+            now = time.perf_counter()
+            if http is not None and now - self.polled >= DISCONNECT_POLL_S:
+                self.polled = now
+                if await http.is_disconnected():
+                    self.cancel()
+                    raise asyncio.CancelledError("client disconnected")
             try:
                 i, ev = await asyncio.wait_for(self.queue.get(), DISCONNECT_POLL_S)
             except TimeoutError:
-                if http is not None and await http.is_disconnected():
-                    self.cancel()
-                    raise asyncio.CancelledError("client disconnected")
                 continue
             if isinstance(ev, TokenEvent):
                 self.events.setdefault(i, []).append(ev)
@@ -106,14 +110,14 @@ async def submit(state: ServerState, http: HTTPRequest, *, structured: Structure
     if structured.source:
         headers["X-TypedLM-Constraint"] = structured.source
     try:
-        seqs = await asyncio.to_thread(_build, state, encode(None), params, structured.constraint, n)
+        seqs = await asyncio.to_thread(_build, state, _encode(encode, None), params, structured.constraint, n)
     except GrammarCompileError as e:
         if not is_degradable(structured, e):
             raise APIError(400, f"{structured.source}: {e}", param=e.pointer or structured.source,
                            code="grammar_compile_error") from e
         headers["Warning"] = warning_header(str(e))
         state.metrics.degraded.inc()
-        seqs = await asyncio.to_thread(_build, state, encode(structured.instruction()), params, None, n)
+        seqs = await asyncio.to_thread(_build, state, _encode(encode, structured.instruction()), params, None, n)
     except TypedLMError as e:
         raise APIError(400, str(e)) from e
     loop = asyncio.get_running_loop()
@@ -134,6 +138,16 @@ async def submit(state: ServerState, http: HTTPRequest, *, structured: Structure
         raise APIError(429, f"{e}; retry after {state.config.retry_after_s}s", type="rate_limit_error",
                        code="queue_full", headers={"Retry-After": str(state.config.retry_after_s)}) from e
     return Job(state, reqs, queue, t0, headers)
+
+
+def _encode(encode: Callable[[str | None], list[int]], instruction: str | None) -> list[int]:
+    try:
+        return encode(instruction)
+    except TypedLMError:
+        raise
+    except Exception as e:  # noqa: BLE001 - e.g. a chat template that rejects this message order
+        raise APIError(400, f"messages cannot be rendered with the model's chat template: "
+                            f"{type(e).__name__}: {e}", param="messages") from e
 
 
 def _record(state: ServerState, res: GenerationResult) -> None:
@@ -162,11 +176,15 @@ class Detokenizer:
         self.decode = decode
         self.ids: list[int] = []
         self.sent = ""
+        self.stop = stop
         self.hold = max((len(s) for s in stop), default=1) - 1
 
     def add(self, token: int) -> str:
         self.ids.append(token)
         text = self.decode(self.ids)
+        for s in self.stop:  # the row ends on this token: never stream the stop string itself
+            if (i := text.find(s)) >= 0:
+                text = text[:i]
         safe = text.rstrip("\ufffd")
         if self.hold:
             safe = safe[: max(len(self.sent), len(safe) - self.hold)]
