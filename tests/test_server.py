@@ -498,14 +498,22 @@ def test_stream_n_choices(client, model):
 
 
 def test_disconnected_non_stream_request_is_cancelled(server, model):
+    import threading
+
     sched = server[1].state.typedlm.scheduler
     aborted = metric(server, "typedlm_generations_total", '{constraint="none",finish_reason="abort"}')
-    with pytest.raises(httpx.ReadTimeout):
-        post(server, "/v1/completions", {"model": model, "prompt": "x", "max_tokens": 256, "temperature": 1.0},
-             timeout=httpx.Timeout(60, read=0.7))
+    gate = threading.Event()
+    sched.call(gate.wait, 60)  # hold the engine so the request is still pending when the client leaves
+    try:
+        with pytest.raises(httpx.ReadTimeout):
+            post(server, "/v1/completions", {"model": model, "prompt": "x", "max_tokens": 256, "temperature": 1.0},
+                 timeout=httpx.Timeout(60, read=0.5))
+        time.sleep(1.2)  # > the 0.5 s disconnect poll
+    finally:
+        gate.set()
     deadline = time.monotonic() + 20
-    while sched.batch_size and time.monotonic() < deadline:
+    while (sched.batch_size or sched.queue_depth) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert sched.batch_size == 0
+    assert sched.batch_size == 0 and sched.queue_depth == 0
     time.sleep(0.2)
     assert metric(server, "typedlm_generations_total", '{constraint="none",finish_reason="abort"}') == aborted + 1
