@@ -24,11 +24,12 @@ from ..cliutil import fail, print_json, user_errors
 PROMPT = ("You are a careful assistant. Read the order below and answer with a JSON record of every item, "
           "its quantity and price.\nOrder: two notebooks at 3.50 each, one pen at 1.20, a stapler at 7.99 "
           "and four folders at 0.80 each.")
-# long enough to keep a random model busy: a list of bounded strings
+# long enough to keep a random model busy (>= 16 items), every part bounded so it also ends
 SCHEMA = {"type": "object",
-          "properties": {"items": {"type": "array", "maxItems": 64,
+          "properties": {"items": {"type": "array", "minItems": 16, "maxItems": 64,
                                    "items": {"type": "object",
-                                             "properties": {"name": {"type": "string", "maxLength": 24},
+                                             "properties": {"name": {"type": "string", "minLength": 8,
+                                                                     "maxLength": 24},
                                                             "qty": {"type": "integer", "minimum": 0, "maximum": 99}},
                                              "required": ["name", "qty"], "additionalProperties": False}}},
           "required": ["items"], "additionalProperties": False}
