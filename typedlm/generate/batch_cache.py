@@ -5,7 +5,7 @@ Layout (per layer, the transformers ``DynamicCache`` tensors): ``[B, heads, T, h
 zeros that ``mask[i]`` (``[B, T]``, 1 = real token) hides from attention. Each row keeps its own
 next position id, so RoPE sees the positions a single-row run would see.
 
-  ``add(cache, length)``  merge a row prefilled alone (batch 1, exact length) into the batch
+  ``add(cache, length)``  merge rows prefilled without padding (same length) into the batch
   ``step(tokens)``        one batched forward of one token per row -> logits ``[B, V]``
   ``keep(indices)``       evict every other row (index_select), then drop all-padding columns
 
@@ -37,22 +37,23 @@ class BatchKV:
         return int(self.mask.shape[1])
 
     def add(self, cache, length: int) -> None:
-        """Append a row whose cache (batch 1, ``length`` real tokens, no padding) was prefilled alone."""
+        """Append the rows of a cache prefilled without padding (``length`` real tokens per row)."""
         layers = _layers(cache)
         dev = self.engine.device
+        rows = int(layers[0].keys.shape[0])
         if self.cache is None:
             self.cache = cache
-            self.mask = torch.ones(1, length, dtype=torch.long, device=dev)
-            self.positions = torch.tensor([length], dtype=torch.long, device=dev)
+            self.mask = torch.ones(rows, length, dtype=torch.long, device=dev)
+            self.positions = torch.full((rows,), length, dtype=torch.long, device=dev)
             return
         width = max(self.width, length)
         mine = _layers(self.cache)
         for own, new in zip(mine, layers):
             own.keys = torch.cat([_left_pad(own.keys, width), _left_pad(new.keys, width)], dim=0)
             own.values = torch.cat([_left_pad(own.values, width), _left_pad(new.values, width)], dim=0)
-        row_mask = torch.ones(1, length, dtype=torch.long, device=dev)
+        row_mask = torch.ones(rows, length, dtype=torch.long, device=dev)
         self.mask = torch.cat([_left_pad(self.mask, width, dim=1), _left_pad(row_mask, width, dim=1)], dim=0)
-        self.positions = torch.cat([self.positions, torch.tensor([length], dtype=torch.long, device=dev)])
+        self.positions = torch.cat([self.positions, torch.full((rows,), length, dtype=torch.long, device=dev)])
 
     def step(self, tokens: list[int]) -> torch.Tensor:
         """Feed one token per row (in row order); returns the float32 logits ``[B, V]`` of the next ids."""

@@ -229,26 +229,33 @@ class Scheduler:
                 fut.set_exception(e)
 
     def _admit(self) -> None:
-        while len(self.running) < self.max_batch:
-            with self._cond:
-                if not self.waiting:
-                    return
-                req = self.waiting.popleft()
-            seq = req.seq
+        """Admit waiting rows into free slots. Rows of equal prompt length are prefilled together
+        (no padding, so each row's KV is what a single-row prefill computes, up to GEMM shape)."""
+        with self._cond:
+            take = min(self.max_batch - len(self.running), len(self.waiting))
+            admitted = [self.waiting.popleft() for _ in range(take)]
+        groups: dict[int, list[Request]] = {}
+        for req in admitted:
+            groups.setdefault(len(req.seq.prompt_ids), []).append(req)
+        for length, group in groups.items():
             t0 = time.perf_counter()
             try:
-                ids = torch.tensor([seq.prompt_ids], device=self.engine.device)
+                ids = torch.tensor([r.seq.prompt_ids for r in group], device=self.engine.device)
                 logits, cache = self.engine.forward(ids, **self._prefill_kw)
-                req.next_logits = logits[0, -1].float()
-                self.kv.add(cache, len(seq.prompt_ids))
-            except Exception as e:  # noqa: BLE001 - this row fails, the batch goes on
+                last = logits[:, -1].float()
+                self.kv.add(cache, length)
+            except Exception as e:  # noqa: BLE001 - these rows fail, the batch goes on
                 log.exception("prefill failed")
-                seq.finish("error", f"internal error: prefill failed: {type(e).__name__}: {e}")
-                self._finish(req)
+                for r in group:
+                    r.seq.finish("error", f"internal error: prefill failed: {type(e).__name__}: {e}")
+                    self._finish(r)
                 continue
-            seq.timings.prefill = time.perf_counter() - t0
-            req.decode_t0 = time.perf_counter()
-            self.running.append(req)
+            now = time.perf_counter()
+            for i, r in enumerate(group):
+                r.next_logits = last[i]
+                r.seq.timings.prefill = now - t0
+                r.decode_t0 = now
+            self.running.extend(group)
             self.peak_batch = max(self.peak_batch, len(self.running))
 
     def _finish(self, req: Request) -> None:
