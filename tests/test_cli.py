@@ -98,3 +98,19 @@ def test_models_list_and_convert():
     assert any(row["name"] == "smollm2-135m-instruct" for row in json.loads(r.stdout))
     r = run("models", "convert", "some/hubid")
     assert r.exit_code == 2 and "not a GGUF" in r.stderr
+
+
+@pytest.mark.real_model
+def test_cli_on_the_default_model(tmp_path):
+    schema = {"type": "object", "properties": {"color": {"enum": ["red", "green", "blue"]},
+                                               "hex": {"type": "string", "pattern": "^#[0-9a-f]{6}$"}},
+              "required": ["color", "hex"], "additionalProperties": False}
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps(schema))
+    r = run("generate", "--json-schema", str(f), "Pick a color and its hex code, as JSON.")
+    assert r.exit_code == 0, r.output
+    jsonschema.validate(json.loads(r.stdout), schema)
+    r = run("generate", "--regex", r"[A-Z]{3}-\d{4}", "Invent a ticket id.")
+    assert re.fullmatch(r"[A-Z]{3}-\d{4}\n", r.stdout)
+    r = run("generate", "--choice", "positive", "--choice", "negative", "Sentiment of: I love it!")
+    assert r.stdout.strip() in ("positive", "negative")

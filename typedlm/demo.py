@@ -7,6 +7,7 @@ import json
 import sys
 
 from rich.console import Console
+from rich.markup import escape
 
 SCHEMA = {
     "type": "object",
@@ -41,11 +42,11 @@ def main() -> int:
 
     r = typedlm.generate(messages=[{"role": "user", "content": "Invent a flight number."}], engine=engine,
                          regex=r"[A-Z]{2}\d{3,4}", temperature=0)
-    console.print("\n[bold]regex[/bold]", r"[A-Z]{2}\d{3,4} → " + r.text, highlight=False)
+    console.print("\n[bold]regex[/bold]", escape(r"[A-Z]{2}\d{3,4} → " + r.text), highlight=False)
 
     r = typedlm.generate(messages=[{"role": "user", "content": "Is Paris in France? Answer yes or no."}],
                          engine=engine, choice=["yes", "no"], temperature=0)
-    console.print("[bold]choice[/bold]", "yes|no → " + r.text, highlight=False)
+    console.print("[bold]choice[/bold]", escape("yes|no → " + r.text), highlight=False)
 
     try:
         decide_demo = importlib.import_module("typedlm.decide.demo")
