@@ -99,7 +99,7 @@ def create_app(engine_or_loader: Engine | Callable[[], Engine], config: ServerCo
             if logprobs is not None:
                 lp = {"content": [_chat_lp(engine, e) for e in _token_events(job, i)]}
             choices.append({"index": i, "message": {"role": "assistant", "content": res.text},
-                            "logprobs": lp, "finish_reason": _reason(res.finish_reason)})
+                            "logprobs": lp, "finish_reason": res.finish_reason})
         return JSONResponse({**meta, "object": "chat.completion", "choices": choices, "usage": _usage(results)},
                             headers=job.headers)
 
@@ -125,7 +125,7 @@ def create_app(engine_or_loader: Engine | Callable[[], Engine], config: ServerCo
             return StreamingResponse(_completion_stream(job, http, meta, body), media_type="text/event-stream",
                                      headers={**job.headers, "Cache-Control": "no-cache"})
         results = await job.results(http)
-        choices = [{"index": i, "text": res.text, "finish_reason": _reason(res.finish_reason),
+        choices = [{"index": i, "text": res.text, "finish_reason": res.finish_reason,
                     "logprobs": _completion_lp(engine, _token_events(job, i)) if body.logprobs is not None else None}
                    for i, res in enumerate(results)]
         return JSONResponse({**meta, "object": "text_completion", "choices": choices, "usage": _usage(results)},
@@ -158,10 +158,6 @@ def _with_instruction(messages: list[dict], instruction: str | None) -> list[dic
         first = {**messages[0], "content": f"{messages[0]['content']}\n\n{instruction}".strip()}
         return [first, *messages[1:]]
     return [{"role": "system", "content": instruction}, *messages]
-
-
-def _reason(finish_reason: str) -> str:
-    return finish_reason  # stop | length | error | abort (the last two are typedlm's own)
 
 
 def _usage(results) -> dict:
@@ -223,7 +219,7 @@ async def _chat_stream(job: Job, http: Request, meta: dict, body: ChatRequest):
                 rest = detok[i].finish(ev.result.text)
                 if rest:
                     yield chunk(i, {"content": rest})
-                yield chunk(i, {}, finish=_reason(ev.result.finish_reason))
+                yield chunk(i, {}, finish=ev.result.finish_reason)
         if usage:
             yield _sse({**base, "choices": [], "usage": _usage([r.result for r in job.reqs])})
         yield "data: [DONE]\n\n"
@@ -254,7 +250,7 @@ async def _completion_stream(job: Job, http: Request, meta: dict, body: Completi
                     yield chunk(i, delta, lp=lp)
             elif isinstance(ev, DoneEvent):
                 rest = detok[i].finish(ev.result.text)
-                yield chunk(i, rest, finish=_reason(ev.result.finish_reason))
+                yield chunk(i, rest, finish=ev.result.finish_reason)
         if usage:
             yield _sse({**base, "choices": [], "usage": _usage([r.result for r in job.reqs])})
         yield "data: [DONE]\n\n"
