@@ -2,26 +2,106 @@
 work without racing the decode loop.
 
 Contract (used by the generation routes and by ``typedlm.decide.http``):
-  ``state.engine``                          the one Engine
+  ``state.engine``                          the one Engine (503 ``APIError`` while not loaded yet)
   ``await state.run_exclusive(fn, *a, **kw)`` run blocking model work ``fn`` so that it never
                                             overlaps another forward pass; returns fn's result
+                                            (it runs on the engine thread, between decode steps)
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..engine import Engine
+from ..generate.api import build_sequence
+from ..generate.sampling import SamplingParams
+from ..generate.scheduler import Request, Scheduler
+from ..grammar.spec import make_constraint
+from .errors import APIError
+
+log = logging.getLogger("typedlm.server")
 
 
-class ExclusiveRunner:
-    """Simplest implementation: one asyncio lock, the work in a worker thread."""
+@dataclass
+class ServerConfig:
+    api_key: str | None = None
+    max_batch: int = 8
+    max_queue: int = 64
+    max_body_bytes: int = 4 * 1024 * 1024
+    max_prompt_tokens: int | None = None  # None: the model's context
+    max_tokens_cap: int = 4096  # max_tokens above this is lowered to it; also the default
+    retry_after_s: int = 1
+    model_names: tuple[str, ...] = ()  # extra names /v1/models lists and requests may use
+    warmup: bool = True
 
-    def __init__(self, engine: Engine):
-        self.engine = engine
-        self._lock = asyncio.Lock()
+
+@dataclass
+class ServerState:
+    config: ServerConfig
+    loader: Callable[[], Engine] | None = None
+    engine_or_none: Engine | None = None
+    scheduler: Scheduler | None = None
+    ready: bool = False
+    load_error: str | None = None
+    started: float = field(default_factory=time.time)
+    metrics: Any = None
+
+    @property
+    def engine(self) -> Engine:
+        if self.engine_or_none is None or self.scheduler is None:
+            raise self.not_ready()
+        return self.engine_or_none
+
+    @property
+    def served_models(self) -> list[str]:
+        names = [self.engine_or_none.name] if self.engine_or_none is not None else []
+        return names + [n for n in self.config.model_names if n not in names]
+
+    def not_ready(self) -> APIError:
+        if self.load_error:
+            return APIError(503, f"model failed to load: {self.load_error}", type="server_error",
+                            code="model_load_failed")
+        return APIError(503, "model is loading; retry shortly", type="server_error", code="not_ready",
+                        headers={"Retry-After": str(self.config.retry_after_s)})
 
     async def run_exclusive(self, fn: Callable[..., Any], *args, **kwargs) -> Any:
-        async with self._lock:
-            return await asyncio.to_thread(fn, *args, **kwargs)
+        if not self.ready:
+            raise self.not_ready()
+        return await asyncio.wrap_future(self.scheduler.call(fn, *args, **kwargs))
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    def start_loading(self) -> threading.Thread:
+        t = threading.Thread(target=self._load, name="typedlm-load", daemon=True)
+        t.start()
+        return t
+
+    def _load(self) -> None:
+        try:
+            engine = self.engine_or_none or self.loader()
+            sched = Scheduler(engine, max_batch=self.config.max_batch, max_queue=self.config.max_queue).start()
+            self.engine_or_none, self.scheduler = engine, sched
+            if self.config.warmup:
+                _warm(engine, sched)
+            self.ready = True
+            log.info("model %s ready", engine.name)
+        except Exception as e:  # noqa: BLE001 - written down, served as 503 on /ready
+            log.exception("model load failed")
+            self.load_error = f"{type(e).__name__}: {e}"
+
+    def shutdown(self) -> None:
+        if self.scheduler is not None:
+            self.scheduler.stop()
+
+
+def _warm(engine: Engine, sched: Scheduler) -> None:
+    """One short free row and one JSON row through the real batch path (allocator, kernels, grammar)."""
+    ids = engine.encode_prompt(prompt="Hello")
+    seqs = [build_sequence(engine, ids, SamplingParams(max_tokens=2, temperature=0), None),
+            build_sequence(engine, ids, SamplingParams(max_tokens=2, temperature=0), make_constraint(json_object=True))]
+    for r in sched.submit_all([Request(seq=s) for s in seqs], force=True):
+        r.done.wait(600)

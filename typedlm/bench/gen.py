@@ -1,0 +1,206 @@
+"""``typedlm bench gen``: generation throughput of the continuous-batching scheduler, free vs JSON
+Schema, batch 1 and N, next to Hugging Face ``generate`` on the same model in the same run.
+
+Subject: a random-weight model of a real architecture with its real vocabulary
+(``typedlm.bench.models.random_engine``; speed does not depend on weight values), or ``--arch tiny``
+(the 2-layer test model) for a CPU smoke run. Greedy decoding everywhere so both paths do the same
+work; every row of a batch gets the same prompt. ``HF generate + xgrammar`` uses xgrammar's own
+``contrib.hf.LogitsProcessor`` (one matcher per row). Tokens/s counts the tokens actually emitted.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from pathlib import Path
+from typing import Optional
+
+import torch
+import typer
+
+from ..cliutil import fail, print_json, user_errors
+
+PROMPT = ("You are a careful assistant. Read the order below and answer with a JSON record of every item, "
+          "its quantity and price.\nOrder: two notebooks at 3.50 each, one pen at 1.20, a stapler at 7.99 "
+          "and four folders at 0.80 each.")
+# long enough to keep a random model busy (>= 16 items), every part bounded so it also ends
+SCHEMA = {"type": "object",
+          "properties": {"items": {"type": "array", "minItems": 16, "maxItems": 64,
+                                   "items": {"type": "object",
+                                             "properties": {"name": {"type": "string", "minLength": 8,
+                                                                     "maxLength": 24},
+                                                            "qty": {"type": "integer", "minimum": 0, "maximum": 99}},
+                                             "required": ["name", "qty"], "additionalProperties": False}}},
+          "required": ["items"], "additionalProperties": False}
+
+
+def load_subject(arch: str, device: str, dtype: str | None):
+    from ..engine import pick_device, pick_dtype
+
+    dev = pick_device(device)
+    dt = pick_dtype(dtype, dev)
+    if arch == "tiny":
+        from ..engine import engine_from_model
+        from ..testing import default_tokenizer, tiny_llama
+
+        tok = default_tokenizer()
+        return engine_from_model(tiny_llama(tok), tok, name="tiny-random-llama", device=dev, dtype=dt)
+    from .models import ARCHS, random_engine
+
+    if arch not in ARCHS:
+        raise ValueError(f"unknown arch {arch!r}: choose tiny or one of {sorted(ARCHS)}")
+    return random_engine(arch, device=str(dev), dtype=dt)
+
+
+def _sync(engine) -> None:
+    if engine.device.type == "cuda":
+        torch.cuda.synchronize(engine.device)
+
+
+def run_typedlm(engine, ids: list[int], batch: int, max_tokens: int, constraint) -> dict:
+    from ..generate import SamplingParams, build_sequence
+    from ..generate.scheduler import run_batch
+
+    params = SamplingParams(max_tokens=max_tokens, temperature=0)
+    seqs = [build_sequence(engine, ids, params, constraint) for _ in range(batch)]
+    _sync(engine)
+    t0 = time.perf_counter()
+    results = run_batch(engine, seqs, max_batch=batch)
+    _sync(engine)
+    wall = time.perf_counter() - t0
+    tokens = sum(r.completion_tokens for r in results)
+    out = {"wall_s": round(wall, 4), "tokens": tokens, "tok_s": round(tokens / wall, 2),
+           "row_tok_s": round(tokens / batch / wall, 2),
+           "prefill_ms": round(1e3 * sum(r.timings["prefill"] for r in results) / batch, 2),
+           "finish": sorted({r.finish_reason for r in results})}
+    if constraint is not None and constraint.schema is not None:
+        out["schema_valid"] = sum(bool(r.schema_valid) for r in results if r.finish_reason == "stop")
+    return out
+
+
+def run_hf(engine, ids: list[int], batch: int, max_tokens: int, constraint) -> dict:
+    model = engine.model
+    input_ids = torch.tensor([ids] * batch, device=engine.device)
+    kwargs = dict(max_new_tokens=max_tokens, do_sample=False, pad_token_id=engine.tokenizer.pad_token_id
+                  if engine.tokenizer.pad_token_id is not None else sorted(engine.stop_ids)[0],
+                  attention_mask=torch.ones_like(input_ids))
+    if constraint is not None:
+        import xgrammar.contrib.hf as xhf
+
+        compiled, _ = engine.grammars.compile(constraint)
+        kwargs["logits_processor"] = [xhf.LogitsProcessor(compiled)]
+    try:
+        _sync(engine)
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            out = model.generate(input_ids, **kwargs)
+        _sync(engine)
+        wall = time.perf_counter() - t0
+    except Exception as e:  # noqa: BLE001 - a failed comparison is written down, the bench goes on
+        return {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+    new = out[:, len(ids):]
+    stops = torch.tensor(sorted(engine.stop_ids), device=new.device)
+    tokens = 0
+    for row in new:
+        hit = torch.isin(row, stops).nonzero()
+        tokens += int(hit[0]) if hit.numel() else int(row.shape[0])
+    return {"wall_s": round(wall, 4), "tokens": tokens, "tok_s": round(tokens / wall, 2),
+            "row_tok_s": round(tokens / batch / wall, 2)}
+
+
+def bench_gen(engine, *, batches=(1, 8), max_tokens: int = 256, hf: bool = True, progress=None) -> dict:
+    from ..grammar import make_constraint
+
+    ids = engine.encode_prompt(messages=[{"role": "user", "content": PROMPT}]) if engine.chat.has_template \
+        else engine.encode_prompt(prompt=PROMPT)
+    modes = {"free": None, "json_schema": make_constraint(json_schema=SCHEMA, any_whitespace=False)}
+    compile_s = engine.grammars.compile(modes["json_schema"])[1]
+    # warm-up: kernels, allocator, grammar path (not timed)
+    run_typedlm(engine, ids, 1, 4, None)
+    run_typedlm(engine, ids, 1, 4, modes["json_schema"])
+    if hf:
+        run_hf(engine, ids, 1, 4, None)
+    rows = []
+    for b in batches:
+        for mode, c in modes.items():
+            engines = [("typedlm", run_typedlm)] + ([("hf_generate", run_hf)] if hf else [])
+            for name, fn in engines:
+                if progress:
+                    progress(f"{name} batch={b} {mode}")
+                rows.append({"engine": name, "batch": b, "mode": mode, **fn(engine, ids, b, max_tokens, c)})
+    return {
+        "bench": "gen",
+        "model": engine.name,
+        "device": str(engine.device),
+        "device_name": torch.cuda.get_device_name(engine.device) if engine.device.type == "cuda"
+        else (platform.processor() or platform.machine()),
+        "dtype": str(engine.dtype).replace("torch.", ""),
+        "vocab": engine.model_vocab_size,
+        "prompt_tokens": len(ids),
+        "max_tokens": max_tokens,
+        "schema_compile_s": round(compile_s, 4),
+        "versions": {p: _version(p) for p in ("torch", "transformers", "xgrammar")},
+        "results": rows,
+    }
+
+
+def _version(pkg: str) -> str | None:
+    import importlib.metadata as md
+
+    try:
+        return md.version(pkg)
+    except md.PackageNotFoundError:
+        return None
+
+
+def print_table(res: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"bench gen: {res['model']} on {res['device_name']} ({res['dtype']}), "
+                    f"{res['prompt_tokens']}-token prompt, max {res['max_tokens']} new tokens")
+    for col in ("engine", "batch", "mode", "tokens", "wall s", "tok/s", "tok/s/row", "finish / error"):
+        t.add_column(col, justify="right" if col not in ("engine", "mode", "finish / error") else "left")
+    for r in res["results"]:
+        if "error" in r:
+            t.add_row(r["engine"], str(r["batch"]), r["mode"], "", "", "", "", r["error"][:60])
+            continue
+        t.add_row(r["engine"], str(r["batch"]), r["mode"], str(r["tokens"]), f"{r['wall_s']:.2f}",
+                  f"{r['tok_s']:.1f}", f"{r['row_tok_s']:.1f}", ",".join(r.get("finish", [])))
+    Console(stderr=True, width=130).print(t)
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    @bench_app.command("gen")
+    def gen(
+        arch: str = typer.Option("qwen2.5-7b", "--arch", help="qwen2.5-7b | qwen2.5-0.5b | tiny"),
+        device: str = typer.Option("auto", "--device"),
+        dtype: Optional[str] = typer.Option(None, "--dtype", help="default: bf16 on cuda, fp32 on cpu"),
+        batch: Optional[list[int]] = typer.Option(None, "--batch", help="batch sizes (repeatable; default 1 and 8)"),
+        max_tokens: int = typer.Option(256, "--max-tokens"),
+        hf: bool = typer.Option(True, "--hf/--no-hf", help="also time HF generate on the same model"),
+        out: Optional[Path] = typer.Option(None, "--json", help="write the results JSON here"),
+    ):
+        """Throughput: typedlm continuous batching vs HF generate, free vs JSON Schema."""
+        batches = tuple(batch or (1, 8))
+        if any(b < 1 for b in batches) or max_tokens < 1:
+            fail("--batch and --max-tokens must be >= 1")
+        with user_errors():
+            t0 = time.perf_counter()
+            engine = load_subject(arch, device, dtype)
+            init_s = time.perf_counter() - t0
+            res = bench_gen(engine, batches=batches, max_tokens=max_tokens, hf=hf,
+                            progress=lambda m: typer.echo(f"... {m}", err=True))
+        res["model_init_s"] = round(init_s, 2)
+        res["command"] = "typedlm bench gen " + " ".join(
+            [f"--arch {arch}", f"--device {device}"] + ([f"--dtype {dtype}"] if dtype else [])
+            + [f"--batch {b}" for b in batches] + [f"--max-tokens {max_tokens}"] + ([] if hf else ["--no-hf"]))
+        print_json(res)
+        print_table(res)
+        if out:
+            try:
+                Path(out).parent.mkdir(parents=True, exist_ok=True)
+                Path(out).write_text(json.dumps(res, indent=2) + "\n", encoding="utf-8")
+            except OSError as e:
+                fail(f"cannot write '{out}': {e.strerror or e}")

@@ -1,0 +1,103 @@
+"""BatchKV: the running decode batch's KV cache, rows of different lengths left-padded into one.
+
+Layout (per layer, the transformers ``DynamicCache`` tensors): ``[B, heads, T, head_dim]`` where
+``T`` is the longest row. Row ``i`` occupies the last ``len_i`` columns; the columns before are
+zeros that ``mask[i]`` (``[B, T]``, 1 = real token) hides from attention. Each row keeps its own
+next position id, so RoPE sees the positions a single-row run would see.
+
+  ``add(cache, length)``  merge rows prefilled without padding (same length) into the batch
+  ``step(tokens)``        one batched forward of one token per row -> logits ``[B, V]``
+  ``keep(indices)``       evict every other row (index_select), then drop all-padding columns
+
+A prefill alone + a left-padded, masked decode gives the same logits as a single-row run (up to
+float summation order), so greedy batched output equals single-row output (pinned by a test).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..engine import Engine
+from ..errors import TypedLMError
+
+
+class BatchKV:
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self.cache = None  # transformers DynamicCache, or None while the batch is empty
+        self.mask = torch.zeros(0, 0, dtype=torch.long, device=engine.device)
+        self.positions = torch.zeros(0, dtype=torch.long, device=engine.device)
+
+    @property
+    def size(self) -> int:
+        return int(self.positions.shape[0])
+
+    @property
+    def width(self) -> int:
+        return int(self.mask.shape[1])
+
+    def add(self, cache, length: int) -> None:
+        """Append the rows of a cache prefilled without padding (``length`` real tokens per row)."""
+        layers = _layers(cache)
+        dev = self.engine.device
+        rows = int(layers[0].keys.shape[0])
+        if self.cache is None:
+            self.cache = cache
+            self.mask = torch.ones(rows, length, dtype=torch.long, device=dev)
+            self.positions = torch.full((rows,), length, dtype=torch.long, device=dev)
+            return
+        width = max(self.width, length)
+        mine = _layers(self.cache)
+        for own, new in zip(mine, layers):
+            own.keys = torch.cat([_left_pad(own.keys, width), _left_pad(new.keys, width)], dim=0)
+            own.values = torch.cat([_left_pad(own.values, width), _left_pad(new.values, width)], dim=0)
+        row_mask = torch.ones(rows, length, dtype=torch.long, device=dev)
+        self.mask = torch.cat([_left_pad(self.mask, width, dim=1), _left_pad(row_mask, width, dim=1)], dim=0)
+        self.positions = torch.cat([self.positions, torch.full((rows,), length, dtype=torch.long, device=dev)])
+
+    def step(self, tokens: list[int]) -> torch.Tensor:
+        """Feed one token per row (in row order); returns the float32 logits ``[B, V]`` of the next ids."""
+        dev = self.engine.device
+        ids = torch.tensor(tokens, dtype=torch.long, device=dev).view(-1, 1)
+        self.mask = torch.cat([self.mask, torch.ones(self.size, 1, dtype=torch.long, device=dev)], dim=1)
+        logits, cache = self.engine.forward(ids, self.cache, attention_mask=self.mask,
+                                            position_ids=self.positions.view(-1, 1))
+        self.cache = cache
+        self.positions = self.positions + 1
+        return logits[:, -1].float()
+
+    def keep(self, indices: list[int]) -> None:
+        """Keep only these rows (in this order); free the rest and any all-padding leading columns."""
+        if not indices:
+            self.__init__(self.engine)
+            return
+        if indices == list(range(self.size)):
+            return
+        idx = torch.tensor(indices, dtype=torch.long, device=self.engine.device)
+        mask = self.mask.index_select(0, idx)
+        real = mask.any(dim=0).nonzero()
+        start = int(real[0]) if real.numel() else mask.shape[1]
+        for layer in _layers(self.cache):
+            layer.keys = layer.keys.index_select(0, idx)[:, :, start:]
+            layer.values = layer.values.index_select(0, idx)[:, :, start:]
+        self.mask = mask[:, start:]
+        self.positions = self.positions.index_select(0, idx)
+
+
+def _layers(cache) -> list:
+    from transformers.cache_utils import DynamicLayer
+
+    layers = getattr(cache, "layers", None)
+    if layers is None or any(type(layer) is not DynamicLayer for layer in layers):
+        raise TypedLMError("continuous batching needs a plain transformers DynamicCache "
+                           "(sliding-window, static and linear-attention caches are not supported yet)")
+    return layers
+
+
+def _left_pad(t: torch.Tensor, width: int, dim: int = 2) -> torch.Tensor:
+    missing = width - t.shape[dim]
+    if missing <= 0:
+        return t
+    shape = list(t.shape)
+    shape[dim] = missing
+    return torch.cat([torch.zeros(shape, dtype=t.dtype, device=t.device), t], dim=dim)

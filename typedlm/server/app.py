@@ -1,0 +1,259 @@
+"""The FastAPI app: ``create_app(engine_or_loader, config)``.
+
+Routes: POST /v1/chat/completions, POST /v1/completions (+ SSE streaming), GET /v1/models,
+GET /health, GET /ready, GET /metrics; /v1/decide and /v1/systemone when ``typedlm.decide.http``
+is present. The model loads (or, given an Engine, just warms) in a background thread at startup;
+/ready answers 503 until that is done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import uuid
+from typing import Callable
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from ..engine import Engine
+from ..generate.scheduler import DoneEvent, TokenEvent
+from .errors import APIError, install_error_handlers
+from .gate import Gate
+from .generation import Detokenizer, Job, sampling_params, submit, token_text
+from .metrics import Metrics
+from .protocol import ChatRequest, CompletionRequest
+from .state import ServerConfig, ServerState
+from .structured import resolve
+
+
+def create_app(engine_or_loader: Engine | Callable[[], Engine], config: ServerConfig | None = None) -> FastAPI:
+    config = config or ServerConfig()
+    if isinstance(engine_or_loader, Engine):
+        state = ServerState(config, engine_or_none=engine_or_loader)
+    elif callable(engine_or_loader):
+        state = ServerState(config, loader=engine_or_loader)
+    else:
+        raise TypeError("create_app needs an Engine or a zero-argument callable returning one")
+    state.metrics = Metrics(state)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        state.start_loading()
+        yield
+        state.shutdown()
+
+    app = FastAPI(title="typedlm", lifespan=lifespan)
+    app.state.typedlm = state
+    install_error_handlers(app)
+    app.add_middleware(Gate, state=state)
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok"}
+
+    @app.get("/ready")
+    async def ready():
+        if not state.ready:
+            e = state.not_ready()
+            return JSONResponse({"status": "failed" if state.load_error else "loading", "error": e.message},
+                                status_code=503, headers=e.headers)
+        return {"status": "ready", "model": state.engine.name}
+
+    @app.get("/metrics")
+    async def metrics():
+        return Response(state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.get("/v1/models")
+    async def list_models():
+        return {"object": "list", "data": [{"id": n, "object": "model", "created": int(state.started),
+                                            "owned_by": "typedlm"} for n in state.served_models]}
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(body: ChatRequest, http: Request):
+        engine = _check(state, body)
+        structured = resolve(body)
+        try:
+            messages = [m.as_template_dict() for m in body.messages]
+        except ValueError as e:
+            raise APIError(400, str(e), param="messages") from e
+        if body.top_logprobs is not None and not body.logprobs:
+            raise APIError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
+        logprobs = (body.top_logprobs or 0) if body.logprobs else None
+        params = sampling_params(state, body, body.max_completion_tokens or body.max_tokens)
+
+        def encode(instruction: str | None) -> list[int]:
+            return engine.encode_prompt(messages=_with_instruction(messages, instruction))
+
+        job = await submit(state, http, structured=structured, params=params, encode=encode, n=body.n,
+                           logprobs=logprobs)
+        meta = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": body.model}
+        if body.stream:
+            return StreamingResponse(_chat_stream(job, http, meta, body), media_type="text/event-stream",
+                                     headers={**job.headers, "Cache-Control": "no-cache"})
+        results = await job.results(http)
+        choices = []
+        for i, res in enumerate(results):
+            lp = None
+            if logprobs is not None:
+                lp = {"content": [_chat_lp(engine, e) for e in _token_events(job, i)]}
+            choices.append({"index": i, "message": {"role": "assistant", "content": res.text},
+                            "logprobs": lp, "finish_reason": res.finish_reason})
+        return JSONResponse({**meta, "object": "chat.completion", "choices": choices, "usage": _usage(results)},
+                            headers=job.headers)
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest, http: Request):
+        engine = _check(state, body)
+        prompt = body.prompt
+        if isinstance(prompt, list):
+            if len(prompt) != 1:
+                raise APIError(400, "prompt: give one prompt string (batches of prompts are not supported)",
+                               param="prompt")
+            prompt = prompt[0]
+        structured = resolve(body)
+        params = sampling_params(state, body, body.max_tokens)
+
+        def encode(instruction: str | None) -> list[int]:
+            return engine.encode_prompt(prompt=f"{instruction}\n\n{prompt}" if instruction else prompt)
+
+        job = await submit(state, http, structured=structured, params=params, encode=encode, n=body.n,
+                           logprobs=body.logprobs)
+        meta = {"id": f"cmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": body.model}
+        if body.stream:
+            return StreamingResponse(_completion_stream(job, http, meta, body), media_type="text/event-stream",
+                                     headers={**job.headers, "Cache-Control": "no-cache"})
+        results = await job.results(http)
+        choices = [{"index": i, "text": res.text, "finish_reason": res.finish_reason,
+                    "logprobs": _completion_lp(engine, _token_events(job, i)) if body.logprobs is not None else None}
+                   for i, res in enumerate(results)]
+        return JSONResponse({**meta, "object": "text_completion", "choices": choices, "usage": _usage(results)},
+                            headers=job.headers)
+
+    try:
+        from ..decide.http import router as decide_router
+    except ModuleNotFoundError as e:
+        if not (e.name or "").startswith("typedlm.decide"):
+            raise
+    else:
+        app.include_router(decide_router)
+    return app
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+def _check(state: ServerState, body) -> Engine:
+    if not state.ready:
+        raise state.not_ready()
+    if body.model not in state.served_models:
+        raise APIError(400, f"model '{body.model}' is not served here; available: {', '.join(state.served_models)}",
+                       param="model", code="model_not_found")
+    return state.engine
+
+
+def _with_instruction(messages: list[dict], instruction: str | None) -> list[dict]:
+    if not instruction:
+        return messages
+    if messages and messages[0]["role"] == "system":
+        first = {**messages[0], "content": f"{messages[0]['content']}\n\n{instruction}".strip()}
+        return [first, *messages[1:]]
+    return [{"role": "system", "content": instruction}, *messages]
+
+
+def _usage(results) -> dict:
+    prompt = results[0].prompt_tokens if results else 0
+    completion = sum(r.completion_tokens for r in results)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _token_events(job: Job, i: int) -> list[TokenEvent]:
+    return job.events.get(i, [])
+
+
+def _chat_lp(engine, ev: TokenEvent) -> dict:
+    tok = token_text(engine, ev.token)
+    return {"token": tok, "logprob": ev.logprob, "bytes": list(tok.encode("utf-8")),
+            "top_logprobs": [{"token": (t := token_text(engine, tid)), "logprob": lp, "bytes": list(t.encode("utf-8"))}
+                             for tid, lp in ev.top_logprobs]}
+
+
+def _completion_lp(engine, events: list[TokenEvent], offset: int = 0) -> dict:
+    tokens, offsets = [], []
+    for ev in events:
+        tok = token_text(engine, ev.token)
+        tokens.append(tok)
+        offsets.append(offset)
+        offset += len(tok)
+    return {"tokens": tokens, "token_logprobs": [ev.logprob for ev in events],
+            "top_logprobs": [{token_text(engine, t): lp for t, lp in ev.top_logprobs} for ev in events],
+            "text_offset": offsets}
+
+
+def _sse(obj) -> str:
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+async def _chat_stream(job: Job, http: Request, meta: dict, body: ChatRequest):
+    engine = job.state.engine
+    usage = body.include_usage
+    base = {**meta, "object": "chat.completion.chunk"}
+
+    def chunk(i, delta, finish=None, lp=None):
+        out = {**base, "choices": [{"index": i, "delta": delta, "logprobs": lp, "finish_reason": finish}]}
+        if usage:
+            out["usage"] = None
+        return _sse(out)
+
+    detok = [Detokenizer(engine.decode, job.reqs[i].seq.params.stop) for i in range(job.n)]
+    try:
+        for i in range(job.n):
+            yield chunk(i, {"role": "assistant", "content": ""})
+        while job.finished < job.n:
+            i, ev = await job.next_event(http)
+            if isinstance(ev, TokenEvent):
+                delta = detok[i].add(ev.token)
+                lp = {"content": [_chat_lp(engine, ev)]} if job.reqs[i].logprobs is not None else None
+                if delta or lp:
+                    yield chunk(i, {"content": delta}, lp=lp)
+            elif isinstance(ev, DoneEvent):
+                rest = detok[i].finish(ev.result.text)
+                if rest:
+                    yield chunk(i, {"content": rest})
+                yield chunk(i, {}, finish=ev.result.finish_reason)
+        if usage:
+            yield _sse({**base, "choices": [], "usage": _usage([r.result for r in job.reqs])})
+        yield "data: [DONE]\n\n"
+    finally:
+        if job.finished < job.n:
+            job.cancel()
+
+
+async def _completion_stream(job: Job, http: Request, meta: dict, body: CompletionRequest):
+    engine = job.state.engine
+    usage = body.include_usage
+    base = {**meta, "object": "text_completion"}
+
+    def chunk(i, text, finish=None, lp=None):
+        out = {**base, "choices": [{"index": i, "text": text, "logprobs": lp, "finish_reason": finish}]}
+        if usage:
+            out["usage"] = None
+        return _sse(out)
+
+    detok = [Detokenizer(engine.decode, job.reqs[i].seq.params.stop) for i in range(job.n)]
+    try:
+        while job.finished < job.n:
+            i, ev = await job.next_event(http)
+            if isinstance(ev, TokenEvent):
+                lp = _completion_lp(engine, [ev], len(detok[i].sent)) if body.logprobs is not None else None
+                delta = detok[i].add(ev.token)
+                if delta or lp:
+                    yield chunk(i, delta, lp=lp)
+            elif isinstance(ev, DoneEvent):
+                rest = detok[i].finish(ev.result.text)
+                yield chunk(i, rest, finish=ev.result.finish_reason)
+        if usage:
+            yield _sse({**base, "choices": [], "usage": _usage([r.result for r in job.reqs])})
+        yield "data: [DONE]\n\n"
+    finally:
+        if job.finished < job.n:
+            job.cancel()

@@ -1,0 +1,204 @@
+"""Request -> sequences in the scheduler -> events back on the event loop.
+
+Shared by /v1/chat/completions and /v1/completions: sampling params, the structured-output policy
+(400 or degrade + Warning), prompt limits, admission (429), waiting with disconnect detection,
+incremental detokenization for streams, and the metrics each finished request records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+from fastapi import Request as HTTPRequest
+
+from ..errors import GrammarCompileError, TypedLMError
+from ..generate.api import build_sequence
+from ..generate.result import GenerationResult
+from ..generate.sampling import SamplingParams
+from ..generate.scheduler import DoneEvent, QueueFull, Request, TokenEvent
+from .errors import APIError
+from .state import ServerState
+from .structured import Structured, is_degradable
+
+DISCONNECT_POLL_S = 0.5
+
+
+def sampling_params(state: ServerState, body, max_tokens: int | None) -> SamplingParams:
+    cap = state.config.max_tokens_cap
+    try:
+        return SamplingParams(max_tokens=min(max_tokens or cap, cap), temperature=body.temperature,
+                              top_p=body.top_p, top_k=max(0, body.top_k), seed=body.seed, stop=body.stop or (),
+                              repetition_penalty=body.repetition_penalty)
+    except ValueError as e:
+        raise APIError(400, str(e)) from e
+
+
+def warning_header(reason: str) -> str:
+    text = " ".join(str(reason).split()).replace("\\", "\\\\").replace('"', '\\"')
+    text = text.encode("ascii", "replace").decode("ascii")[:300]
+    return f'199 typedlm "response_format not enforced: {text}"'
+
+
+@dataclass
+class Job:
+    """One HTTP request's choices (n sequences) in the scheduler."""
+
+    state: ServerState
+    reqs: list[Request]
+    queue: asyncio.Queue
+    t0: float
+    headers: dict = field(default_factory=dict)
+    first_token_at: float | None = None
+    finished: int = 0
+    events: dict = field(default_factory=dict)  # choice index -> [TokenEvent] (for logprobs)
+    polled: float = field(default_factory=time.perf_counter)  # last client-disconnect check
+
+    @property
+    def n(self) -> int:
+        return len(self.reqs)
+
+    def cancel(self) -> None:
+        for r in self.reqs:
+            if not r.done.is_set():
+                self.state.scheduler.cancel(r)
+
+    async def next_event(self, http: HTTPRequest | None = None):
+        """The next (choice index, event); polls for a client disconnect while waiting (-> cancel)."""
+        while True:
+            now = time.perf_counter()
+            if http is not None and now - self.polled >= DISCONNECT_POLL_S:
+                self.polled = now
+                if await http.is_disconnected():
+                    self.cancel()
+                    raise asyncio.CancelledError("client disconnected")
+            try:
+                i, ev = await asyncio.wait_for(self.queue.get(), DISCONNECT_POLL_S)
+            except TimeoutError:
+                continue
+            if isinstance(ev, TokenEvent):
+                self.events.setdefault(i, []).append(ev)
+            if isinstance(ev, TokenEvent) and self.first_token_at is None:
+                self.first_token_at = time.perf_counter()
+                self.state.metrics.ttft.observe(self.first_token_at - self.t0)
+            if isinstance(ev, DoneEvent):
+                self.finished += 1
+                if self.finished == self.n:
+                    self.state.metrics.latency.observe(time.perf_counter() - self.t0)
+            return i, ev
+
+    async def results(self, http: HTTPRequest) -> list[GenerationResult]:
+        try:
+            while self.finished < self.n:
+                await self.next_event(http)
+        finally:
+            if self.finished < self.n:
+                self.cancel()
+        return [r.result for r in self.reqs]
+
+
+
+async def submit(state: ServerState, http: HTTPRequest, *, structured: Structured, params: SamplingParams,
+                 encode: Callable[[str | None], list[int]], n: int, logprobs: int | None) -> Job:
+    """Compile (or degrade), build ``n`` sequences, queue them. Raises APIError 400 / 429."""
+    t0 = time.perf_counter()
+    state.engine  # 503 while not loaded
+    headers = {}
+    if structured.source:
+        headers["X-TypedLM-Constraint"] = structured.source
+    try:
+        seqs = await asyncio.to_thread(_build, state, _encode(encode, None), params, structured.constraint, n)
+    except GrammarCompileError as e:
+        if not is_degradable(structured, e):
+            raise APIError(400, f"{structured.source}: {e}", param=e.pointer or structured.source,
+                           code="grammar_compile_error") from e
+        headers["Warning"] = warning_header(str(e))
+        state.metrics.degraded.inc()
+        seqs = await asyncio.to_thread(_build, state, _encode(encode, structured.instruction()), params, None, n)
+    except TypedLMError as e:
+        raise APIError(400, str(e)) from e
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue = asyncio.Queue()
+
+    def listener(i):
+        def on_event(ev):  # engine thread
+            if isinstance(ev, DoneEvent):
+                _record(state, ev.result)  # here, not in the consumer: aborted rows count too
+            with contextlib.suppress(RuntimeError):  # the event loop is gone (shutdown)
+                loop.call_soon_threadsafe(queue.put_nowait, (i, ev))
+        return on_event
+
+    reqs = [Request(seq=s, on_event=listener(i), logprobs=logprobs) for i, s in enumerate(seqs)]
+    try:
+        state.scheduler.submit_all(reqs)
+    except QueueFull as e:
+        raise APIError(429, f"{e}; retry after {state.config.retry_after_s}s", type="rate_limit_error",
+                       code="queue_full", headers={"Retry-After": str(state.config.retry_after_s)}) from e
+    return Job(state, reqs, queue, t0, headers)
+
+
+def _encode(encode: Callable[[str | None], list[int]], instruction: str | None) -> list[int]:
+    try:
+        return encode(instruction)
+    except TypedLMError:
+        raise
+    except Exception as e:  # noqa: BLE001 - e.g. a chat template that rejects this message order
+        raise APIError(400, f"messages cannot be rendered with the model's chat template: "
+                            f"{type(e).__name__}: {e}", param="messages") from e
+
+
+def _record(state: ServerState, res: GenerationResult) -> None:
+    m = state.metrics
+    m.prompt_tokens.inc(res.prompt_tokens)
+    m.completion_tokens.inc(res.completion_tokens)
+    m.finished.labels(res.finish_reason, res.constraint or "none").inc()
+
+
+def _build(state: ServerState, ids: list[int], params: SamplingParams, constraint, n: int):
+    engine = state.engine
+    cap = state.config.max_prompt_tokens
+    if cap is not None and len(ids) > cap:
+        raise TypedLMError(f"prompt has {len(ids)} tokens; this server accepts at most {cap}")
+    out = []
+    for i in range(n):
+        p = params if params.seed is None or i == 0 else replace(params, seed=params.seed + i)
+        out.append(build_sequence(engine, ids, p, constraint))
+    return out
+
+
+class Detokenizer:
+    """Text deltas for a stream: never emits a partial UTF-8 character or a possible stop-string start."""
+
+    def __init__(self, decode: Callable[[list[int]], str], stop: tuple[str, ...]):
+        self.decode = decode
+        self.ids: list[int] = []
+        self.sent = ""
+        self.stop = stop
+        self.hold = max((len(s) for s in stop), default=1) - 1
+
+    def add(self, token: int) -> str:
+        self.ids.append(token)
+        text = self.decode(self.ids)
+        for s in self.stop:  # the row ends on this token: never stream the stop string itself
+            if (i := text.find(s)) >= 0:
+                text = text[:i]
+        safe = text.rstrip("\ufffd")
+        if self.hold:
+            safe = safe[: max(len(self.sent), len(safe) - self.hold)]
+        return self._emit(safe)
+
+    def finish(self, final_text: str) -> str:
+        return self._emit(final_text)
+
+    def _emit(self, text: str) -> str:
+        if len(text) <= len(self.sent) or not text.startswith(self.sent):
+            return ""
+        delta, self.sent = text[len(self.sent):], text
+        return delta
+
+
+def token_text(engine, token: int) -> str:
+    return engine.tokenizer.decode([token])
