@@ -125,6 +125,11 @@ def engine_from_model(model, tokenizer, *, name: str, device: torch.device | str
                       load_seconds: float = 0.0) -> Engine:
     """Build the handle from an already-constructed model + tokenizer (used by tests and benches)."""
     device = torch.device(device)
+    if device.type == "cuda":
+        # cuDNN attention builds an execution plan per new shape; in decode every step has a new KV
+        # length, so each first-seen length cost ~40 ms on the H200 (57 ms vs 15 ms per forward for
+        # qwen2.5-0.5b until every length had been seen once). Flash / mem-efficient SDPA need no plan.
+        torch.backends.cuda.enable_cudnn_sdp(False)
     model = model.to(device=device, dtype=dtype).eval()
     tok_vocab = len(tokenizer)
     model_vocab = int(model.get_output_embeddings().weight.shape[0])
