@@ -1,0 +1,197 @@
+"""Scoring passes: prefill the shared prompt once, then score every row of the plan in batched
+forward passes that reuse the prefix KV cache.
+
+Two ways to put many rows on one prefix (``packing``):
+  ``packed``  all rows of a chunk in ONE sequence after the prefix, with a 4-D attention mask (each row
+              sees the prefix and its own earlier tokens) and per-row position ids; the prefix KV is
+              never copied; the cache is cropped back to the prefix afterwards.
+  ``expand``  rows as a batch; the prefix KV is broadcast to the batch (materialized per chunk).
+Rows are chunked to a memory budget; an out-of-memory error halves the chunk and retries (counted).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from ..engine import Engine
+from ..errors import TypedLMError
+from .plan import Plan, Row
+
+PACKINGS = ("packed", "expand")
+DEFAULT_PACKING = "packed"  # chosen by measurement: docs/ARCHITECTURE.md, "Decisions"
+DEFAULT_BUDGET_BYTES = 1 << 30  # activations + KV copies of one scoring pass
+
+
+@dataclass
+class ScoreStats:
+    rows: int = 0
+    scored_tokens: int = 0
+    passes: int = 0
+    oom_retries: int = 0
+    chunk_rows: int = 0  # rows per pass actually used (after OOM halving)
+    packing: str = DEFAULT_PACKING
+    prefill_s: float = 0.0
+    scoring_s: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {"rows": self.rows, "scored_tokens": self.scored_tokens, "passes": self.passes,
+                "oom_retries": self.oom_retries, "chunk_rows": self.chunk_rows, "packing": self.packing}
+
+
+def _sync(engine: Engine) -> None:
+    if engine.device.type == "cuda":
+        torch.cuda.synchronize(engine.device)
+
+
+@torch.inference_mode()
+def prefill(engine: Engine, ids: list[int]):
+    """One forward over the prompt -> its KV cache (logits are not needed: rows start with a cue)."""
+    if len(ids) >= engine.max_context:
+        raise TypedLMError(f"decision prompt has {len(ids)} tokens; the model's context is {engine.max_context}")
+    _, cache = engine.forward(torch.tensor([ids], device=engine.device))
+    return cache
+
+
+def _kv_bytes_per_token(engine: Engine) -> int:
+    v = engine.extras.get("kv_bytes_per_token")
+    if v is None:
+        cfg = engine.model.config.get_text_config(decoder=True)
+        heads = cfg.num_attention_heads
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+        kv = getattr(cfg, "num_key_value_heads", None) or heads
+        v = engine.extras["kv_bytes_per_token"] = (2 * cfg.num_hidden_layers * kv * head_dim
+                                                   * torch.finfo(engine.dtype).bits // 8)
+        engine.extras["attn_heads"] = heads
+    return v
+
+
+def chunk_rows(engine: Engine, rows: list[Row], prefix_len: int, packing: str, budget: int) -> int:
+    """How many rows fit one pass under ``budget`` bytes (at least 1)."""
+    if not rows:
+        return 1
+    kv = _kv_bytes_per_token(engine)
+    heads = engine.extras["attn_heads"]
+    L = max(len(r.ids) for r in rows)
+    if packing == "expand":
+        per_row = (prefix_len + L) * kv + L * engine.model_vocab_size * 4
+        return max(1, min(len(rows), budget // per_row))
+    n, total = 0, 0
+    for r in rows:  # packed: logits + mask + attention scores grow with the packed length T
+        total += len(r.ids)
+        cost = total * engine.model_vocab_size * 4 + total * (prefix_len + total) * (4 * heads + 4) + total * kv
+        if cost > budget and n:
+            break
+        n += 1
+    return n
+
+
+def _is_oom(e: BaseException) -> bool:
+    if isinstance(e, torch.OutOfMemoryError):
+        return True
+    return isinstance(e, RuntimeError) and "can't allocate memory" in str(e)
+
+
+@torch.inference_mode()
+def score_rows(engine: Engine, plan: Plan, cache, prefix_len: int, *, packing: str = DEFAULT_PACKING,
+               budget_bytes: int = DEFAULT_BUDGET_BYTES, max_rows: int | None = None,
+               stats: ScoreStats | None = None) -> dict[tuple[int, int], torch.Tensor]:
+    """Every row of the plan -> {(question, branch point): log-probabilities of its allowed children}."""
+    if packing not in PACKINGS:
+        raise TypedLMError(f"packing must be one of {', '.join(PACKINGS)}, got {packing!r}")
+    stats = stats or ScoreStats()
+    stats.packing = packing
+    rows = list(plan.rows)
+    chunk = chunk_rows(engine, rows, prefix_len, packing, budget_bytes)
+    if max_rows:
+        chunk = min(chunk, max_rows)
+    out: dict[tuple[int, int], torch.Tensor] = {}
+    i = 0
+    while i < len(rows):
+        part = rows[i:i + chunk]
+        try:
+            run = _pass_packed if packing == "packed" else _pass_expand
+            out.update(run(engine, plan, part, cache, prefix_len))
+        except Exception as e:  # noqa: BLE001 - only out-of-memory is retried; everything else re-raised
+            if not _is_oom(e):
+                raise
+            _truncate(cache, prefix_len)
+            if engine.device.type == "cuda":
+                torch.cuda.empty_cache()
+            if chunk == 1:
+                raise TypedLMError("out of memory scoring a single decision row: shorten the context") from e
+            chunk = max(1, chunk // 2)
+            stats.oom_retries += 1
+            continue
+        stats.passes += 1
+        stats.rows += len(part)
+        stats.scored_tokens += sum(len(r.ids) for r in part)
+        i += len(part)
+    stats.chunk_rows = chunk
+    return out
+
+
+def _gather(engine: Engine, plan: Plan, part: list[Row], logits: torch.Tensor, where) -> dict:
+    """logits rows at every read of ``part`` -> children log-probs (padded lm_head ids excluded)."""
+    reads, idx = [], []
+    for r_i, row in enumerate(part):
+        for point, pos in row.reads:
+            reads.append((row.question, point))
+            idx.append(where(r_i, pos))
+    rows_t = torch.stack([logits[b, t] for b, t in idx]).float()[:, : engine.tokenizer_vocab_size]
+    lsm = torch.log_softmax(rows_t, dim=-1)
+    width = max(len(plan.questions[q].trie.points[p].children) for q, p in reads)
+    index = torch.zeros(len(reads), width, dtype=torch.long)
+    for k, (q, p) in enumerate(reads):
+        ch = plan.questions[q].trie.points[p].children
+        index[k, : len(ch)] = torch.tensor(ch)
+    picked = lsm.gather(1, index.to(lsm.device)).cpu()
+    return {(q, p): picked[k, : len(plan.questions[q].trie.points[p].children)] for k, (q, p) in enumerate(reads)}
+
+
+def _pass_expand(engine: Engine, plan: Plan, part: list[Row], cache, prefix_len: int) -> dict:
+    from transformers import DynamicCache
+
+    B, L = len(part), max(len(r.ids) for r in part)
+    ids = torch.zeros(B, L, dtype=torch.long)
+    for b, r in enumerate(part):
+        ids[b, : len(r.ids)] = torch.tensor(r.ids)  # right padding: causal rows never read it
+    layers = [(lay.keys.expand(B, -1, -1, -1), lay.values.expand(B, -1, -1, -1)) for lay in cache.layers]
+    logits, _ = engine.forward(ids.to(engine.device), DynamicCache(ddp_cache_data=layers))
+    return _gather(engine, plan, part, logits, lambda b, pos: (b, pos))
+
+
+def _pass_packed(engine: Engine, plan: Plan, part: list[Row], cache, prefix_len: int) -> dict:
+    P = prefix_len
+    ids, pos, starts = [], [], []
+    for r in part:
+        starts.append(len(ids))
+        ids.extend(r.ids)
+        pos.extend(range(P, P + len(r.ids)))
+    T = len(ids)
+    allow = torch.zeros(T, P + T, dtype=torch.bool)
+    allow[:, :P] = True
+    for s, r in zip(starts, part):
+        n = len(r.ids)
+        allow[s:s + n, P + s:P + s + n] = torch.ones(n, n, dtype=torch.bool).tril()
+    mask = torch.zeros(T, P + T, dtype=engine.dtype)
+    mask.masked_fill_(~allow, torch.finfo(engine.dtype).min)
+    dev = engine.device
+    try:
+        logits, _ = engine.forward(torch.tensor([ids], device=dev), cache,
+                                   position_ids=torch.tensor([pos], device=dev),
+                                   attention_mask=mask[None, None].to(dev))
+        return _gather(engine, plan, part, logits, lambda b, p: (0, starts[b] + p))
+    finally:
+        _truncate(cache, P)
+
+
+def _truncate(cache, prefix_len: int) -> None:
+    """Put the prefix cache back to exactly the prefix (after a packed pass or a failed one)."""
+    for lay in cache.layers:
+        if getattr(lay, "keys", None) is not None and lay.keys.numel() and lay.keys.shape[-2] > prefix_len:
+            lay.keys = lay.keys[..., :prefix_len, :]
+            lay.values = lay.values[..., :prefix_len, :]
