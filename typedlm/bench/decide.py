@@ -44,8 +44,8 @@ def run_bench(engine, *, preset: str = "support_triage", example: int = 0, runs:
                  "machine": _machine(engine), "preset": preset, "fields": len(schema.fields), "runs": runs,
                  "naive_runs": naive_runs, "tolerance_nats": TOLERANCE}
 
-    def timed(fn, n):
-        for _ in range(warmup):
+    def timed(fn, n, warm=warmup):
+        for _ in range(warm):
             fn()
         res = []
         for _ in range(n):
@@ -89,7 +89,7 @@ def run_bench(engine, *, preset: str = "support_triage", example: int = 0, runs:
                                                  "within_tolerance": diff <= TOLERANCE}
     out["decide"] = configs
 
-    res = timed(lambda: naive_generate(schema, context, engine=engine), naive_runs) if naive_runs else []
+    res = timed(lambda: naive_generate(schema, context, engine=engine), naive_runs, 0) if naive_runs else []
     if res:
         g = res[0][1]
         naive_val = json.loads(g.text) if g.schema_valid else {}

@@ -2,9 +2,10 @@
 forward passes that reuse the prefix KV cache.
 
 Two ways to put many rows on one prefix (``packing``):
-  ``packed``  all rows of a chunk in ONE sequence after the prefix, with a 4-D attention mask (each row
-              sees the prefix and its own earlier tokens) and per-row position ids; the prefix KV is
-              never copied; the cache is cropped back to the prefix afterwards.
+  ``packed``  all rows of a chunk in ONE sequence after the prefix, as a token tree (shared row
+              prefixes fed once) with a 4-D attention mask (each token sees the prefix, its ancestors
+              and itself) and per-token position ids; the prefix KV is never copied; the cache is
+              cut back to the prefix afterwards.
   ``expand``  rows as a batch; the prefix KV is broadcast to the batch (materialized per chunk).
 Rows are chunked to a memory budget; an out-of-memory error halves the chunk and retries (counted).
 """
@@ -28,7 +29,7 @@ DEFAULT_BUDGET_BYTES = 1 << 30  # activations + KV copies of one scoring pass
 @dataclass
 class ScoreStats:
     rows: int = 0
-    scored_tokens: int = 0
+    scored_tokens: int = 0  # tokens fed to scoring passes (packed: after prefix sharing; expand: incl. padding)
     passes: int = 0
     oom_retries: int = 0
     chunk_rows: int = 0  # rows per pass actually used (after OOM halving)
@@ -114,7 +115,8 @@ def score_rows(engine: Engine, plan: Plan, cache, prefix_len: int, *, packing: s
         part = rows[i:i + chunk]
         try:
             run = _pass_packed if packing == "packed" else _pass_expand
-            out.update(run(engine, plan, part, cache, prefix_len))
+            picked, fed = run(engine, plan, part, cache, prefix_len)
+            out.update(picked)
         except Exception as e:  # noqa: BLE001 - only out-of-memory is retried; everything else re-raised
             if not _is_oom(e):
                 raise
@@ -128,7 +130,7 @@ def score_rows(engine: Engine, plan: Plan, cache, prefix_len: int, *, packing: s
             continue
         stats.passes += 1
         stats.rows += len(part)
-        stats.scored_tokens += sum(len(r.ids) for r in part)
+        stats.scored_tokens += fed
         i += len(part)
     stats.chunk_rows = chunk
     return out
@@ -152,7 +154,7 @@ def _gather(engine: Engine, plan: Plan, part: list[Row], logits: torch.Tensor, w
     return {(q, p): picked[k, : len(plan.questions[q].trie.points[p].children)] for k, (q, p) in enumerate(reads)}
 
 
-def _pass_expand(engine: Engine, plan: Plan, part: list[Row], cache, prefix_len: int) -> dict:
+def _pass_expand(engine: Engine, plan: Plan, part: list[Row], cache, prefix_len: int) -> tuple[dict, int]:
     from transformers import DynamicCache
 
     B, L = len(part), max(len(r.ids) for r in part)
@@ -161,22 +163,35 @@ def _pass_expand(engine: Engine, plan: Plan, part: list[Row], cache, prefix_len:
         ids[b, : len(r.ids)] = torch.tensor(r.ids)  # right padding: causal rows never read it
     layers = [(lay.keys.expand(B, -1, -1, -1), lay.values.expand(B, -1, -1, -1)) for lay in cache.layers]
     logits, _ = engine.forward(ids.to(engine.device), DynamicCache(ddp_cache_data=layers))
-    return _gather(engine, plan, part, logits, lambda b, pos: (b, pos))
+    return _gather(engine, plan, part, logits, lambda b, pos: (b, pos)), B * L
 
 
-def _pass_packed(engine: Engine, plan: Plan, part: list[Row], cache, prefix_len: int) -> dict:
+def _pass_packed(engine: Engine, plan: Plan, part: list[Row], cache, prefix_len: int) -> tuple[dict, int]:
+    """Rows packed as a token tree: rows that share a prefix (every cue starts with ``{"``; the option
+    rows of a multi field share ``{"field":{"``) feed it once. Each node attends to the prompt prefix,
+    its ancestors and itself; its position id is prefix length + depth."""
     P = prefix_len
-    ids, pos, starts = [], [], []
+    node_of: dict[tuple, int] = {}
+    ids, pos, parent, row_nodes = [], [], [], []
     for r in part:
-        starts.append(len(ids))
-        ids.extend(r.ids)
-        pos.extend(range(P, P + len(r.ids)))
+        nodes: list[int] = []
+        for j in range(len(r.ids)):
+            key = r.ids[: j + 1]
+            k = node_of.get(key)
+            if k is None:
+                k = node_of[key] = len(ids)
+                ids.append(r.ids[j])
+                pos.append(P + j)
+                parent.append(nodes[-1] if nodes else -1)
+            nodes.append(k)
+        row_nodes.append(nodes)
     T = len(ids)
     allow = torch.zeros(T, P + T, dtype=torch.bool)
     allow[:, :P] = True
-    for s, r in zip(starts, part):
-        n = len(r.ids)
-        allow[s:s + n, P + s:P + s + n] = torch.ones(n, n, dtype=torch.bool).tril()
+    for k in range(T):  # parents come before children: inherit the parent's row, add self
+        if parent[k] >= 0:
+            allow[k, P:] = allow[parent[k], P:]
+        allow[k, P + k] = True
     mask = torch.zeros(T, P + T, dtype=engine.dtype)
     mask.masked_fill_(~allow, torch.finfo(engine.dtype).min)
     dev = engine.device
@@ -184,7 +199,7 @@ def _pass_packed(engine: Engine, plan: Plan, part: list[Row], cache, prefix_len:
         logits, _ = engine.forward(torch.tensor([ids], device=dev), cache,
                                    position_ids=torch.tensor([pos], device=dev),
                                    attention_mask=mask[None, None].to(dev))
-        return _gather(engine, plan, part, logits, lambda b, p: (0, starts[b] + p))
+        return _gather(engine, plan, part, logits, lambda b, p: (0, row_nodes[b][p])), T
     finally:
         _truncate(cache, P)
 
