@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from ..cliutil import fail, print_json, read_json, read_text, user_errors
+from .result import format_value
 
 
 def _schema_from(schema: Optional[Path], preset: Optional[str]):
@@ -23,16 +24,6 @@ def _schema_from(schema: Optional[Path], preset: Optional[str]):
     if isinstance(raw, dict) and "schema" in raw and "fields" not in raw:  # a preset-shaped file
         return DecisionSchema.from_dict(raw["schema"]), list(raw.get("examples") or [])
     return DecisionSchema.from_dict(raw), []
-
-
-def _fmt_value(v) -> str:
-    if v is None:
-        return "—"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, list):
-        return ", ".join(v) or "(none)"
-    return str(v)
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
@@ -94,8 +85,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             if f.type == "multi":
                 alts = ", ".join(f"{k} {v:.2f}" for k, v in f.probabilities.items())
             else:
-                alts = ", ".join(f"{_fmt_value(a['value'])} {a['probability']:.2f}" for a in f.alternatives)
-            val = _fmt_value(f.value) + (f" [{f.reason}]" if f.reason else "")
+                alts = ", ".join(f"{format_value(a['value'])} {a['probability']:.2f}" for a in f.alternatives)
+            val = format_value(f.value) + (f" [{f.reason}]" if f.reason else "")
             table.add_row(name, val, p, alts, f"{f.legal_mass:.2g}")
         Console().print(table)
         t = d.timings

@@ -11,6 +11,7 @@ def demo_decision(engine=None, preset: str = "support_triage", example: int = 0)
 
     from . import presets
     from .api import decide
+    from .result import format_value
 
     p = presets.load(preset)
     context = p["examples"][example]
@@ -22,12 +23,10 @@ def demo_decision(engine=None, preset: str = "support_triage", example: int = 0)
     for col in ("field", "value", "p", "runner-up"):
         table.add_column(col)
     for name, f in d.fields.items():
-        v = f.value
-        shown = ("true" if v else "false") if isinstance(v, bool) else (", ".join(v) or "(none)") if isinstance(v, list) \
-            else str(v)
         alt = f.alternatives[0] if f.alternatives else None
-        alt_s = f"{alt['value']} {alt['probability']:.2f}" if alt else ""
-        table.add_row(name, shown, "" if f.probability is None else f"{f.probability:.2f}", alt_s)
+        alt_s = f"{format_value(alt['value'])} {alt['probability']:.2f}" if alt else ""
+        p = "" if f.probability is None else f"{f.probability:.2f}"
+        table.add_row(name, format_value(f.value) + (f" [{f.reason}]" if f.reason else ""), p, alt_s)
     console.print(table)
     t, u = d.timings, d.usage
     console.print(f"{u['prompt_tokens']} prompt tokens prefilled once; {u['rows']} candidate rows scored in "

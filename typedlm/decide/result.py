@@ -65,6 +65,17 @@ class Decision:
                 "timings": self.timings, "usage": self.usage, "scoring": self.scoring, "model": self.model}
 
 
+def format_value(v: Any) -> str:
+    """A field value for tables (CLI, demo)."""
+    if v is None:
+        return "—"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, list):
+        return ", ".join(v) or "(none)"
+    return str(v)
+
+
 def _softmax(logs: list[float]) -> list[float]:
     m = max(logs)
     ex = [math.exp(x - m) for x in logs]
