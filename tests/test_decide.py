@@ -102,6 +102,7 @@ def test_decide_many_shares_the_plan_and_matches_decide(tiny):
     ctxs = [CTX, "The login page shows error 500 since this morning."]
     many = decide_many(SCHEMA, ctxs, engine=tiny)
     assert len(many) == 2 and many[1].timings["compile"] == 0.0
+    assert many[0].timings["prefill"] == many[1].timings["prefill"]  # one batched prefill, shared
     for c, m in zip(ctxs, many):
         one = decide(SCHEMA, c, engine=tiny)
         assert one.value_dict() == m.value_dict() and _max_diff(one, m) <= TOLERANCE

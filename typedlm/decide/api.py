@@ -12,7 +12,7 @@ from .plan import DEFAULT_SCORING, NONE_OF_ABOVE, Plan, get_plan
 from .prompt import prompt_ids, prompt_kwargs
 from .result import Decision, QuestionScore, finish_decision
 from .schema import DecisionSchema
-from .score import DEFAULT_BUDGET_BYTES, DEFAULT_PACKING, ScoreStats, _sync, prefill, score_rows
+from .score import DEFAULT_BUDGET_BYTES, DEFAULT_PACKING, ScoreStats, _is_oom, _sync, prefill_batch, score_rows
 from .trie import score_trie
 
 
@@ -48,8 +48,8 @@ def decide_many(schema: Any, contexts: list[str], *, engine: Engine | None = Non
                 allow_none_of_above: bool = False, abstain_below_margin: float | None = None,
                 packing: str = DEFAULT_PACKING, budget_bytes: int = DEFAULT_BUDGET_BYTES,
                 max_rows: int | None = None) -> list[Decision]:
-    """One compiled plan shared by every context; each context is prefilled once and its rows scored
-    in batched passes."""
+    """One compiled plan shared by every context. Contexts are prefilled together in right-padded
+    batches (each prompt once); each context's rows are then scored in batched passes on its prefix."""
     if isinstance(contexts, str) or not isinstance(contexts, (list, tuple)):
         raise TypedLMError("contexts must be a list of strings")
     _options(abstain_below_margin)
@@ -62,18 +62,51 @@ def decide_many(schema: Any, contexts: list[str], *, engine: Engine | None = Non
         need = len(ids) + max((len(r.ids) for r in plan.rows), default=0)
         if need > engine.max_context:
             raise TypedLMError(f"decision prompt + rows need {need} tokens; the model's context is {engine.max_context}")
-    out = []
-    for ids in ids_all:
-        out.append(_score_one(engine, plan, ids, compile_s, abstain_below_margin, packing, budget_bytes, max_rows))
-        compile_s = 0.0
+    out: list[Decision] = []
+    for group in _groups(ids_all):
+        stats = [ScoreStats() for _ in group]
+        t0 = time.perf_counter()
+        caches = _prefill_group(engine, [ids_all[i] for i in group], stats[0])
+        _sync(engine)
+        share = (time.perf_counter() - t0) / len(group)  # the shared batched prefill, split evenly
+        for i, cache, st in zip(group, caches, stats):
+            out.append(_score_one(engine, plan, ids_all[i], cache, share, compile_s, abstain_below_margin, packing,
+                                  budget_bytes, max_rows, st))
+            compile_s = 0.0
     return out
 
 
-def _score_one(engine, plan, ids, compile_s, abstain_below, packing, budget, max_rows) -> Decision:
-    stats = ScoreStats()
-    t0 = time.perf_counter()
-    cache = prefill(engine, ids)
-    _sync(engine)
+MAX_BATCH_CONTEXTS = 8
+MAX_BATCH_TOKENS = 16384  # padded prompt tokens of one batched prefill
+
+
+def _groups(ids_all: list[list[int]]) -> list[list[int]]:
+    """Consecutive contexts batched for prefill: at most MAX_BATCH_CONTEXTS and MAX_BATCH_TOKENS padded."""
+    groups: list[list[int]] = []
+    for i, ids in enumerate(ids_all):
+        g = groups[-1] if groups else None
+        if g is not None and len(g) < MAX_BATCH_CONTEXTS and \
+                (len(g) + 1) * max(len(ids), *(len(ids_all[j]) for j in g)) <= MAX_BATCH_TOKENS:
+            g.append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
+def _prefill_group(engine: Engine, ids_list: list[list[int]], stats: ScoreStats) -> list:
+    """Batched prefill; out of memory -> halve the batch and retry (counted on the group's first decision)."""
+    try:
+        return prefill_batch(engine, ids_list)
+    except Exception as e:  # noqa: BLE001 - only out-of-memory is retried
+        if not _is_oom(e) or len(ids_list) == 1:
+            raise
+        stats.oom_retries += 1
+        half = len(ids_list) // 2
+        return _prefill_group(engine, ids_list[:half], stats) + _prefill_group(engine, ids_list[half:], stats)
+
+
+def _score_one(engine, plan, ids, cache, prefill_s, compile_s, abstain_below, packing, budget, max_rows,
+               stats: ScoreStats) -> Decision:
     t1 = time.perf_counter()
     picked = score_rows(engine, plan, cache, len(ids), packing=packing, budget_bytes=budget, max_rows=max_rows,
                         stats=stats)
@@ -83,7 +116,7 @@ def _score_one(engine, plan, ids, compile_s, abstain_below, packing, budget, max
         local, _full, log_mass = score_trie(q.trie, [picked[(qi, p)] for p in range(len(q.trie.points))])
         scores.append(QuestionScore(tuple(local), log_mass))
     t2 = time.perf_counter()
-    timings = {"compile": compile_s, "prefill": t1 - t0, "scoring": t2 - t1, "total": compile_s + (t2 - t0)}
+    timings = {"compile": compile_s, "prefill": prefill_s, "scoring": t2 - t1, "total": compile_s + prefill_s + t2 - t1}
     usage = {"prompt_tokens": len(ids), **stats.as_dict()}
     return finish_decision(plan, scores, timings=timings, usage=usage, model=engine.name,
                            abstain_below_margin=abstain_below)

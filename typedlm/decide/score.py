@@ -48,13 +48,46 @@ def _sync(engine: Engine) -> None:
         torch.cuda.synchronize(engine.device)
 
 
+def _keeps_logits(engine: Engine) -> bool:
+    """Whether the model's forward takes ``logits_to_keep`` (lm_head only at the positions we read)."""
+    v = engine.extras.get("logits_to_keep")
+    if v is None:
+        import inspect
+
+        v = engine.extras["logits_to_keep"] = "logits_to_keep" in inspect.signature(engine.model.forward).parameters
+    return v
+
+
+def _keep(engine: Engine, positions) -> dict:
+    return {"logits_to_keep": positions} if _keeps_logits(engine) else {}
+
+
 @torch.inference_mode()
 def prefill(engine: Engine, ids: list[int]):
     """One forward over the prompt -> its KV cache (logits are not needed: rows start with a cue)."""
     if len(ids) >= engine.max_context:
         raise TypedLMError(f"decision prompt has {len(ids)} tokens; the model's context is {engine.max_context}")
-    _, cache = engine.forward(torch.tensor([ids], device=engine.device))
+    _, cache = engine.forward(torch.tensor([ids], device=engine.device), **_keep(engine, 1))
     return cache
+
+
+@torch.inference_mode()
+def prefill_batch(engine: Engine, ids_list: list[list[int]]) -> list:
+    """Several prompts in one right-padded forward -> one prefix cache per prompt (views, cut to its length)."""
+    from transformers import DynamicCache
+
+    if len(ids_list) == 1:
+        return [prefill(engine, ids_list[0])]
+    n = max(len(i) for i in ids_list)
+    ids = torch.zeros(len(ids_list), n, dtype=torch.long)
+    att = torch.zeros(len(ids_list), n, dtype=torch.long)
+    for b, row in enumerate(ids_list):
+        ids[b, : len(row)] = torch.tensor(row)
+        att[b, : len(row)] = 1
+    dev = engine.device
+    _, cache = engine.forward(ids.to(dev), attention_mask=att.to(dev), **_keep(engine, 1))
+    return [DynamicCache(ddp_cache_data=[(lay.keys[b:b + 1, :, : len(row)], lay.values[b:b + 1, :, : len(row)])
+                                         for lay in cache.layers]) for b, row in enumerate(ids_list)]
 
 
 def _kv_bytes_per_token(engine: Engine) -> int:
@@ -162,8 +195,11 @@ def _pass_expand(engine: Engine, plan: Plan, part: list[Row], cache, prefix_len:
     for b, r in enumerate(part):
         ids[b, : len(r.ids)] = torch.tensor(r.ids)  # right padding: causal rows never read it
     layers = [(lay.keys.expand(B, -1, -1, -1), lay.values.expand(B, -1, -1, -1)) for lay in cache.layers]
-    logits, _ = engine.forward(ids.to(engine.device), DynamicCache(ddp_cache_data=layers))
-    return _gather(engine, plan, part, logits, lambda b, pos: (b, pos)), B * L
+    need = sorted({p for r in part for _, p in r.reads})
+    at = {k: i for i, k in enumerate(need)} if _keeps_logits(engine) else {k: k for k in need}
+    logits, _ = engine.forward(ids.to(engine.device), DynamicCache(ddp_cache_data=layers),
+                               **_keep(engine, torch.tensor(need, device=engine.device)))
+    return _gather(engine, plan, part, logits, lambda b, pos: (b, at[pos])), B * L
 
 
 def _pass_packed(engine: Engine, plan: Plan, part: list[Row], cache, prefix_len: int) -> tuple[dict, int]:
@@ -196,10 +232,14 @@ def _pass_packed(engine: Engine, plan: Plan, part: list[Row], cache, prefix_len:
     mask.masked_fill_(~allow, torch.finfo(engine.dtype).min)
     dev = engine.device
     try:
+        need = sorted({row_nodes[b][p] for b, r in enumerate(part) for _, p in r.reads})
+        keep = _keeps_logits(engine)
+        at = {k: i for i, k in enumerate(need)} if keep else {k: k for k in need}
         logits, _ = engine.forward(torch.tensor([ids], device=dev), cache,
                                    position_ids=torch.tensor([pos], device=dev),
-                                   attention_mask=mask[None, None].to(dev))
-        return _gather(engine, plan, part, logits, lambda b, p: (0, row_nodes[b][p])), T
+                                   attention_mask=mask[None, None].to(dev),
+                                   **_keep(engine, torch.tensor(need, device=dev)))
+        return _gather(engine, plan, part, logits, lambda b, p: (0, at[row_nodes[b][p]])), T
     finally:
         _truncate(cache, P)
 
