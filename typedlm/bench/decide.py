@@ -44,52 +44,55 @@ def run_bench(engine, *, preset: str = "support_triage", example: int = 0, runs:
                  "machine": _machine(engine), "preset": preset, "fields": len(schema.fields), "runs": runs,
                  "naive_runs": naive_runs, "tolerance_nats": TOLERANCE}
 
-    def timed(fn, n, warm=warmup):
-        for _ in range(warm):
-            fn()
-        res = []
-        for _ in range(n):
+    # Round-robin: every round runs each measurement once, so load changes on a shared machine hit
+    # every configuration alike (p50 over rounds).
+    ids = {sc: prompt_ids(engine, plan_for(schema, engine, sc), context) for sc in scorings}
+    out["prompt_tokens"] = {sc: len(v) for sc, v in ids.items()}
+    jobs = {f"prefill/{sc}": (lambda sc=sc: prefill(engine, ids[sc])) for sc in scorings}
+    for sc in scorings:
+        for pk in packings:
+            jobs[f"{sc}/{pk}"] = lambda sc=sc, pk=pk: decide(schema, context, engine=engine, scoring=sc, packing=pk)
+    jobs["naive"] = lambda: naive_generate(schema, context, engine=engine)
+    samples: dict = {k: [] for k in jobs}
+    for _ in range(warmup):
+        for k, fn in jobs.items():
+            if k != "naive":
+                fn()
+    for rnd in range(max(runs, naive_runs)):
+        for k, fn in jobs.items():
+            if (k == "naive" and rnd >= naive_runs) or (k != "naive" and rnd >= runs):
+                continue
             t0 = time.perf_counter()
             r = fn()
             _sync(engine)
-            res.append((time.perf_counter() - t0, r))
-        return res
+            samples[k].append((time.perf_counter() - t0, r))
+        progress(f"round {rnd + 1}: " + ", ".join(f"{k} {samples[k][-1][0]*1e3:.0f} ms" for k in jobs
+                                                  if len(samples[k]) == rnd + 1))
 
-    # bare prefill of each prompt (the floor: one forward over the same prompt)
-    prefill_p50 = {}
-    for scoring in scorings:
-        ids = prompt_ids(engine, plan_for(schema, engine, scoring), context)
-        res = timed(lambda: prefill(engine, ids), runs)
-        prefill_p50[scoring] = _p50([t for t, _ in res])
-        out.setdefault("prompt_tokens", {})[scoring] = len(ids)
-        progress(f"prefill[{scoring}] {len(ids)} tokens: p50 {prefill_p50[scoring]*1e3:.1f} ms")
+    prefill_p50 = {sc: _p50([t for t, _ in samples[f"prefill/{sc}"]]) for sc in scorings}
     out["prefill_p50_s"] = prefill_p50
-
     configs = {}
-    for scoring in scorings:
-        for packing in packings:
-            res = timed(lambda: decide(schema, context, engine=engine, scoring=scoring, packing=packing), runs)
+    for sc in scorings:
+        for pk in packings:
+            res = samples[f"{sc}/{pk}"]
             ds = [r for _, r in res]
             c = {"total_p50_s": _p50([t for t, _ in res]), "prefill_p50_s": _p50([d.timings["prefill"] for d in ds]),
                  "scoring_p50_s": _p50([d.timings["scoring"] for d in ds]), "rows": ds[0].usage["rows"],
                  "scored_tokens": ds[0].usage["scored_tokens"], "passes": ds[0].usage["passes"],
                  "mean_log_legal_mass": statistics.fmean(f.log_legal_mass for f in ds[0].fields.values()),
                  "value": ds[0].value_dict()}
-            c["scoring_over_bare_prefill"] = c["scoring_p50_s"] / prefill_p50[scoring]
-            configs[f"{scoring}/{packing}"] = c
-            progress(f"decide[{scoring}/{packing}] p50 {c['total_p50_s']*1e3:.1f} ms (scoring "
-                     f"{c['scoring_p50_s']*1e3:.1f} ms, {c['rows']} rows, {c['passes']} passes)")
-        # parity: batched vs one row per forward, same prefill
-        a = decide(schema, context, engine=engine, scoring=scoring)
-        b = decide(schema, context, engine=engine, scoring=scoring, packing="expand", max_rows=1)
+            c["scoring_over_bare_prefill"] = c["scoring_p50_s"] / prefill_p50[sc]
+            configs[f"{sc}/{pk}"] = c
+        # parity: batched vs one row per forward, same prompt
+        a = decide(schema, context, engine=engine, scoring=sc)
+        b = decide(schema, context, engine=engine, scoring=sc, packing="expand", max_rows=1)
         diff = max(abs(x - y) for n in a.fields for x, y in zip(a.fields[n].log_scores.values(),
                                                                 b.fields[n].log_scores.values()))
-        out.setdefault("parity", {})[scoring] = {"max_abs_log_score_diff": diff,
-                                                 "same_values": a.value_dict() == b.value_dict(),
-                                                 "within_tolerance": diff <= TOLERANCE}
+        out.setdefault("parity", {})[sc] = {"max_abs_log_score_diff": diff, "same_values": a.value_dict() == b.value_dict(),
+                                            "within_tolerance": diff <= TOLERANCE}
     out["decide"] = configs
 
-    res = timed(lambda: naive_generate(schema, context, engine=engine), naive_runs, 0) if naive_runs else []
+    res = samples["naive"]
     if res:
         g = res[0][1]
         naive_val = json.loads(g.text) if g.schema_valid else {}
@@ -163,8 +166,10 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                           progress=lambda m: typer.echo(m, err=True))
         if machine:
             r["machine"] = machine
-        command = "typedlm bench decide " + " ".join(sys.argv[sys.argv.index("decide") + 1:]
-                                                     if "decide" in sys.argv else [])
+        import shlex
+
+        command = "typedlm bench decide " + shlex.join(sys.argv[sys.argv.index("decide") + 1:]
+                                                       if "decide" in sys.argv else [])
         r["command"] = command.strip()
         print_json(r)
         md = to_markdown(r, r["command"])
