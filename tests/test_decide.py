@@ -151,3 +151,14 @@ def test_naive_baseline_is_schema_valid(tiny):
     assert r.finish_reason == "stop" and r.schema_valid, r.schema_errors
     assert set(r.json()) == set(schema["properties"])
     assert not math.isnan(r.timings["total"])
+
+
+def test_bench_decide_runs_on_tiny(tiny):
+    from typedlm.bench.decide import run_bench, to_markdown
+
+    r = run_bench(tiny, preset="invoice_routing", runs=1, naive_runs=1, warmup=0, packings=("packed",),
+                  progress=lambda m: None)
+    assert set(r["decide"]) == {"labels/packed", "slots/packed"}
+    assert r["naive"]["schema_valid"] and all(c["speedup_vs_naive"] > 0 for c in r["decide"].values())
+    assert all(p["within_tolerance"] and p["same_values"] for p in r["parity"].values())
+    assert "| labels/packed |" in to_markdown(r, "cmd")
