@@ -19,3 +19,12 @@ def real():
     from typedlm import load_engine
 
     return load_engine("default", progress=False)
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory, tiny):
+    """The tiny model saved as a HF directory (for load_engine / --model paths)."""
+    d = tmp_path_factory.mktemp("tiny-model")
+    tiny.model.save_pretrained(d)
+    tiny.tokenizer.save_pretrained(d)
+    return d

@@ -22,5 +22,9 @@ class GrammarCompileError(TypedLMError):
         self.pointer = pointer
 
 
+class EmptySchemaError(GrammarCompileError):
+    """The JSON Schema accepts no value at all (``false``, or constraints that contradict each other)."""
+
+
 class ConstraintError(TypedLMError, ValueError):
     """A request named zero-or-several constraints where one is required, or bad sampling input."""

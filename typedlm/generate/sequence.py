@@ -6,7 +6,8 @@ calls, so the invariants live in one place:
   ``begin_step()``        fill the grammar mask; a complete grammar finishes the row (no sampling)
   ``select(logits_row)``  the logits pipeline of :mod:`sampling`, grammar mask last, then sample
   ``append(token)``       matcher accepts the sampled token (rejection = internal error on the
-                          result), stop ids / stop strings / max_tokens end the row
+                          result); a grammar that is now complete, a stop id, a stop string or
+                          max_tokens ends the row
 """
 
 from __future__ import annotations
@@ -69,12 +70,7 @@ class Sequence:
         """Prepare this step's mask. Returns False when the row finished instead of sampling."""
         if self.finished:
             return False
-        if self.grammar is not None:
-            self.grammar.fill()
-            if self.grammar.only_stop():
-                self.finish("stop")
-                return False
-        return True
+        return self.grammar is None or self._grammar_open()
 
     def select(self, logits: torch.Tensor) -> int:
         """Pick the next id from this row's raw logits (1-D, float32, a private copy: changed in place)."""
@@ -115,14 +111,23 @@ class Sequence:
             self.finish("stop")
             return
         self.output_ids.append(token)
-        if self.grammar is not None and self.grammar.is_terminated():
-            self.finish("stop")
-            return
         if self.params.stop and self._hit_stop_string():
             self.finish("stop")
             return
+        if self.grammar is not None and not self._grammar_open():
+            return  # next step's mask is computed now: a complete grammar ends the row before any forward
         if len(self.output_ids) >= self.params.max_tokens:
             self.finish("length")
+
+    def _grammar_open(self) -> bool:
+        self.grammar.fill()
+        state = self.grammar.state()
+        if state == "complete":
+            self.finish("stop")
+        elif state == "dead":
+            self.finish("error", "grammar allows no next token: the tokenizer cannot produce the text the "
+                                 f"grammar requires (after {len(self.output_ids)} tokens)")
+        return state == "open"
 
     def _hit_stop_string(self) -> bool:
         text = self.decode(self.output_ids)

@@ -11,14 +11,27 @@ from dataclasses import dataclass
 import xgrammar as xgr
 
 from ..errors import GrammarCompileError
-from .schema_check import prepare_schema
+from .schema import prepare_schema
 from .spec import MAX_WHITESPACE, Constraint, canonical_json
 
 KILL_SWITCH = "TYPEDLM_GRAMMAR"
+TIMEOUT_ENV = "TYPEDLM_COMPILE_TIMEOUT"
+DEFAULT_COMPILE_TIMEOUT_S = 20.0  # MaskBench p99 compile is 4.5 s; a few schemas take > 10 s
 
 
 class GrammarDisabled(GrammarCompileError):
     """``TYPEDLM_GRAMMAR=0``: grammar compilation is switched off for this process."""
+
+
+class GrammarCompileTimeout(GrammarCompileError):
+    """A compile ran past the time limit; the caller gets this error and the process goes on."""
+
+
+def compile_timeout() -> float:
+    try:
+        return float(os.environ.get(TIMEOUT_ENV, DEFAULT_COMPILE_TIMEOUT_S))
+    except ValueError:
+        return DEFAULT_COMPILE_TIMEOUT_S
 
 
 def grammar_enabled() -> bool:
@@ -47,17 +60,21 @@ class CacheStats:
     misses: int = 0
     entries: int = 0
     compile_seconds: float = 0.0  # total time spent compiling misses
+    timeouts: int = 0  # compiles abandoned at the time limit
 
     def as_dict(self) -> dict:
         return {"hits": self.hits, "misses": self.misses, "entries": self.entries,
-                "compile_seconds": round(self.compile_seconds, 6)}
+                "compile_seconds": round(self.compile_seconds, 6), "timeouts": self.timeouts}
 
 
 class Grammars:
     """Compiles constraints for one tokenizer. Thread-safe; LRU cache keyed by the constraint key."""
 
-    def __init__(self, tokenizer_info: xgr.TokenizerInfo, *, max_entries: int = 512):
+    def __init__(self, tokenizer_info: xgr.TokenizerInfo, *, max_entries: int = 512, schema_registry=None,
+                 timeout_s: float | None = None):
         self.tokenizer_info = tokenizer_info
+        self.timeout_s = compile_timeout() if timeout_s is None else timeout_s
+        self.schema_registry = schema_registry  # referencing.Registry: documents remote $refs point to
         self.compiler = xgr.GrammarCompiler(tokenizer_info, cache_enabled=True)
         self.max_entries = max_entries
         self._cache: OrderedDict[str, xgr.CompiledGrammar] = OrderedDict()
@@ -65,10 +82,11 @@ class Grammars:
         self.stats = CacheStats()
 
     @classmethod
-    def for_tokenizer(cls, tokenizer, *, model_vocab_size: int, stop_ids: list[int]) -> "Grammars":
+    def for_tokenizer(cls, tokenizer, *, model_vocab_size: int, stop_ids: list[int],
+                      schema_registry=None) -> "Grammars":
         info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=model_vocab_size,
                                                   stop_token_ids=list(stop_ids))
-        return cls(info)
+        return cls(info, schema_registry=schema_registry)
 
     def compile(self, c: Constraint) -> tuple[xgr.CompiledGrammar, float]:
         """Compiled grammar and the seconds this call spent (≈0 on a cache hit)."""
@@ -93,9 +111,36 @@ class Grammars:
         return compiled, dt
 
     def _compile_uncached(self, c: Constraint) -> xgr.CompiledGrammar:
+        """Compile in a worker thread and wait at most ``timeout_s``. xgrammar releases the GIL while
+        it compiles but cannot be cancelled: a compile past the limit is abandoned (it finishes in the
+        background and is dropped; interpreter exit waits for it) and the caller gets GrammarCompileTimeout
+        at once."""
+        box: dict = {}
+        deadline = time.monotonic() + self.timeout_s
+
+        def work():
+            try:
+                box["ok"] = self._build(c, deadline)
+            except BaseException as e:  # handed to the caller below
+                box["err"] = e
+
+        worker = threading.Thread(target=work, name="typedlm-grammar-compile")  # joined at exit
+        worker.start()
+        worker.join(self.timeout_s)
+        if worker.is_alive():
+            with self._lock:
+                self.stats.timeouts += 1
+            raise GrammarCompileTimeout(f"{c.kind} compile exceeded the time limit of {self.timeout_s:g} s "
+                                        f"(set {TIMEOUT_ENV} to change it)")
+        if "err" in box:
+            raise box["err"]
+        return box["ok"]
+
+    def _build(self, c: Constraint, deadline: float) -> xgr.CompiledGrammar:
         try:
             if c.kind in ("json_schema", "json_object"):
-                schema = prepare_schema(c.value, lenient=c.lenient) if c.kind == "json_schema" else c.value
+                schema = prepare_schema(c.value, lenient=c.lenient, registry=self.schema_registry,
+                                        deadline=deadline) if c.kind == "json_schema" else c.value
                 return self.compiler.compile_json_schema(
                     canonical_json(schema), any_whitespace=c.any_whitespace,
                     separators=None if c.any_whitespace else (",", ":"),
@@ -110,12 +155,45 @@ class Grammars:
             if c.kind == "lark":
                 return self.compiler.compile_lark(c.value)
             if c.kind == "structural_tag":
-                return self.compiler.compile_structural_tag(canonical_json(c.value))
+                tag = _checked_tag(c.value, c.lenient)
+                return self.compiler.compile_structural_tag(canonical_json(tag))
         except GrammarCompileError:
             raise
         except Exception as e:  # xgrammar raises RuntimeError / ValueError / TypeError with a reason
             raise GrammarCompileError(f"{c.kind} does not compile: {_clean(e)}") from e
         raise GrammarCompileError(f"unknown constraint kind {c.kind!r}")
+
+
+def _checked_tag(node, lenient: bool, path: str = ""):
+    """Structural tags embed JSON Schemas: each one goes through the refusal layer (unless lenient)
+    and gets the bounded-whitespace default. ``any_order`` (drops required/uniqueness checks) and
+    ``excludes`` (drops minLength/maxLength) are not exact, so they are refused too."""
+    if isinstance(node, list):
+        return [_checked_tag(x, lenient, f"{path}/{i}") for i, x in enumerate(node)]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _checked_tag(v, lenient, f"{path}/{k}") for k, v in node.items()
+           if not _is_embedded_schema(node, k)}
+    for k, v in node.items():
+        if not _is_embedded_schema(node, k):
+            continue
+        inner = f"{path}/{k}"
+        try:
+            out[k] = prepare_schema(v, lenient=lenient) if isinstance(v, dict) else v
+        except GrammarCompileError as e:
+            raise GrammarCompileError(f"structural_tag{inner}: {e}", keyword=e.keyword,
+                                      pointer=inner + (e.pointer if e.pointer != "/" else "")) from e
+    if node.get("type") == "json_schema" and "json_schema" in node:
+        out.setdefault("max_whitespace_cnt", MAX_WHITESPACE)
+        for opt in ("any_order", "excludes"):
+            if node.get(opt) and not lenient:
+                raise GrammarCompileError(f"structural_tag{path}/{opt}: not enforced exactly (drops schema checks)",
+                                          keyword=opt, pointer=f"{path}/{opt}")
+    return {k: out[k] for k in list(node) + [k for k in out if k not in node]}
+
+
+def _is_embedded_schema(node: dict, key: str) -> bool:
+    return (key == "json_schema" and node.get("type") == "json_schema") or (key == "schema" and "begin" in node)
 
 
 def _clean(e: Exception) -> str:

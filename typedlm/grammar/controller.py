@@ -1,8 +1,9 @@
 """Per-row grammar controller: fill the next-token mask, apply it, accept the sampled token.
 
 One :class:`GrammarRow` per sequence. The decode loop calls, each step and in this order:
-``fill()`` -> (``only_stop()`` ends the row with no sampling) -> ``apply(logits)`` as the very last
-logits processor -> sample -> ``accept(token)``.
+``fill()`` -> (``state()`` complete/dead ends the row with no sampling) -> ``apply(logits)`` as the very last
+logits processor -> sample -> ``accept(token)`` -> ``fill()`` + ``state()`` again, so a grammar
+that just completed ends the row before another forward pass is spent on it.
 """
 
 from __future__ import annotations
@@ -18,16 +19,23 @@ class GrammarRow:
         self.bitmask = xgr.allocate_token_bitmask(1, vocab_size)
         self._stop_bits = _bits_for(stop_ids, self.bitmask.shape[1])
         self.accepted = 0
+        self.filled = False  # the bitmask holds the mask for the current matcher state
 
     def fill(self) -> None:
-        """Compute the mask of tokens the grammar allows next (host-side, int32 bitmask)."""
-        self.matcher.fill_next_token_bitmask(self.bitmask, 0)
+        """Compute the mask of tokens the grammar allows next (host-side, int32 bitmask); once per state."""
+        if not self.filled:
+            self.matcher.fill_next_token_bitmask(self.bitmask, 0)
+            self.filled = True
 
-    def only_stop(self) -> bool:
-        """True when the grammar is complete and allows nothing but a stop token."""
+    def state(self) -> str:
+        """After ``fill()``: "open" (some non-stop token allowed), "complete" (only stop tokens, or
+        terminated), or "dead" (no token at all: the tokenizer cannot spell what the grammar needs)."""
         if self.matcher.is_terminated():
-            return True
-        return not bool(torch.any(self.bitmask[0] & ~self._stop_bits))
+            return "complete"
+        row = self.bitmask[0]
+        if bool(torch.any(row & ~self._stop_bits)):
+            return "open"
+        return "complete" if bool(torch.any(row)) else "dead"
 
     def apply(self, logits: torch.Tensor) -> None:
         """Set every disallowed id (padded-vocab ids included) of a 1-D logits row to -inf, in place."""
@@ -37,6 +45,7 @@ class GrammarRow:
     def accept(self, token: int) -> bool:
         ok = self.matcher.accept_token(int(token))
         self.accepted += int(ok)
+        self.filled = False
         return ok
 
     def is_terminated(self) -> bool:

@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConstraintError, GrammarCompileError
+from ..errors import ConstraintError, EmptySchemaError, GrammarCompileError
 
 KINDS = ("json_object", "json_schema", "regex", "choice", "grammar", "lark", "structural_tag")
 
@@ -62,7 +62,7 @@ def _schema_from(value: Any) -> dict:
     if isinstance(value, bool):
         if value:
             return {}
-        raise GrammarCompileError("json_schema is `false`: it accepts no output at all")
+        raise EmptySchemaError("json_schema is `false`: it accepts no output at all")
     if not isinstance(value, dict):
         raise GrammarCompileError(f"json_schema must be an object, got {type(value).__name__}")
     return value

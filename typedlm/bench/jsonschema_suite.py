@@ -1,0 +1,328 @@
+"""The official JSON-Schema-Test-Suite (draft 2020-12) run through typedlm's own schema path.
+
+For every case the schema goes through ``make_constraint(json_schema=..., strict=False,
+any_whitespace=False)`` and ``Grammars.compile`` (refusal layer and rewrites included). Every test
+instance is rendered as the grammar would emit it (see :func:`renderings`) and an xgrammar
+``GrammarMatcher`` is asked whether it accepts the whole text and can stop there. Each test is one of:
+
+=================  ==========================================================
+``pass``           valid and accepted, or invalid and rejected
+``false_negative`` valid but rejected (the grammar is stricter than the schema)
+``false_positive`` invalid but accepted (a soundness bug: must stay at 0)
+``refused``        the refusal layer named an unenforceable keyword
+``compile_error``  any other compile failure (xgrammar error, time limit)
+=================  ==========================================================
+
+A schema the rewrites prove empty (``false``, contradicting constraints) raises
+``EmptySchemaError``: no output is possible, which is right for every invalid instance (``pass``)
+and wrong for a valid one (``false_negative``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+OUTCOMES = ("pass", "false_negative", "false_positive", "refused", "compile_error")
+GROUPS = ("required", "optional")
+DEFAULT_SUITE = Path(__file__).resolve().parents[2] / "tests" / "data" / "json-schema-test-suite"
+DRAFT = "draft2020-12"
+
+
+# ---------------------------------------------------------------- rendering
+
+def _schema_key_order(schema: Any) -> list[str]:
+    """Object keys in the order of their first appearance in the schema: names in any ``properties``
+    and keys of objects inside ``enum``/``const`` values (which the grammar emits verbatim)."""
+    seen: dict[str, None] = {}
+
+    def values(v):
+        if isinstance(v, dict):
+            for k, x in v.items():
+                seen.setdefault(k, None)
+                values(x)
+        elif isinstance(v, list):
+            for x in v:
+                values(x)
+
+    def walk(s):
+        if isinstance(s, dict):
+            for k, v in s.items():
+                if k in ("enum", "const"):
+                    values(v)
+                    continue
+                if k in ("default", "examples"):
+                    continue
+                if k == "properties" and isinstance(v, dict):
+                    for name in v:
+                        seen.setdefault(name, None)
+                walk(v)
+        elif isinstance(s, list):
+            for x in s:
+                walk(x)
+
+    walk(schema)
+    return list(seen)
+
+
+def _render(value: Any, order: dict[str, int] | None, int_floats: bool) -> str:
+    if isinstance(value, dict):
+        keys = list(value)
+        if order is not None:
+            keys.sort(key=lambda k: (order.get(k, len(order)), ))  # stable: the rest keep instance order
+        return "{" + ",".join(json.dumps(k, ensure_ascii=False) + ":" + _render(value[k], order, int_floats)
+                              for k in keys) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_render(v, order, int_floats) for v in value) + "]"
+    if int_floats and isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return str(int(value))
+    return json.dumps(value, ensure_ascii=False)
+
+
+def renderings(instance: Any, schema: Any) -> list[str]:
+    """The texts that stand for ``instance`` under ``schema``'s grammar (canonical one first).
+
+    Rule: compact separators (``,`` and ``:``), non-ASCII characters kept (not ``\\u`` escaped),
+    object keys in *schema order* (first appearance of the name in any ``properties`` of the schema
+    that is compiled, i.e. the core form from ``prepare_schema``, or as a key inside an ``enum`` /
+    ``const`` value, in document order) followed by the remaining keys in instance order. Alternatives (an instance is
+    accepted when any of them is): keys in instance order, and floats with an integral value written
+    as integers (``1.0`` -> ``1``: the same JSON Schema value).
+    """
+    order = {k: i for i, k in enumerate(_schema_key_order(schema))}
+    out: list[str] = []
+    for o in (order, None):
+        for int_floats in (False, True):
+            text = _render(instance, o, int_floats)
+            if text not in out:
+                out.append(text)
+    return out
+
+
+# ---------------------------------------------------------------- suite files
+
+@dataclass
+class Case:
+    group: str  # required | optional
+    file: str  # path relative to the draft folder
+    description: str
+    schema: Any
+    tests: list[dict]
+
+
+def load_suite(suite: Path) -> list[Case]:
+    root = Path(suite) / "tests" / DRAFT
+    if not root.is_dir():
+        raise FileNotFoundError(f"no {DRAFT} tests under '{suite}' (expected {root})")
+    cases = []
+    for path in sorted(root.rglob("*.json")):
+        rel = path.relative_to(root).as_posix()
+        group = "optional" if rel.startswith("optional/") else "required"
+        for c in json.loads(path.read_text(encoding="utf-8")):
+            cases.append(Case(group, rel, c["description"], c["schema"], c["tests"]))
+    return cases
+
+
+# ---------------------------------------------------------------- running
+
+@dataclass
+class TestResult:
+    group: str
+    file: str
+    case: str
+    test: str
+    valid: bool
+    outcome: str
+    detail: str = ""
+    keyword: str | None = None
+
+
+@dataclass
+class SuiteReport:
+    results: list[TestResult] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def totals(self, group: str) -> dict[str, int]:
+        rows = [r for r in self.results if r.group == group]
+        out = {"total": len(rows)}
+        out.update({o: sum(r.outcome == o for r in rows) for o in OUTCOMES})
+        return out
+
+    def by_file(self) -> dict[str, dict[str, int]]:
+        files: dict[str, dict[str, int]] = {}
+        for r in self.results:
+            row = files.setdefault(r.file, {"total": 0, **{o: 0 for o in OUTCOMES}})
+            row["total"] += 1
+            row[r.outcome] += 1
+        return dict(sorted(files.items()))
+
+    def gaps_by_keyword(self) -> dict[str, int]:
+        """Tests not passing, by the refused keyword (or the outcome when nothing was refused)."""
+        gaps: dict[str, int] = {}
+        for r in self.results:
+            if r.group == "required" and r.outcome != "pass":
+                k = r.keyword or f"({r.outcome}) {r.file.removesuffix('.json')}"
+                gaps[k] = gaps.get(k, 0) + 1
+        return dict(sorted(gaps.items(), key=lambda kv: -kv[1]))
+
+    def to_dict(self) -> dict:
+        return {**{g: self.totals(g) for g in GROUPS}, "files": self.by_file(),
+                "gaps_by_keyword": self.gaps_by_keyword(), "seconds": round(self.seconds, 2)}
+
+
+REMOTE_BASE = "http://localhost:1234/"  # where the suite's remote $refs point
+
+
+def remotes_registry(suite: Path = DEFAULT_SUITE):
+    """The suite's ``remotes/`` folder as a ``referencing.Registry`` (never the network)."""
+    import referencing
+    from referencing.jsonschema import DRAFT202012
+
+    resources = []
+    root = Path(suite) / "remotes"
+    for path in sorted(root.rglob("*.json")) if root.is_dir() else []:
+        contents = json.loads(path.read_text(encoding="utf-8"))
+        resources.append((REMOTE_BASE + path.relative_to(root).as_posix(),
+                          referencing.Resource.from_contents(contents, default_specification=DRAFT202012)))
+    return referencing.Registry().with_resources(resources)
+
+
+def default_grammars(suite: Path = DEFAULT_SUITE):
+    from ..grammar.compiler import Grammars
+    from ..testing import default_tokenizer
+
+    tok = default_tokenizer()
+    return Grammars.for_tokenizer(tok, model_vocab_size=len(tok), stop_ids=[tok.eos_token_id],
+                                  schema_registry=remotes_registry(suite))
+
+
+def accepts(compiled, text: str) -> bool:
+    """Whether the grammar accepts the whole ``text`` and may stop right after it."""
+    import xgrammar as xgr
+
+    m = xgr.GrammarMatcher(compiled, terminate_without_stop_token=False)
+    if not m.accept_string(text):
+        return False
+    stop = m.stop_token_ids
+    return bool(stop) and m.accept_token(stop[0])
+
+
+def run_case(case: Case, grammars) -> Iterator[TestResult]:
+    from ..errors import EmptySchemaError, GrammarCompileError
+    from ..grammar.schema import prepare_schema
+    from ..grammar.spec import make_constraint
+
+    compiled, outcome, detail, keyword, empty = None, None, "", None, False
+    try:
+        c = make_constraint(json_schema=case.schema, strict=False, any_whitespace=False)
+        compiled, _ = grammars.compile(c)
+        core = prepare_schema(c.value, registry=grammars.schema_registry)  # what the grammar emits
+    except EmptySchemaError as e:
+        empty, detail = True, str(e)
+    except GrammarCompileError as e:
+        keyword = getattr(e, "keyword", None)
+        outcome = "refused" if keyword else "compile_error"
+        detail = str(e)
+    for t in case.tests:
+        if empty:  # proven to accept nothing: right for invalid instances, wrong for valid ones
+            out = "false_negative" if t["valid"] else "pass"
+        elif compiled is None:
+            out = outcome
+        else:
+            ok = any(accepts(compiled, text) for text in renderings(t["data"], core))
+            out = "pass" if ok == t["valid"] else ("false_negative" if t["valid"] else "false_positive")
+        yield TestResult(case.group, case.file, case.description, t["description"], t["valid"], out, detail,
+                         keyword)
+
+
+def run_suite(suite: Path = DEFAULT_SUITE, grammars=None) -> SuiteReport:
+    grammars = grammars or default_grammars(suite)
+    t0 = time.perf_counter()
+    report = SuiteReport()
+    for case in load_suite(suite):
+        report.results.extend(run_case(case, grammars))
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+# ---------------------------------------------------------------- ratchet
+
+RATCHET = Path(__file__).resolve().parents[2] / "tests" / "data" / "jsonschema_ratchet.json"
+
+
+def ratchet_of(report: SuiteReport) -> dict:
+    """Expected counts per file (and totals): what the ratchet test holds the suite to."""
+    return {"suite": f"JSON-Schema-Test-Suite {DRAFT}", "totals": {g: report.totals(g) for g in GROUPS},
+            "files": report.by_file()}
+
+
+def ratchet_problems(report: SuiteReport, ratchet: dict) -> list[str]:
+    """Every false positive, every drop in passes and every rise not yet written into the ratchet."""
+    problems = [f"false positive: {r.file} | {r.case} | {r.test}" for r in report.results
+                if r.outcome == "false_positive"]
+    now = report.by_file()
+    for name, want in ratchet["files"].items():
+        got = now.get(name, {}).get("pass", 0)
+        if got < want["pass"]:
+            problems.append(f"{name}: {got} passes, the ratchet expects {want['pass']}")
+        elif got > want["pass"]:
+            problems.append(f"{name}: {got} passes > {want['pass']} in the ratchet: update it in this commit "
+                            "(typedlm bench jsonschema-suite --write-ratchet)")
+    problems += [f"{name}: not in the ratchet" for name in now if name not in ratchet["files"]]
+    return problems
+
+
+# ---------------------------------------------------------------- CLI
+
+def _table(report: SuiteReport) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="JSON-Schema-Test-Suite draft 2020-12 through typedlm")
+    table.add_column("file")
+    for col in ("total", *OUTCOMES):
+        table.add_column(col.replace("_", " "), justify="right")
+    for name, row in report.by_file().items():
+        fp = row["false_positive"]
+        table.add_row(name, *(str(row[c]) for c in ("total", *OUTCOMES[:2])),
+                      f"[red]{fp}[/red]" if fp else "0", *(str(row[c]) for c in OUTCOMES[3:]))
+    table.add_section()
+    for g in GROUPS:
+        t = report.totals(g)
+        pct = 100.0 * t["pass"] / t["total"] if t["total"] else 0.0
+        table.add_row(f"[bold]{g}[/bold] ({pct:.1f} % pass)", *(str(t[c]) for c in ("total", *OUTCOMES)))
+    Console(stderr=True, width=140).print(table)
+
+
+def register(app, bench_app) -> None:
+    import typer
+
+    from ..cliutil import fail, print_json, user_errors
+
+    @bench_app.command("jsonschema-suite")
+    def jsonschema_suite(
+        suite: Path = typer.Option(DEFAULT_SUITE, "--suite", help="JSON-Schema-Test-Suite checkout"),
+        out: Optional[Path] = typer.Option(None, "--json", help="write the totals and per-file counts here"),
+        write_ratchet: bool = typer.Option(False, "--write-ratchet",
+                                           help=f"write the per-file counts to the ratchet file ({RATCHET.name})"),
+    ):
+        """Run the official JSON Schema suite (draft 2020-12) through the grammar path; table + JSON."""
+        with user_errors():
+            if not (Path(suite) / "tests" / DRAFT).is_dir():
+                fail(f"--suite '{suite}' has no tests/{DRAFT} folder")
+            report = run_suite(suite)
+        data = report.to_dict()
+        _table(report)
+        if out is not None:
+            with user_errors():
+                Path(out).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        if write_ratchet:
+            fps = report.totals("required")["false_positive"] + report.totals("optional")["false_positive"]
+            if fps:
+                fail(f"{fps} false positives: a ratchet never records a false positive")
+            RATCHET.write_text(json.dumps(ratchet_of(report), indent=1) + "\n", encoding="utf-8")
+        print_json({g: data[g] for g in GROUPS} | {"seconds": data["seconds"]})

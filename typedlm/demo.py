@@ -1,0 +1,62 @@
+"""`make demo`: structured generation on the embedded default model (and a decision, when present)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+
+from rich.console import Console
+from rich.markup import escape
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 40},
+        "age": {"type": "integer", "minimum": 0, "maximum": 130},
+        "languages": {"type": "array", "items": {"type": "string", "maxLength": 20}, "maxItems": 4},
+        "employed": {"type": "boolean"},
+    },
+    "required": ["name", "age", "languages", "employed"],
+    "additionalProperties": False,
+}
+
+
+def main() -> int:
+    import typedlm
+
+    console = Console()
+    console.print("[bold]typedlm demo[/bold] — loading the embedded default model (SmolLM2-135M-Instruct)…")
+    engine = typedlm.load_engine("default")
+    console.print(f"loaded {engine.name} on {engine.device} in {engine.load_seconds:.1f} s")
+    ok = True
+
+    msgs = [{"role": "user", "content": "Maria is a 34-year-old engineer who speaks Spanish and English. "
+                                        "Describe her as JSON."}]
+    r = typedlm.generate(messages=msgs, engine=engine, json_schema=SCHEMA, temperature=0, max_tokens=120)
+    console.print("\n[bold]json_schema[/bold] (name, age, languages, employed)")
+    console.print(r.text, markup=False, highlight=False)
+    console.print(f"finish={r.finish_reason} schema_valid={r.schema_valid} tokens={r.completion_tokens} "
+                  f"decode={r.timings['decode']:.2f}s")
+    ok &= bool(r.schema_valid)
+
+    r = typedlm.generate(messages=[{"role": "user", "content": "Invent a flight number."}], engine=engine,
+                         regex=r"[A-Z]{2}\d{3,4}", temperature=0)
+    console.print("\n[bold]regex[/bold]", escape(r"[A-Z]{2}\d{3,4} → " + r.text), highlight=False)
+
+    r = typedlm.generate(messages=[{"role": "user", "content": "Is Paris in France? Answer yes or no."}],
+                         engine=engine, choice=["yes", "no"], temperature=0)
+    console.print("[bold]choice[/bold]", escape("yes|no → " + r.text), highlight=False)
+
+    try:
+        decide_demo = importlib.import_module("typedlm.decide.demo")
+    except ModuleNotFoundError:
+        decide_demo = None
+    if decide_demo is not None:
+        console.print("\n[bold]decide[/bold] (one prefill, every candidate scored)")
+        decide_demo.demo_decision(engine, console)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

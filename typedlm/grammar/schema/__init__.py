@@ -1,0 +1,11 @@
+"""JSON Schema -> a schema xgrammar enforces exactly, or a refusal naming the keyword and pointer.
+
+``refusal``: the :class:`Refusal` record, the keyword vocabulary and the ``pattern`` rewrite.
+``rewrites``: the normalizer that turns any accepted schema into the *core form* (single-type
+branches, ``anyOf``, ``enum``, local ``$ref``) whose every keyword xgrammar enforces.
+"""
+
+from .refusal import Refusal
+from .rewrites import find_refusals, prepare_schema
+
+__all__ = ["Refusal", "find_refusals", "prepare_schema"]
