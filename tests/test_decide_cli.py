@@ -1,0 +1,81 @@
+"""``typedlm decide`` / ``typedlm validate`` exit codes and output (tiny model saved as an HF directory)."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from typedlm.cli import app
+
+SCHEMA = {"fields": {"spam": {"type": "boolean", "description": "Is it spam?"},
+                     "tone": {"type": "enum", "description": "Tone?", "choices": ["calm", "angry"]}}}
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory, tiny):
+    d = tmp_path_factory.mktemp("tiny-model")
+    tiny.model.save_pretrained(d)
+    tiny.tokenizer.save_pretrained(d)
+    return str(d)
+
+
+@pytest.fixture()
+def schema_file(tmp_path):
+    p = tmp_path / "schema.json"
+    p.write_text(json.dumps(SCHEMA))
+    return str(p)
+
+
+def run(*args):
+    return CliRunner().invoke(app, list(args))
+
+
+def test_decide_json(tiny_dir, schema_file):
+    r = run("decide", "--schema", schema_file, "--context", "Buy cheap watches!!!", "--model", tiny_dir, "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert set(out["value"]) == {"spam", "tone"} and isinstance(out["value"]["spam"], bool)
+    assert out["fields"]["tone"]["value"] in ("calm", "angry")
+
+
+def test_decide_preset_table(tiny_dir):
+    r = run("decide", "--preset", "content_moderation", "--model", tiny_dir, "--scoring", "slots")
+    assert r.exit_code == 0, r.output
+    assert "action" in r.stdout and "violations" in r.stdout
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--context", "x"], "give exactly one of --schema FILE or --preset NAME"),
+    (["--preset", "nope", "--context", "x"], "no preset 'nope'"),
+    (["--schema", "SCHEMA"], "give --context TEXT or --context-file FILE"),
+    (["--schema", "SCHEMA", "--context", "x", "--scoring", "fast"], "--scoring must be one of"),
+    (["--schema", "SCHEMA", "--context", "   "], "the context is empty"),
+    (["--schema", "SCHEMA", "--context-file", "/nonexistent/ctx.txt"], "cannot read context file"),
+    (["--schema", "BAD", "--context", "x"], "field 'tone': duplicate choice 'calm'"),
+    (["--schema", "SCHEMA", "--context", "x", "--abstain-below", "3"], "--abstain-below must be in [0, 1]"),
+])
+def test_decide_bad_input_exits_2(args, needle, schema_file, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"fields": {"tone": {"type": "enum", "description": "d", "choices": ["calm", "calm"]}}}))
+    args = [{"SCHEMA": schema_file, "BAD": str(bad)}.get(a, a) for a in args]
+    r = run("decide", *args)
+    assert r.exit_code == 2, r.output
+    err = r.stderr.strip()
+    assert err.startswith("error: ") and needle in err and "\n" not in err
+
+
+def test_validate(schema_file, tmp_path):
+    r = run("validate", schema_file, "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["valid"] is True
+    r = run("validate", "typedlm/decide/presets/support_triage.json", "--model", "default")
+    assert r.exit_code == 0 and "25 fields" in r.stdout and "slots" in r.stdout
+    warn = tmp_path / "warn.json"
+    warn.write_text(json.dumps({"fields": {"f": {"type": "enum", "description": "d", "choices": ["Yes", "yes"]}}}))
+    r = run("validate", str(warn))
+    assert r.exit_code == 0 and "warning:" in r.stdout
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"fields": {"f": {"type": "enum", "description": "d", "choices": []}}}))
+    r = run("validate", str(bad))
+    assert r.exit_code == 2 and "field 'f': 'choices' is empty" in r.stderr
+    bad.write_text("{not json")
+    assert run("validate", str(bad)).exit_code == 2

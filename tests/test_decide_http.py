@@ -1,0 +1,124 @@
+"""POST /v1/decide and /v1/systemone on a real uvicorn server on loopback (tiny model; one real-model call)."""
+
+import contextlib
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+import uvicorn
+from fastapi import FastAPI
+
+from typedlm.decide.http import router
+from typedlm.server.errors import install_error_handlers
+from typedlm.server.state import ExclusiveRunner
+
+SCHEMA = {"fields": {"spam": {"type": "boolean", "description": "Is it spam?"},
+                     "tone": {"type": "enum", "description": "Tone?", "choices": {"calm": "", "angry": "shouting"}},
+                     "tags": {"type": "multi", "description": "Tags?", "choices": ["ads", "link"]}}}
+QUESTIONS = {
+    "intent": {"type": "choice", "instructions": "What does the user want?", "criteria": ["refund", "help", "other"]},
+    "angry?": {"type": "noul", "instructions": "Is the user angry?"},
+    "urgency": {"type": "score", "instructions": "How urgent is it?",
+                "criteria": {"low": "can wait", "medium": "soon", "high": "now"}},
+}
+
+
+@contextlib.contextmanager
+def serve(engine):
+    app = FastAPI()
+    install_error_handlers(app)
+    app.state.typedlm = ExclusiveRunner(engine)
+    app.include_router(router)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    t = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    t.start()
+    while not server.started:
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        t.join(10)
+        sock.close()
+
+
+@pytest.fixture(scope="module")
+def base(tiny):
+    with serve(tiny) as url:
+        yield url
+
+
+def check_systemone(out, engine_name):
+    assert set(out) == {"model", "answers", "usage"} and out["model"] == engine_name
+    a = out["answers"]
+    assert set(a) == set(QUESTIONS)
+    c = a["intent"]
+    assert c["type"] == "choice" and c["choice"] in ("refund", "help", "other")
+    assert abs(sum(c["probabilities"].values()) - 1) < 1e-6 and c["confidence"] == max(c["probabilities"].values())
+    n = a["angry?"]
+    assert n["type"] == "noul" and 0 <= n["noul"] <= 1 and n["confidence"] == max(n["noul"], 1 - n["noul"])
+    s = a["urgency"]
+    assert s["type"] == "score" and s["legend"] == ["low", "medium", "high"]
+    assert abs(s["score"] - sum(i * p for i, p in enumerate(s["probabilities"]))) < 1e-9 and 0 <= s["score"] <= 2
+    assert s["argmax_level"] == max(range(3), key=s["probabilities"].__getitem__)
+    assert out["usage"]["prompt_tokens"] > 0
+
+
+def test_decide_route(base):
+    r = httpx.post(f"{base}/v1/decide", json={"schema": SCHEMA, "context": "BUY NOW www.x.example", "scoring": "slots"},
+                   timeout=60)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert set(out["value"]) == {"spam", "tone", "tags"} and out["scoring"] == "slots"
+    assert set(out["fields"]["tags"]["probabilities"]) == {"ads", "link"}
+
+
+@pytest.mark.parametrize("body,needle", [
+    ({"schema": {"fields": {"tone": {"type": "enum", "description": "d", "choices": ["a", "a"]}}}, "context": "x"},
+     "field 'tone': duplicate choice 'a'"),
+    ({"schema": SCHEMA, "context": ""}, "context is empty"),
+    ({"schema": SCHEMA, "context": "x", "scoring": "fast"}, "scoring"),
+    ({"schema": SCHEMA, "context": "x", "color": 1}, "color"),
+    ({"context": "x"}, "schema"),
+    ({"schema": SCHEMA, "context": "x", "abstain_below_margin": 5}, "abstain_below_margin"),
+])
+def test_decide_route_bad_input_is_400(base, body, needle):
+    r = httpx.post(f"{base}/v1/decide", json=body, timeout=60)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["type"] == "invalid_request_error" and needle in err["message"]
+
+
+def test_systemone_route(base, tiny):
+    r = httpx.post(f"{base}/v1/systemone", json={"state": {"user": "I want my money back NOW"},
+                                                 "questions": QUESTIONS}, timeout=60)
+    assert r.status_code == 200, r.text
+    check_systemone(r.json(), tiny.name)
+
+
+@pytest.mark.parametrize("questions,needle", [
+    ({}, "questions is empty"),
+    ({"q": {"type": "choice", "instructions": "x"}}, "question 'q': a choice question needs criteria"),
+    ({"q": {"type": "choice", "instructions": "x", "criteria": ["a", "a"]}}, "question 'q': duplicate choice 'a'"),
+    ({"q": {"type": "noul", "instructions": "x", "criteria": ["a"]}}, "question 'q': a noul question takes no"),
+    ({"q": {"type": "vibe", "instructions": "x"}}, "type"),
+])
+def test_systemone_bad_questions_are_400(base, questions, needle):
+    r = httpx.post(f"{base}/v1/systemone", json={"state": "hello", "questions": questions}, timeout=60)
+    assert r.status_code == 400, r.text
+    assert needle in r.json()["error"]["message"]
+
+
+@pytest.mark.real_model
+def test_systemone_real_model(real):
+    with serve(real) as url:
+        r = httpx.post(f"{url}/v1/systemone", json={
+            "state": "Customer: my order #1234 arrived broken and I need a replacement before Friday!!",
+            "questions": QUESTIONS}, timeout=300)
+    assert r.status_code == 200, r.text
+    check_systemone(r.json(), real.name)

@@ -1,0 +1,180 @@
+"""``typedlm bench decide``: p50 latency of ``decide`` vs naive JSON generation vs a bare prefill.
+
+CPU (default model):   typedlm bench decide
+GPU (random 7B-class): typedlm bench decide --arch qwen2.5-7b --device cuda
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def _p50(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def _machine(engine) -> str:
+    import torch
+
+    if engine.device.type == "cuda":
+        return f"{torch.cuda.get_device_name(engine.device)} GPU"
+    import os
+
+    return f"{os.cpu_count()}-core {platform.machine()} CPU, no GPU"
+
+
+def run_bench(engine, *, preset: str = "support_triage", example: int = 0, runs: int = 5, naive_runs: int = 2,
+              warmup: int = 1, packings=("packed", "expand"), scorings=("labels", "slots"), progress=print) -> dict:
+    from ..decide import presets
+    from ..decide.api import decide, naive_generate, plan_for
+    from ..decide.prompt import prompt_ids
+    from ..decide.result import TOLERANCE
+    from ..decide.score import _sync, prefill
+
+    p = presets.load(preset)
+    schema, context = p["schema"], p["examples"][example]
+    out: dict = {"model": engine.name, "device": str(engine.device), "dtype": str(engine.dtype).replace("torch.", ""),
+                 "machine": _machine(engine), "preset": preset, "fields": len(schema.fields), "runs": runs,
+                 "naive_runs": naive_runs, "tolerance_nats": TOLERANCE}
+
+    # Round-robin: every round runs each measurement once, so load changes on a shared machine hit
+    # every configuration alike (p50 over rounds).
+    ids = {sc: prompt_ids(engine, plan_for(schema, engine, sc), context) for sc in scorings}
+    out["prompt_tokens"] = {sc: len(v) for sc, v in ids.items()}
+    jobs = {f"prefill/{sc}": (lambda sc=sc: prefill(engine, ids[sc])) for sc in scorings}
+    for sc in scorings:
+        for pk in packings:
+            jobs[f"{sc}/{pk}"] = lambda sc=sc, pk=pk: decide(schema, context, engine=engine, scoring=sc, packing=pk)
+    jobs["naive"] = lambda: naive_generate(schema, context, engine=engine)
+    samples: dict = {k: [] for k in jobs}
+    for _ in range(warmup):
+        for k, fn in jobs.items():
+            if k != "naive":
+                fn()
+    for rnd in range(max(runs, naive_runs)):
+        for k, fn in jobs.items():
+            if (k == "naive" and rnd >= naive_runs) or (k != "naive" and rnd >= runs):
+                continue
+            t0 = time.perf_counter()
+            r = fn()
+            _sync(engine)
+            samples[k].append((time.perf_counter() - t0, r))
+        progress(f"round {rnd + 1}: " + ", ".join(f"{k} {samples[k][-1][0]*1e3:.0f} ms" for k in jobs
+                                                  if len(samples[k]) == rnd + 1))
+
+    prefill_p50 = {sc: _p50([t for t, _ in samples[f"prefill/{sc}"]]) for sc in scorings}
+    out["prefill_p50_s"] = prefill_p50
+    configs = {}
+    for sc in scorings:
+        for pk in packings:
+            res = samples[f"{sc}/{pk}"]
+            ds = [r for _, r in res]
+            c = {"total_p50_s": _p50([t for t, _ in res]), "prefill_p50_s": _p50([d.timings["prefill"] for d in ds]),
+                 "scoring_p50_s": _p50([d.timings["scoring"] for d in ds]), "rows": ds[0].usage["rows"],
+                 "scored_tokens": ds[0].usage["scored_tokens"], "passes": ds[0].usage["passes"],
+                 "mean_log_legal_mass": statistics.fmean(f.log_legal_mass for f in ds[0].fields.values()),
+                 "value": ds[0].value_dict()}
+            c["scoring_over_bare_prefill"] = c["scoring_p50_s"] / prefill_p50[sc]
+            configs[f"{sc}/{pk}"] = c
+        # parity: batched vs one row per forward, same prompt
+        a = decide(schema, context, engine=engine, scoring=sc)
+        b = decide(schema, context, engine=engine, scoring=sc, packing="expand", max_rows=1)
+        diff = max(abs(x - y) for n in a.fields for x, y in zip(a.fields[n].log_scores.values(),
+                                                                b.fields[n].log_scores.values()))
+        out.setdefault("parity", {})[sc] = {"max_abs_log_score_diff": diff, "same_values": a.value_dict() == b.value_dict(),
+                                            "within_tolerance": diff <= TOLERANCE}
+    out["decide"] = configs
+
+    res = samples["naive"]
+    if res:
+        g = res[0][1]
+        naive_val = json.loads(g.text) if g.schema_valid else {}
+        out["naive"] = {"total_p50_s": _p50([t for t, _ in res]), "completion_tokens": g.completion_tokens,
+                        "finish_reason": g.finish_reason, "schema_valid": g.schema_valid,
+                        "prefill_s": g.timings["prefill"], "decode_s": g.timings["decode"]}
+        progress(f"naive JSON generation p50 {out['naive']['total_p50_s']*1e3:.0f} ms "
+                 f"({g.completion_tokens} tokens, valid={g.schema_valid})")
+        for key, c in configs.items():
+            c["speedup_vs_naive"] = out["naive"]["total_p50_s"] / c["total_p50_s"]
+            scal = [f.name for f in schema.fields if f.type != "multi"]
+            c["agreement_with_naive"] = (sum(c["value"][n] == naive_val.get(n) for n in scal) / len(scal)
+                                         if naive_val else None)
+    return out
+
+
+def to_markdown(r: dict, command: str) -> str:
+    lines = [f"# bench decide — {r['model']} on {r['machine']}", "", f"Command: `{command}`", "",
+             f"Preset `{r['preset']}` ({r['fields']} fields), {r['dtype']}, p50 of {r['runs']} runs "
+             f"(naive: {r['naive_runs']}). Prompt tokens: {r['prompt_tokens']}.", "",
+             "| config | p50 total ms | prefill ms | scoring ms | scoring / bare prefill | rows | passes "
+             "| speedup vs naive | agreement w/ naive | mean log legal mass |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for k, c in r["decide"].items():
+        sp = c.get("speedup_vs_naive")
+        ag = c.get("agreement_with_naive")
+        lines.append(f"| {k} | {c['total_p50_s']*1e3:.1f} | {c['prefill_p50_s']*1e3:.1f} | {c['scoring_p50_s']*1e3:.1f} "
+                     f"| {c['scoring_over_bare_prefill']:.2f} | {c['rows']} | {c['passes']} "
+                     f"| {'' if sp is None else f'{sp:.1f}x'} | {'' if ag is None else f'{ag:.2f}'} "
+                     f"| {c['mean_log_legal_mass']:.2f} |")
+    for s, v in r["prefill_p50_s"].items():
+        lines.append(f"| bare prefill ({s} prompt) | {v*1e3:.1f} | | | | | | | | |")
+    if "naive" in r:
+        n = r["naive"]
+        lines.append(f"| naive JSON generation | {n['total_p50_s']*1e3:.1f} | {n['prefill_s']*1e3:.1f} | "
+                     f"decode {n['decode_s']*1e3:.0f} ({n['completion_tokens']} tokens) | | | | 1.0x | | |")
+    lines += ["", "Parity (batched vs one row per forward): " + ", ".join(
+        f"{s}: max |Δ log-score| {p['max_abs_log_score_diff']:.2e} nats, same values {p['same_values']}"
+        for s, p in r["parity"].items())]
+    return "\n".join(lines) + "\n"
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    @bench_app.command("decide")
+    def bench_decide(
+        model: str = typer.Option("default", "--model", "-m", help="model reference (ignored with --arch)"),
+        arch: Optional[str] = typer.Option(None, "--arch", help="random-weight real architecture, e.g. qwen2.5-7b"),
+        device: str = typer.Option("auto", "--device"),
+        preset: str = typer.Option("support_triage", "--preset"),
+        runs: int = typer.Option(5, "--runs"),
+        naive_runs: int = typer.Option(2, "--naive-runs"),
+        out: Optional[Path] = typer.Option(None, "--out", help="write JSON here (and .md beside it)"),
+        machine: Optional[str] = typer.Option(None, "--machine", help="machine description for the report"),
+    ):
+        """p50 latency: decide (labels/slots x packed/expand) vs naive JSON generation vs bare prefill."""
+        import sys
+
+        from ..cliutil import print_json, user_errors
+        from ..engine import load_engine, pick_device
+
+        with user_errors():
+            if arch:
+                from .models import ARCHS, random_engine
+
+                if arch not in ARCHS:
+                    raise ValueError(f"unknown --arch {arch!r}: choose one of {sorted(ARCHS)}")
+                engine = random_engine(arch, device=str(pick_device(device)))
+            else:
+                engine = load_engine(model, device=device, progress=False)
+            r = run_bench(engine, preset=preset, runs=runs, naive_runs=naive_runs,
+                          progress=lambda m: typer.echo(m, err=True))
+        if machine:
+            r["machine"] = machine
+        import shlex
+
+        command = "typedlm bench decide " + shlex.join(sys.argv[sys.argv.index("decide") + 1:]
+                                                       if "decide" in sys.argv else [])
+        r["command"] = command.strip()
+        print_json(r)
+        md = to_markdown(r, r["command"])
+        typer.echo(md, err=True)
+        if out:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(r, indent=2, ensure_ascii=False) + "\n")
+            out.with_suffix(".md").write_text(md)

@@ -1,0 +1,152 @@
+"""Decision results and the one finalizer every scoring path goes through.
+
+``finish_decision`` turns per-question constrained log-scores into field results (probabilities,
+alternatives, margins, legal mass, abstention), reconciles multi fields, and validates the value
+(Pydantic instance or dict). Keys of ``Decision.to_dict()`` are pinned by a test.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import TypedLMError
+from .multi import reconcile
+from .plan import NONE_OF_ABOVE, Plan
+
+TOLERANCE = 0.05  # nats: the one tolerance for batch-shape noise (batched vs one-row-at-a-time scoring)
+FIELD_KEYS = ("value", "probability", "probabilities", "alternatives", "margin", "legal_mass", "reason")
+DECISION_KEYS = ("value", "fields", "timings", "usage", "scoring", "model")
+
+
+@dataclass(frozen=True)
+class QuestionScore:
+    """What scoring produced for one question: constrained and full-vocabulary log-scores per candidate."""
+    log_scores: tuple[float, ...]
+    log_legal_mass: float
+
+
+@dataclass(frozen=True)
+class FieldResult:
+    name: str
+    type: str
+    value: Any  # str | bool | list[str] | None
+    probability: float | None  # scalar fields: the value's probability (None for multi and abstentions)
+    probabilities: dict  # scalar: choice -> p (sums to 1; booleans keyed "true"/"false"); multi: option -> P(yes)
+    alternatives: list  # up to 3: [{"value", "probability"}]
+    margin: float  # scalar: p(top1) - p(top2); multi: min over options of |P(yes) - P(no)|
+    legal_mass: float  # probability of the allowed continuations at the branch points (multi: product)
+    log_legal_mass: float
+    reason: str | None  # None | "none_of_above" | "abstain"
+    log_scores: dict  # scalar: choice -> constrained log-probability; multi: option -> log P(yes)
+    count_probabilities: dict | None = None  # multi only: "0".."N" -> p
+
+    def to_dict(self) -> dict:
+        return {"value": self.value, "probability": self.probability, "probabilities": self.probabilities,
+                "alternatives": self.alternatives, "margin": self.margin, "legal_mass": self.legal_mass,
+                "reason": self.reason}
+
+
+@dataclass
+class Decision:
+    value: Any  # an instance of the schema's Pydantic model, or a dict
+    fields: dict[str, FieldResult]
+    timings: dict  # seconds: compile, prefill, scoring, total
+    usage: dict  # prompt_tokens, scored_tokens, rows, passes, oom_retries, chunk_rows, packing
+    scoring: str
+    model: str
+
+    def value_dict(self) -> dict:
+        return {name: f.value for name, f in self.fields.items()}
+
+    def to_dict(self) -> dict:
+        return {"value": self.value_dict(), "fields": {n: f.to_dict() for n, f in self.fields.items()},
+                "timings": self.timings, "usage": self.usage, "scoring": self.scoring, "model": self.model}
+
+
+def format_value(v: Any) -> str:
+    """A field value for tables (CLI, demo)."""
+    if v is None:
+        return "—"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, list):
+        return ", ".join(v) or "(none)"
+    return str(v)
+
+
+def _softmax(logs: list[float]) -> list[float]:
+    m = max(logs)
+    ex = [math.exp(x - m) for x in logs]
+    s = sum(ex)
+    return [e / s for e in ex]
+
+
+def _ranked(probs: dict) -> list[tuple[str, float]]:
+    return sorted(probs.items(), key=lambda kv: -kv[1])
+
+
+def _scalar(plan: Plan, f, q, score: QuestionScore, abstain_below: float | None) -> FieldResult:
+    keys = list(q.keys)
+    probs = dict(zip(keys, _softmax(list(score.log_scores))))
+    ranked = _ranked(probs)
+    top, p_top = ranked[0]
+    margin = p_top - (ranked[1][1] if len(ranked) > 1 else 0.0)
+    value: Any = (top == "true") if f.type == "boolean" else top
+    probability: float | None = p_top
+    reason = None
+    if top == NONE_OF_ABOVE:
+        value, probability, reason = None, None, "none_of_above"
+    elif f.nullable and abstain_below is not None and margin < abstain_below:
+        value, probability, reason = None, None, "abstain"
+    alts = [{"value": (k == "true") if f.type == "boolean" else k, "probability": p} for k, p in ranked[1:4]]
+    return FieldResult(f.name, f.type, value, probability, probs, alts, margin, math.exp(score.log_legal_mass),
+                       score.log_legal_mass, reason, dict(zip(keys, score.log_scores)))
+
+
+def finish_decision(plan: Plan, scores: list[QuestionScore], *, timings: dict, usage: dict, model: str,
+                    abstain_below_margin: float | None = None) -> Decision:
+    """The one finalizer: question scores -> Decision (validated value)."""
+    by_field: dict[str, list[int]] = {}
+    for i, q in enumerate(plan.questions):
+        by_field.setdefault(q.field, []).append(i)
+    fields: dict[str, FieldResult] = {}
+    for f in plan.schema.fields:
+        qs = by_field[f.name]
+        if f.type != "multi":
+            fields[f.name] = _scalar(plan, f, plan.questions[qs[0]], scores[qs[0]], abstain_below_margin)
+            continue
+        p_yes, log_yes, log_mass = {}, {}, 0.0
+        count_probs: dict = {}
+        for i in qs:
+            q, s = plan.questions[i], scores[i]
+            log_mass += s.log_legal_mass
+            pr = _softmax(list(s.log_scores))
+            if q.kind == "option":
+                p_yes[q.option] = pr[0]
+                log_yes[q.option] = s.log_scores[0]  # constrained: already normalized over true/false
+            else:
+                count_probs = dict(zip(q.keys, pr))
+        selected = reconcile(list(p_yes), p_yes, count_probs)
+        margin = min(abs(2 * p - 1) for p in p_yes.values())
+        value: Any = selected
+        reason = None
+        if f.nullable and abstain_below_margin is not None and margin < abstain_below_margin:
+            value, reason = None, "abstain"
+        close = sorted(p_yes.items(), key=lambda kv: abs(kv[1] - 0.5))[:3]
+        alts = [{"value": k, "probability": p} for k, p in close]
+        fields[f.name] = FieldResult(f.name, f.type, value, None, p_yes, alts, margin, math.exp(log_mass), log_mass,
+                                     reason, log_yes, count_probs)
+    value = _validate(plan, {n: r.value for n, r in fields.items()})
+    return Decision(value=value, fields=fields, timings=timings, usage=usage, scoring=plan.scoring, model=model)
+
+
+def _validate(plan: Plan, values: dict) -> Any:
+    model = plan.schema.model
+    if model is None:
+        return dict(values)
+    try:
+        return model.model_validate(values)
+    except Exception as e:  # pydantic ValidationError: the model's own validators refused the decision
+        raise TypedLMError(f"decision does not validate as {model.__name__}: {e}") from e

@@ -1,0 +1,270 @@
+"""Decision schemas: boolean / enum / multi fields, built from a JSON dict or a Pydantic model.
+
+Immutable once built; every problem is caught at construction and raised as :class:`SchemaError`
+naming the field and what is wrong. Tokenizer-dependent checks (choices that tokenize identically)
+happen when a plan is compiled (:mod:`typedlm.decide.plan`).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import TypedLMError
+from ..grammar.spec import canonical_json
+
+FIELD_TYPES = ("boolean", "enum", "multi")
+FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
+FIELD_KEYS = {"type", "description", "choices", "ordered", "nullable"}
+TOP_KEYS = {"fields", "description", "title"}
+MAX_CHOICES = 256
+MAX_CHOICE_CHARS = 200
+
+
+class SchemaError(TypedLMError, ValueError):
+    """A decision schema is malformed; the message names the field and the problem."""
+
+
+@dataclass(frozen=True)
+class Choice:
+    value: str
+    description: str | None = None
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    type: str  # "boolean" | "enum" | "multi"
+    description: str
+    choices: tuple[Choice, ...] = ()  # enum / multi; booleans have none
+    ordered: bool = False  # enum only: a score-like scale, lowest first
+    nullable: bool = True  # may abstain (value None): dict schemas yes unless "nullable": false; pydantic: X | None
+
+    @property
+    def values(self) -> tuple[str, ...]:
+        return tuple(c.value for c in self.choices)
+
+
+@dataclass(frozen=True)
+class DecisionSchema:
+    fields: tuple[Field, ...]
+    description: str | None = None
+    model: Any = field(default=None, compare=False)  # the Pydantic class it came from, if any
+    key: str = ""  # canonical JSON of to_dict(): the plan-cache key
+
+    def __getitem__(self, name: str) -> Field:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.fields)
+
+    def to_dict(self) -> dict:
+        out: dict = {"fields": {}}
+        if self.description:
+            out["description"] = self.description
+        for f in self.fields:
+            d: dict = {"type": f.type, "description": f.description}
+            if f.choices:
+                if any(c.description for c in f.choices):
+                    d["choices"] = {c.value: c.description or "" for c in f.choices}
+                else:
+                    d["choices"] = list(f.values)
+            if f.ordered:
+                d["ordered"] = True
+            if not f.nullable:
+                d["nullable"] = False
+            out["fields"][f.name] = d
+        return out
+
+    # -- construction ----------------------------------------------------------------------------
+    @classmethod
+    def coerce(cls, spec: Any) -> "DecisionSchema":
+        """A DecisionSchema from a DecisionSchema, a Pydantic model class, a dict or a JSON string."""
+        if isinstance(spec, DecisionSchema):
+            return spec
+        if isinstance(spec, type):
+            return cls.from_model(spec)
+        if isinstance(spec, (str, bytes)):
+            try:
+                spec = json.loads(spec)
+            except json.JSONDecodeError as e:
+                raise SchemaError(f"schema is not valid JSON: {e}") from e
+        if isinstance(spec, dict):
+            return cls.from_dict(spec)
+        raise SchemaError(f"schema must be a dict, a JSON string or a Pydantic model class, got {type(spec).__name__}")
+
+    @classmethod
+    def from_dict(cls, spec: dict, *, model: Any = None) -> "DecisionSchema":
+        if not isinstance(spec, dict):
+            raise SchemaError(f"schema must be a JSON object, got {type(spec).__name__}")
+        extra = sorted(set(spec) - TOP_KEYS)
+        if extra:
+            raise SchemaError(f"schema has unknown key(s) {', '.join(map(repr, extra))}: use {sorted(TOP_KEYS)}")
+        fields = spec.get("fields")
+        if not isinstance(fields, dict) or not fields:
+            raise SchemaError("schema needs a non-empty object 'fields' mapping field name -> field spec")
+        desc = spec.get("description")
+        if desc is not None and not isinstance(desc, str):
+            raise SchemaError("schema 'description' must be a string")
+        built = tuple(_field(name, fs) for name, fs in fields.items())
+        tmp = cls(fields=built, description=desc or None, model=model)
+        return cls(fields=built, description=desc or None, model=model, key=canonical_json(tmp.to_dict()))
+
+    @classmethod
+    def from_model(cls, model: type) -> "DecisionSchema":
+        try:
+            from pydantic import BaseModel
+        except ImportError:  # pragma: no cover
+            BaseModel = None
+        if BaseModel is None or not (isinstance(model, type) and issubclass(model, BaseModel)):
+            raise SchemaError(f"{getattr(model, '__name__', model)!r} is not a Pydantic model class")
+        fields: dict = {}
+        for name, info in model.model_fields.items():
+            fields[name] = _field_from_annotation(name, info)
+        doc = (model.__doc__ or "").strip() or None
+        if doc and doc.startswith(f"{model.__name__}("):  # pydantic's generated docstring is not a description
+            doc = None
+        return cls.from_dict({"fields": fields, **({"description": doc} if doc else {})}, model=model)
+
+
+def _field(name: Any, fs: Any) -> Field:
+    if not isinstance(name, str) or not FIELD_NAME.match(name):
+        raise SchemaError(f"bad field name {name!r}: use letters, digits and '_' (not first a digit), at most 64")
+    where = f"field '{name}'"
+    if not isinstance(fs, dict):
+        raise SchemaError(f"{where}: spec must be an object, got {type(fs).__name__}")
+    extra = sorted(set(fs) - FIELD_KEYS)
+    if extra:
+        raise SchemaError(f"{where}: unknown key(s) {', '.join(map(repr, extra))}; allowed: {sorted(FIELD_KEYS)}")
+    ftype = fs.get("type")
+    if ftype not in FIELD_TYPES:
+        raise SchemaError(f"{where}: 'type' must be one of {', '.join(FIELD_TYPES)}, got {ftype!r}")
+    desc = fs.get("description")
+    if not isinstance(desc, str) or not desc.strip():
+        raise SchemaError(f"{where}: needs a non-empty 'description' (the question the model answers)")
+    ordered = fs.get("ordered", False)
+    nullable = fs.get("nullable", True)
+    for k, v in (("ordered", ordered), ("nullable", nullable)):
+        if not isinstance(v, bool):
+            raise SchemaError(f"{where}: '{k}' must be true or false")
+    if ordered and ftype != "enum":
+        raise SchemaError(f"{where}: 'ordered' applies to enum fields only")
+    if ftype == "boolean":
+        if "choices" in fs:
+            raise SchemaError(f"{where}: boolean fields take no 'choices' (they are true / false)")
+        return Field(name, ftype, desc.strip(), (), False, nullable)
+    choices = _choices(where, fs.get("choices"))
+    if ftype == "enum" and len(choices) < 2:
+        raise SchemaError(f"{where}: an enum needs at least 2 choices, got {len(choices)}")
+    return Field(name, ftype, desc.strip(), choices, ordered, nullable)
+
+
+def _choices(where: str, raw: Any) -> tuple[Choice, ...]:
+    if raw is None:
+        raise SchemaError(f"{where}: needs 'choices' (a list of strings or an object choice -> description)")
+    if isinstance(raw, dict):
+        items = list(raw.items())
+    elif isinstance(raw, list):
+        items = [(c, None) for c in raw]
+    else:
+        raise SchemaError(f"{where}: 'choices' must be a list of strings or an object, got {type(raw).__name__}")
+    if not items:
+        raise SchemaError(f"{where}: 'choices' is empty")
+    if len(items) > MAX_CHOICES:
+        raise SchemaError(f"{where}: {len(items)} choices; at most {MAX_CHOICES}")
+    out, seen = [], set()
+    for value, desc in items:
+        if not isinstance(value, str):
+            raise SchemaError(f"{where}: choice {value!r} is not a string")
+        if not value.strip():
+            raise SchemaError(f"{where}: empty choice {value!r}")
+        if len(value) > MAX_CHOICE_CHARS:
+            raise SchemaError(f"{where}: choice {value[:20]!r}... is longer than {MAX_CHOICE_CHARS} characters")
+        if value in seen:
+            raise SchemaError(f"{where}: duplicate choice {value!r}")
+        if desc is not None and not isinstance(desc, str):
+            raise SchemaError(f"{where}: description of choice {value!r} must be a string")
+        seen.add(value)
+        out.append(Choice(value, (desc or "").strip() or None))
+    return tuple(out)
+
+
+# -- Pydantic annotations ----------------------------------------------------------------------------
+def _field_from_annotation(name: str, info: Any) -> dict:
+    where = f"field '{name}'"
+    ann = info.annotation
+    nullable = False
+    origin = typing.get_origin(ann)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(ann) if a is not type(None)]
+        if len(args) != 1 or len(args) == len(typing.get_args(ann)):
+            raise SchemaError(f"{where}: only 'X | None' unions are supported, got {ann!r}")
+        ann, nullable = args[0], True
+    extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+    desc = info.description or name.replace("_", " ")
+    spec: dict = {"description": desc, "nullable": nullable}
+    if ann is bool:
+        spec["type"] = "boolean"
+        return spec
+    values = _literal_values(where, ann)
+    if values is not None:
+        spec.update(type="enum", choices=_with_desc(values, extra))
+        if extra.get("ordered"):
+            spec["ordered"] = True
+        return spec
+    origin = typing.get_origin(ann)
+    if origin in (list, set, frozenset, tuple):
+        args = typing.get_args(ann)
+        if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+            raise SchemaError(f"{where}: tuples must be tuple[X, ...]")
+        inner = _literal_values(where, args[0]) if args else None
+        if inner is None:
+            raise SchemaError(f"{where}: a multi field is list/set of a Literal or Enum, got {ann!r}")
+        spec.update(type="multi", choices=_with_desc(inner, extra))
+        return spec
+    raise SchemaError(f"{where}: unsupported type {ann!r}: use bool, Literal[...] / Enum, list[Literal[...]] / "
+                      "set[Enum], optionally '| None'")
+
+
+def _literal_values(where: str, ann: Any) -> list[str] | None:
+    if typing.get_origin(ann) is typing.Literal:
+        vals = list(typing.get_args(ann))
+        if not all(isinstance(v, str) for v in vals):
+            raise SchemaError(f"{where}: Literal choices must be strings, got {vals!r}")
+        return vals
+    if isinstance(ann, type) and issubclass(ann, enum.Enum):
+        return [m.value if isinstance(m.value, str) else m.name for m in ann]
+    return None
+
+
+def _with_desc(values: list[str], extra: dict) -> Any:
+    descs = extra.get("choices")
+    if isinstance(descs, dict):
+        return {v: descs.get(v) or "" for v in values}
+    return values
+
+
+def lint(schema: DecisionSchema) -> list[str]:
+    """Warnings that are legal but likely mistakes (the errors are raised at construction)."""
+    out = []
+    for f in schema.fields:
+        folded: dict[str, str] = {}
+        for v in f.values:
+            k = " ".join(v.casefold().split())
+            if k in folded:
+                out.append(f"field '{f.name}': choices {folded[k]!r} and {v!r} differ only in case or spaces")
+            folded.setdefault(k, v)
+        if f.type == "multi" and len(f.choices) == 1:
+            out.append(f"field '{f.name}': a multi field with one option is a boolean")
+        if f.description == f.name.replace("_", " "):
+            out.append(f"field '{f.name}': no description (the field name is used as the question)")
+    return out

@@ -1,0 +1,252 @@
+"""Scoring passes: prefill the shared prompt once, then score every row of the plan in batched
+forward passes that reuse the prefix KV cache.
+
+Two ways to put many rows on one prefix (``packing``):
+  ``packed``  all rows of a chunk in ONE sequence after the prefix, as a token tree (shared row
+              prefixes fed once) with a 4-D attention mask (each token sees the prefix, its ancestors
+              and itself) and per-token position ids; the prefix KV is never copied; the cache is
+              cut back to the prefix afterwards.
+  ``expand``  rows as a batch; the prefix KV is broadcast to the batch (materialized per chunk).
+Rows are chunked to a memory budget; an out-of-memory error halves the chunk and retries (counted).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from ..engine import Engine
+from ..errors import TypedLMError
+from .plan import Plan, Row
+
+PACKINGS = ("packed", "expand")
+DEFAULT_PACKING = "packed"  # chosen by measurement: docs/ARCHITECTURE.md, "Decisions"
+DEFAULT_BUDGET_BYTES = 1 << 30  # activations + KV copies of one scoring pass
+
+
+@dataclass
+class ScoreStats:
+    rows: int = 0
+    scored_tokens: int = 0  # tokens fed to scoring passes (packed: after prefix sharing; expand: incl. padding)
+    passes: int = 0
+    oom_retries: int = 0
+    chunk_rows: int = 0  # rows per pass actually used (after OOM halving)
+    packing: str = DEFAULT_PACKING
+    prefill_s: float = 0.0
+    scoring_s: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {"rows": self.rows, "scored_tokens": self.scored_tokens, "passes": self.passes,
+                "oom_retries": self.oom_retries, "chunk_rows": self.chunk_rows, "packing": self.packing}
+
+
+def _sync(engine: Engine) -> None:
+    if engine.device.type == "cuda":
+        torch.cuda.synchronize(engine.device)
+
+
+def _keeps_logits(engine: Engine) -> bool:
+    """Whether the model's forward takes ``logits_to_keep`` (lm_head only at the positions we read)."""
+    v = engine.extras.get("logits_to_keep")
+    if v is None:
+        import inspect
+
+        v = engine.extras["logits_to_keep"] = "logits_to_keep" in inspect.signature(engine.model.forward).parameters
+    return v
+
+
+def _keep(engine: Engine, positions) -> dict:
+    return {"logits_to_keep": positions} if _keeps_logits(engine) else {}
+
+
+@torch.inference_mode()
+def prefill(engine: Engine, ids: list[int]):
+    """One forward over the prompt -> its KV cache (logits are not needed: rows start with a cue)."""
+    if len(ids) >= engine.max_context:
+        raise TypedLMError(f"decision prompt has {len(ids)} tokens; the model's context is {engine.max_context}")
+    _, cache = engine.forward(torch.tensor([ids], device=engine.device), **_keep(engine, 1))
+    return cache
+
+
+@torch.inference_mode()
+def prefill_batch(engine: Engine, ids_list: list[list[int]]) -> list:
+    """Several prompts in one right-padded forward -> one prefix cache per prompt (views, cut to its length)."""
+    from transformers import DynamicCache
+
+    if len(ids_list) == 1:
+        return [prefill(engine, ids_list[0])]
+    n = max(len(i) for i in ids_list)
+    ids = torch.zeros(len(ids_list), n, dtype=torch.long)
+    att = torch.zeros(len(ids_list), n, dtype=torch.long)
+    for b, row in enumerate(ids_list):
+        ids[b, : len(row)] = torch.tensor(row)
+        att[b, : len(row)] = 1
+    dev = engine.device
+    _, cache = engine.forward(ids.to(dev), attention_mask=att.to(dev), **_keep(engine, 1))
+    return [DynamicCache(ddp_cache_data=[(lay.keys[b:b + 1, :, : len(row)], lay.values[b:b + 1, :, : len(row)])
+                                         for lay in cache.layers]) for b, row in enumerate(ids_list)]
+
+
+def _kv_bytes_per_token(engine: Engine) -> int:
+    v = engine.extras.get("kv_bytes_per_token")
+    if v is None:
+        cfg = engine.model.config.get_text_config(decoder=True)
+        heads = cfg.num_attention_heads
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+        kv = getattr(cfg, "num_key_value_heads", None) or heads
+        v = engine.extras["kv_bytes_per_token"] = (2 * cfg.num_hidden_layers * kv * head_dim
+                                                   * torch.finfo(engine.dtype).bits // 8)
+        engine.extras["attn_heads"] = heads
+    return v
+
+
+def chunk_rows(engine: Engine, rows: list[Row], prefix_len: int, packing: str, budget: int) -> int:
+    """How many rows fit one pass under ``budget`` bytes (at least 1)."""
+    if not rows:
+        return 1
+    kv = _kv_bytes_per_token(engine)
+    heads = engine.extras["attn_heads"]
+    L = max(len(r.ids) for r in rows)
+    if packing == "expand":
+        per_row = (prefix_len + L) * kv + L * engine.model_vocab_size * 4
+        return max(1, min(len(rows), budget // per_row))
+    n, total = 0, 0
+    for r in rows:  # packed: logits + mask + attention scores grow with the packed length T
+        total += len(r.ids)
+        cost = total * engine.model_vocab_size * 4 + total * (prefix_len + total) * (4 * heads + 4) + total * kv
+        if cost > budget and n:
+            break
+        n += 1
+    return n
+
+
+def _is_oom(e: BaseException) -> bool:
+    if isinstance(e, torch.OutOfMemoryError):
+        return True
+    return isinstance(e, RuntimeError) and "can't allocate memory" in str(e)
+
+
+@torch.inference_mode()
+def score_rows(engine: Engine, plan: Plan, cache, prefix_len: int, *, packing: str = DEFAULT_PACKING,
+               budget_bytes: int = DEFAULT_BUDGET_BYTES, max_rows: int | None = None,
+               stats: ScoreStats | None = None) -> dict[tuple[int, int], torch.Tensor]:
+    """Every row of the plan -> {(question, branch point): log-probabilities of its allowed children}."""
+    if packing not in PACKINGS:
+        raise TypedLMError(f"packing must be one of {', '.join(PACKINGS)}, got {packing!r}")
+    stats = stats or ScoreStats()
+    stats.packing = packing
+    rows = list(plan.rows)
+    chunk = chunk_rows(engine, rows, prefix_len, packing, budget_bytes)
+    if max_rows:
+        chunk = min(chunk, max_rows)
+    out: dict[tuple[int, int], torch.Tensor] = {}
+    i = 0
+    while i < len(rows):
+        part = rows[i:i + chunk]
+        try:
+            run = _pass_packed if packing == "packed" else _pass_expand
+            picked, fed = run(engine, plan, part, cache, prefix_len)
+            out.update(picked)
+        except Exception as e:  # noqa: BLE001 - only out-of-memory is retried; everything else re-raised
+            if not _is_oom(e):
+                raise
+            _truncate(cache, prefix_len)
+            if engine.device.type == "cuda":
+                torch.cuda.empty_cache()
+            if chunk == 1:
+                raise TypedLMError("out of memory scoring a single decision row: shorten the context") from e
+            chunk = max(1, chunk // 2)
+            stats.oom_retries += 1
+            continue
+        stats.passes += 1
+        stats.rows += len(part)
+        stats.scored_tokens += fed
+        i += len(part)
+    stats.chunk_rows = chunk
+    return out
+
+
+def _gather(engine: Engine, plan: Plan, part: list[Row], logits: torch.Tensor, where) -> dict:
+    """logits rows at every read of ``part`` -> children log-probs (padded lm_head ids excluded)."""
+    reads, idx = [], []
+    for r_i, row in enumerate(part):
+        for point, pos in row.reads:
+            reads.append((row.question, point))
+            idx.append(where(r_i, pos))
+    rows_t = torch.stack([logits[b, t] for b, t in idx]).float()[:, : engine.tokenizer_vocab_size]
+    lsm = torch.log_softmax(rows_t, dim=-1)
+    width = max(len(plan.questions[q].trie.points[p].children) for q, p in reads)
+    index = torch.zeros(len(reads), width, dtype=torch.long)
+    for k, (q, p) in enumerate(reads):
+        ch = plan.questions[q].trie.points[p].children
+        index[k, : len(ch)] = torch.tensor(ch)
+    picked = lsm.gather(1, index.to(lsm.device)).cpu()
+    return {(q, p): picked[k, : len(plan.questions[q].trie.points[p].children)] for k, (q, p) in enumerate(reads)}
+
+
+def _pass_expand(engine: Engine, plan: Plan, part: list[Row], cache, prefix_len: int) -> tuple[dict, int]:
+    from transformers import DynamicCache
+
+    B, L = len(part), max(len(r.ids) for r in part)
+    ids = torch.zeros(B, L, dtype=torch.long)
+    for b, r in enumerate(part):
+        ids[b, : len(r.ids)] = torch.tensor(r.ids)  # right padding: causal rows never read it
+    layers = [(lay.keys.expand(B, -1, -1, -1), lay.values.expand(B, -1, -1, -1)) for lay in cache.layers]
+    need = sorted({p for r in part for _, p in r.reads})
+    at = {k: i for i, k in enumerate(need)} if _keeps_logits(engine) else {k: k for k in need}
+    logits, _ = engine.forward(ids.to(engine.device), DynamicCache(ddp_cache_data=layers),
+                               **_keep(engine, torch.tensor(need, device=engine.device)))
+    return _gather(engine, plan, part, logits, lambda b, pos: (b, at[pos])), B * L
+
+
+def _pass_packed(engine: Engine, plan: Plan, part: list[Row], cache, prefix_len: int) -> tuple[dict, int]:
+    """Rows packed as a token tree: rows that share a prefix (every cue starts with ``{"``; the option
+    rows of a multi field share ``{"field":{"``) feed it once. Each node attends to the prompt prefix,
+    its ancestors and itself; its position id is prefix length + depth."""
+    P = prefix_len
+    node_of: dict[tuple, int] = {}
+    ids, pos, parent, row_nodes = [], [], [], []
+    for r in part:
+        nodes: list[int] = []
+        for j in range(len(r.ids)):
+            key = r.ids[: j + 1]
+            k = node_of.get(key)
+            if k is None:
+                k = node_of[key] = len(ids)
+                ids.append(r.ids[j])
+                pos.append(P + j)
+                parent.append(nodes[-1] if nodes else -1)
+            nodes.append(k)
+        row_nodes.append(nodes)
+    T = len(ids)
+    allow = torch.zeros(T, P + T, dtype=torch.bool)
+    allow[:, :P] = True
+    for k in range(T):  # parents come before children: inherit the parent's row, add self
+        if parent[k] >= 0:
+            allow[k, P:] = allow[parent[k], P:]
+        allow[k, P + k] = True
+    mask = torch.zeros(T, P + T, dtype=engine.dtype)
+    mask.masked_fill_(~allow, torch.finfo(engine.dtype).min)
+    dev = engine.device
+    try:
+        need = sorted({row_nodes[b][p] for b, r in enumerate(part) for _, p in r.reads})
+        keep = _keeps_logits(engine)
+        at = {k: i for i, k in enumerate(need)} if keep else {k: k for k in need}
+        logits, _ = engine.forward(torch.tensor([ids], device=dev), cache,
+                                   position_ids=torch.tensor([pos], device=dev),
+                                   attention_mask=mask[None, None].to(dev),
+                                   **_keep(engine, torch.tensor(need, device=dev)))
+        return _gather(engine, plan, part, logits, lambda b, p: (0, at[row_nodes[b][p]])), T
+    finally:
+        _truncate(cache, P)
+
+
+def _truncate(cache, prefix_len: int) -> None:
+    """Put the prefix cache back to exactly the prefix (after a packed pass or a failed one)."""
+    for lay in cache.layers:
+        if getattr(lay, "keys", None) is not None and lay.keys.numel() and lay.keys.shape[-2] > prefix_len:
+            lay.keys = lay.keys[..., :prefix_len, :]
+            lay.values = lay.values[..., :prefix_len, :]
