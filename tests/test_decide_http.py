@@ -1,18 +1,11 @@
 """POST /v1/decide and /v1/systemone on a real uvicorn server on loopback (tiny model; one real-model call)."""
 
-import contextlib
-import socket
-import threading
-import time
-
 import httpx
 import pytest
-import uvicorn
-from fastapi import FastAPI
 
-from typedlm.decide.http import router
-from typedlm.server.errors import install_error_handlers
-from typedlm.server.state import ExclusiveRunner
+from typedlm.server.app import create_app
+from typedlm.server.state import ServerConfig
+from typedlm.server.testing import live_server
 
 SCHEMA = {"fields": {"spam": {"type": "boolean", "description": "Is it spam?"},
                      "tone": {"type": "enum", "description": "Tone?", "choices": {"calm": "", "angry": "shouting"}},
@@ -25,26 +18,9 @@ QUESTIONS = {
 }
 
 
-@contextlib.contextmanager
 def serve(engine):
-    app = FastAPI()
-    install_error_handlers(app)
-    app.state.typedlm = ExclusiveRunner(engine)
-    app.include_router(router)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    t = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    t.start()
-    while not server.started:
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        t.join(10)
-        sock.close()
+    """The real typedlm server (create_app: batching scheduler, run_exclusive on the engine thread)."""
+    return live_server(create_app(engine, ServerConfig(warmup=False)))
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,9 @@
 from .engine import Engine, engine_from_model, load_engine
 from .errors import ConstraintError, GrammarCompileError, ModelLoadError, TypedLMError
 from .generate import GenerationResult, SamplingParams, generate
+from .decide import decide, decide_many
 
 __version__ = "0.1.0"
 
 __all__ = ["ConstraintError", "Engine", "GenerationResult", "GrammarCompileError", "ModelLoadError",
-           "SamplingParams", "TypedLMError", "engine_from_model", "generate", "load_engine"]
+           "SamplingParams", "TypedLMError", "decide", "decide_many", "engine_from_model", "generate", "load_engine"]

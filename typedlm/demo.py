@@ -53,8 +53,8 @@ def main() -> int:
     except ModuleNotFoundError:
         decide_demo = None
     if decide_demo is not None:
-        console.print("\n[bold]decide[/bold] (one prefill, every candidate scored)")
-        decide_demo.demo_decision(engine, console)
+        console.print()
+        decide_demo.demo_decision(engine)
     return 0 if ok else 1
 
 
