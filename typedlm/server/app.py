@@ -90,7 +90,8 @@ def create_app(engine_or_loader: Engine | Callable[[], Engine], config: ServerCo
                            logprobs=logprobs)
         meta = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": body.model}
         if body.stream:
-            return StreamingResponse(_chat_stream(job, http, meta, body), media_type="text/event-stream",
+            return StreamingResponse(_stream(job, http, meta, chat=True, include_usage=body.include_usage,
+                                             logprobs=logprobs is not None), media_type="text/event-stream",
                                      headers={**job.headers, "Cache-Control": "no-cache"})
         results = await job.results(http)
         choices = []
@@ -122,7 +123,8 @@ def create_app(engine_or_loader: Engine | Callable[[], Engine], config: ServerCo
                            logprobs=body.logprobs)
         meta = {"id": f"cmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": body.model}
         if body.stream:
-            return StreamingResponse(_completion_stream(job, http, meta, body), media_type="text/event-stream",
+            return StreamingResponse(_stream(job, http, meta, chat=False, include_usage=body.include_usage,
+                                             logprobs=body.logprobs is not None), media_type="text/event-stream",
                                      headers={**job.headers, "Cache-Control": "no-cache"})
         results = await job.results(http)
         choices = [{"index": i, "text": res.text, "finish_reason": res.finish_reason,
@@ -193,65 +195,42 @@ def _sse(obj) -> str:
     return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
 
-async def _chat_stream(job: Job, http: Request, meta: dict, body: ChatRequest):
+async def _stream(job: Job, http: Request, meta: dict, *, chat: bool, include_usage: bool, logprobs: bool):
+    """SSE for both routes: chat chunks carry ``delta`` objects, completion chunks ``text``."""
     engine = job.state.engine
-    usage = body.include_usage
-    base = {**meta, "object": "chat.completion.chunk"}
+    key = "delta" if chat else "text"
+    base = {**meta, "object": "chat.completion.chunk" if chat else "text_completion"}
 
-    def chunk(i, delta, finish=None, lp=None):
-        out = {**base, "choices": [{"index": i, "delta": delta, "logprobs": lp, "finish_reason": finish}]}
-        if usage:
+    def chunk(i, payload, finish=None, lp=None):
+        out = {**base, "choices": [{"index": i, key: payload, "logprobs": lp, "finish_reason": finish}]}
+        if include_usage:
             out["usage"] = None
         return _sse(out)
 
-    detok = [Detokenizer(engine.decode, job.reqs[i].seq.params.stop) for i in range(job.n)]
-    try:
-        for i in range(job.n):
-            yield chunk(i, {"role": "assistant", "content": ""})
-        while job.finished < job.n:
-            i, ev = await job.next_event(http)
-            if isinstance(ev, TokenEvent):
-                delta = detok[i].add(ev.token)
-                lp = {"content": [_chat_lp(engine, ev)]} if job.reqs[i].logprobs is not None else None
-                if delta or lp:
-                    yield chunk(i, {"content": delta}, lp=lp)
-            elif isinstance(ev, DoneEvent):
-                rest = detok[i].finish(ev.result.text)
-                if rest:
-                    yield chunk(i, {"content": rest})
-                yield chunk(i, {}, finish=ev.result.finish_reason)
-        if usage:
-            yield _sse({**base, "choices": [], "usage": _usage([r.result for r in job.reqs])})
-        yield "data: [DONE]\n\n"
-    finally:
-        if job.finished < job.n:
-            job.cancel()
-
-
-async def _completion_stream(job: Job, http: Request, meta: dict, body: CompletionRequest):
-    engine = job.state.engine
-    usage = body.include_usage
-    base = {**meta, "object": "text_completion"}
-
-    def chunk(i, text, finish=None, lp=None):
-        out = {**base, "choices": [{"index": i, "text": text, "logprobs": lp, "finish_reason": finish}]}
-        if usage:
-            out["usage"] = None
-        return _sse(out)
+    def content(text):
+        return {"content": text} if chat else text
 
     detok = [Detokenizer(engine.decode, job.reqs[i].seq.params.stop) for i in range(job.n)]
     try:
+        if chat:
+            for i in range(job.n):
+                yield chunk(i, {"role": "assistant", "content": ""})
         while job.finished < job.n:
             i, ev = await job.next_event(http)
             if isinstance(ev, TokenEvent):
-                lp = _completion_lp(engine, [ev], len(detok[i].sent)) if body.logprobs is not None else None
+                lp = None
+                if logprobs:
+                    lp = ({"content": [_chat_lp(engine, ev)]} if chat
+                          else _completion_lp(engine, [ev], len(detok[i].sent)))
                 delta = detok[i].add(ev.token)
                 if delta or lp:
-                    yield chunk(i, delta, lp=lp)
+                    yield chunk(i, content(delta), lp=lp)
             elif isinstance(ev, DoneEvent):
                 rest = detok[i].finish(ev.result.text)
-                yield chunk(i, rest, finish=ev.result.finish_reason)
-        if usage:
+                if chat and rest:
+                    yield chunk(i, content(rest))
+                yield chunk(i, {} if chat else rest, finish=ev.result.finish_reason)
+        if include_usage:
             yield _sse({**base, "choices": [], "usage": _usage([r.result for r in job.reqs])})
         yield "data: [DONE]\n\n"
     finally:
