@@ -9,9 +9,10 @@ import pytest
 
 from typedlm.errors import TypedLMError
 from typedlm.generate import SamplingParams, build_sequence, finish_result
-from typedlm.generate.loop import run_sequence
 from typedlm.generate.scheduler import QueueFull, Request, Scheduler, run_batch
 from typedlm.grammar import GrammarRow, make_constraint
+
+from reference_loop import run_sequence
 
 PROMPTS = ["Hello", "The quick brown fox jumps over the lazy dog and then", "a",
            "Write JSON about cats please now", "x y z", "One two three four five six seven eight nine ten eleven",

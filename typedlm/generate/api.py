@@ -11,7 +11,6 @@ from ..engine import Engine, load_engine
 from ..errors import TypedLMError
 from ..grammar.controller import GrammarRow
 from ..grammar.spec import Constraint, make_constraint
-from .loop import run_sequence
 from .result import GenerationResult, check_schema
 from .sampling import SamplingParams
 from .sequence import Sequence
@@ -88,5 +87,6 @@ def generate(prompt: str | None = None, *, messages: list[dict] | None = None, e
     engine = engine or default_engine()
     prompt_ids = engine.encode_prompt(prompt=prompt, messages=messages)
     seq = build_sequence(engine, prompt_ids, params, constraint)
-    run_sequence(engine, seq)
-    return finish_result(engine, seq)
+    from .scheduler import run_batch  # the one decode loop (a batch of one here)
+
+    return run_batch(engine, [seq], max_batch=1)[0]

@@ -1,4 +1,7 @@
-"""The single-request decode loop: prefill once, then one token per forward with a KV cache."""
+"""Reference decode for tests: one row, a plain KV cache, no padding, no attention mask.
+
+Production decoding is the batching scheduler (``typedlm.generate.scheduler``); batched results
+are checked against this independent loop, which shares only the per-row ``Sequence`` rules."""
 
 from __future__ import annotations
 
@@ -6,8 +9,8 @@ import time
 
 import torch
 
-from ..engine import Engine
-from .sequence import Sequence
+from typedlm.engine import Engine
+from typedlm.generate.sequence import Sequence
 
 
 @torch.inference_mode()
