@@ -31,7 +31,7 @@ def _machine(engine) -> str:
 
 
 def run_bench(engine, *, preset: str = "support_triage", example: int = 0, runs: int = 5, naive_runs: int = 2,
-              warmup: int = 1, packings=("packed", "expand"), scorings=("labels", "slots"), progress=print) -> dict:
+              warmup: int = 1, packings=("packed", "fused", "expand"), scorings=("labels", "slots"), progress=print) -> dict:
     from ..decide import presets
     from ..decide.api import decide, naive_generate, plan_for
     from ..decide.prompt import prompt_ids
@@ -82,6 +82,8 @@ def run_bench(engine, *, preset: str = "support_triage", example: int = 0, runs:
                  "mean_log_legal_mass": statistics.fmean(f.log_legal_mass for f in ds[0].fields.values()),
                  "value": ds[0].value_dict()}
             c["scoring_over_bare_prefill"] = c["scoring_p50_s"] / prefill_p50[sc]
+            # what a decision costs beyond reading the prompt once (fused has no separate prefill)
+            c["overhead_over_bare_prefill"] = (c["total_p50_s"] - prefill_p50[sc]) / prefill_p50[sc]
             configs[f"{sc}/{pk}"] = c
         # parity: batched vs one row per forward, same prompt
         a = decide(schema, context, engine=engine, scoring=sc)
@@ -113,22 +115,24 @@ def to_markdown(r: dict, command: str) -> str:
     lines = [f"# bench decide — {r['model']} on {r['machine']}", "", f"Command: `{command}`", "",
              f"Preset `{r['preset']}` ({r['fields']} fields), {r['dtype']}, p50 of {r['runs']} runs "
              f"(naive: {r['naive_runs']}). Prompt tokens: {r['prompt_tokens']}.", "",
-             "| config | p50 total ms | prefill ms | scoring ms | scoring / bare prefill | rows | passes "
+             "| config | p50 total ms | prefill ms | scoring ms | scoring / bare prefill "
+             "| (total − bare prefill) / bare prefill | rows | passes "
              "| speedup vs naive | agreement w/ naive | mean log legal mass |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for k, c in r["decide"].items():
         sp = c.get("speedup_vs_naive")
         ag = c.get("agreement_with_naive")
         lines.append(f"| {k} | {c['total_p50_s']*1e3:.1f} | {c['prefill_p50_s']*1e3:.1f} | {c['scoring_p50_s']*1e3:.1f} "
-                     f"| {c['scoring_over_bare_prefill']:.2f} | {c['rows']} | {c['passes']} "
+                     f"| {c['scoring_over_bare_prefill']:.2f} | {c['overhead_over_bare_prefill']:.2f} "
+                     f"| {c['rows']} | {c['passes']} "
                      f"| {'' if sp is None else f'{sp:.1f}x'} | {'' if ag is None else f'{ag:.2f}'} "
                      f"| {c['mean_log_legal_mass']:.2f} |")
     for s, v in r["prefill_p50_s"].items():
-        lines.append(f"| bare prefill ({s} prompt) | {v*1e3:.1f} | | | | | | | | |")
+        lines.append(f"| bare prefill ({s} prompt) | {v*1e3:.1f} | | | | | | | | | |")
     if "naive" in r:
         n = r["naive"]
         lines.append(f"| naive JSON generation | {n['total_p50_s']*1e3:.1f} | {n['prefill_s']*1e3:.1f} | "
-                     f"decode {n['decode_s']*1e3:.0f} ({n['completion_tokens']} tokens) | | | | 1.0x | | |")
+                     f"decode {n['decode_s']*1e3:.0f} ({n['completion_tokens']} tokens) | | | | | 1.0x | | |")
     lines += ["", "Parity (batched vs one row per forward): " + ", ".join(
         f"{s}: max |Δ log-score| {p['max_abs_log_score_diff']:.2e} nats, same values {p['same_values']}"
         for s, p in r["parity"].items())]

@@ -12,7 +12,8 @@ from .plan import DEFAULT_SCORING, NONE_OF_ABOVE, Plan, get_plan
 from .prompt import prompt_ids, prompt_kwargs
 from .result import Decision, QuestionScore, finish_decision
 from .schema import DecisionSchema
-from .score import DEFAULT_BUDGET_BYTES, DEFAULT_PACKING, ScoreStats, _is_oom, _sync, prefill_batch, score_rows
+from .score import DEFAULT_BUDGET_BYTES, DEFAULT_PACKING, ScoreStats, _is_oom, _sync, prefill_batch, resolve_packing, score_fused, \
+    score_rows
 from .trie import score_trie
 
 
@@ -62,7 +63,29 @@ def decide_many(schema: Any, contexts: list[str], *, engine: Engine | None = Non
         need = len(ids) + max((len(r.ids) for r in plan.rows), default=0)
         if need > engine.max_context:
             raise TypedLMError(f"decision prompt + rows need {need} tokens; the model's context is {engine.max_context}")
+    packing = resolve_packing(packing, engine)
     out: list[Decision] = []
+    if packing == "fused" and max_rows is None:
+        todo = []
+        for i, ids in enumerate(ids_all):  # prompt + rows in one forward per context, where they fit
+            st = ScoreStats()
+            t0 = time.perf_counter()
+            picked = score_fused(engine, plan, ids, budget_bytes=budget_bytes, stats=st)
+            if picked is None:
+                todo.append(i)
+                out.append(None)
+                continue
+            _sync(engine)
+            out.append(_finish_one(engine, plan, ids, picked, time.perf_counter() - t0, 0.0, compile_s,
+                                   abstain_below_margin, st))
+            compile_s = 0.0
+        rest = decide_many(plan.schema, [contexts[i] for i in todo], engine=engine,
+                           scoring=scoring, allow_none_of_above=allow_none_of_above,
+                           abstain_below_margin=abstain_below_margin, packing="packed",
+                           budget_bytes=budget_bytes) if todo else []
+        for i, d in zip(todo, rest):
+            out[i] = d
+        return out
     for group in _groups(ids_all):
         stats = [ScoreStats() for _ in group]
         t0 = time.perf_counter()
@@ -111,12 +134,22 @@ def _score_one(engine, plan, ids, cache, prefill_s, compile_s, abstain_below, pa
     picked = score_rows(engine, plan, cache, len(ids), packing=packing, budget_bytes=budget, max_rows=max_rows,
                         stats=stats)
     _sync(engine)
+    return _finish_one(engine, plan, ids, picked, prefill_s, time.perf_counter() - t1, compile_s, abstain_below,
+                       stats)
+
+
+def _finish_one(engine, plan, ids, picked, prefill_s, scoring_s, compile_s, abstain_below,
+                stats: ScoreStats) -> Decision:
+    """Trie scores of every question -> the Decision (through the one finalizer). For ``fused`` the one
+    forward (prompt + rows) is reported as ``prefill``."""
+    t1 = time.perf_counter()
     scores = []
     for qi, q in enumerate(plan.questions):
         local, _full, log_mass = score_trie(q.trie, [picked[(qi, p)] for p in range(len(q.trie.points))])
         scores.append(QuestionScore(tuple(local), log_mass))
-    t2 = time.perf_counter()
-    timings = {"compile": compile_s, "prefill": prefill_s, "scoring": t2 - t1, "total": compile_s + prefill_s + t2 - t1}
+    scoring_s += time.perf_counter() - t1
+    timings = {"compile": compile_s, "prefill": prefill_s, "scoring": scoring_s,
+               "total": compile_s + prefill_s + scoring_s}
     usage = {"prompt_tokens": len(ids), **stats.as_dict()}
     return finish_decision(plan, scores, timings=timings, usage=usage, model=engine.name,
                            abstain_below_margin=abstain_below)

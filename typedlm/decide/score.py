@@ -1,7 +1,9 @@
 """Scoring passes: prefill the shared prompt once, then score every row of the plan in batched
 forward passes that reuse the prefix KV cache.
 
-Two ways to put many rows on one prefix (``packing``):
+Ways to put many rows on one prefix (``packing``):
+  ``fused``   the prompt and every row in ONE forward (:func:`score_fused`); falls back to
+              ``packed`` when the rows do not fit one pass
   ``packed``  all rows of a chunk in ONE sequence after the prefix, as a token tree (shared row
               prefixes fed once) with a 4-D attention mask (each token sees the prefix, its ancestors
               and itself) and per-token position ids; the prefix KV is never copied; the cache is
@@ -21,8 +23,16 @@ from ..engine import Engine
 from ..errors import TypedLMError
 from .plan import Plan, Row
 
-PACKINGS = ("packed", "expand")
-DEFAULT_PACKING = "packed"  # chosen by measurement: docs/ARCHITECTURE.md, "Decisions"
+PACKINGS = ("packed", "expand", "fused")
+DEFAULT_PACKING = "auto"  # fused on CUDA, packed elsewhere: chosen by measurement (ARCHITECTURE.md, "Decisions")
+
+
+def resolve_packing(packing: str, engine: Engine) -> str:
+    if packing == "auto":
+        return "fused" if engine.device.type == "cuda" else "packed"
+    if packing not in PACKINGS:
+        raise TypedLMError(f"packing must be auto or one of {', '.join(PACKINGS)}, got {packing!r}")
+    return packing
 DEFAULT_BUDGET_BYTES = 1 << 30  # activations + KV copies of one scoring pass
 
 
@@ -137,7 +147,7 @@ def score_rows(engine: Engine, plan: Plan, cache, prefix_len: int, *, packing: s
     if packing not in PACKINGS:
         raise TypedLMError(f"packing must be one of {', '.join(PACKINGS)}, got {packing!r}")
     stats = stats or ScoreStats()
-    stats.packing = packing
+    stats.packing = "packed" if packing == "fused" else packing  # fused reaching here = its fallback
     rows = list(plan.rows)
     chunk = chunk_rows(engine, rows, prefix_len, packing, budget_bytes)
     if max_rows:
@@ -147,7 +157,7 @@ def score_rows(engine: Engine, plan: Plan, cache, prefix_len: int, *, packing: s
     while i < len(rows):
         part = rows[i:i + chunk]
         try:
-            run = _pass_packed if packing == "packed" else _pass_expand
+            run = _pass_expand if packing == "expand" else _pass_packed
             picked, fed = run(engine, plan, part, cache, prefix_len)
             out.update(picked)
         except Exception as e:  # noqa: BLE001 - only out-of-memory is retried; everything else re-raised
@@ -202,11 +212,11 @@ def _pass_expand(engine: Engine, plan: Plan, part: list[Row], cache, prefix_len:
     return _gather(engine, plan, part, logits, lambda b, pos: (b, at[pos])), B * L
 
 
-def _pass_packed(engine: Engine, plan: Plan, part: list[Row], cache, prefix_len: int) -> tuple[dict, int]:
-    """Rows packed as a token tree: rows that share a prefix (every cue starts with ``{"``; the option
-    rows of a multi field share ``{"field":{"``) feed it once. Each node attends to the prompt prefix,
-    its ancestors and itself; its position id is prefix length + depth."""
-    P = prefix_len
+def _tree(part: list[Row], P: int):
+    """Rows as a token tree after a P-token prefix: rows that share a prefix (every cue starts with
+    ``{"``; the option rows of a multi field share ``{"field":{"``) feed it once. Returns the node ids,
+    position ids (P + depth), the [T, P + T] allowed-attention matrix (prefix, ancestors, self) and each
+    row's node indices."""
     node_of: dict[tuple, int] = {}
     ids, pos, parent, row_nodes = [], [], [], []
     for r in part:
@@ -228,8 +238,18 @@ def _pass_packed(engine: Engine, plan: Plan, part: list[Row], cache, prefix_len:
         if parent[k] >= 0:
             allow[k, P:] = allow[parent[k], P:]
         allow[k, P + k] = True
-    mask = torch.zeros(T, P + T, dtype=engine.dtype)
-    mask.masked_fill_(~allow, torch.finfo(engine.dtype).min)
+    return ids, pos, allow, row_nodes
+
+
+def _additive(allow: torch.Tensor, engine: Engine) -> torch.Tensor:
+    mask = torch.zeros(allow.shape, dtype=engine.dtype)
+    return mask.masked_fill_(~allow, torch.finfo(engine.dtype).min)[None, None].to(engine.device)
+
+
+def _pass_packed(engine: Engine, plan: Plan, part: list[Row], cache, prefix_len: int) -> tuple[dict, int]:
+    """All rows of ``part`` in one sequence on the cached prefix (see :func:`_tree`)."""
+    P = prefix_len
+    ids, pos, allow, row_nodes = _tree(part, P)
     dev = engine.device
     try:
         need = sorted({row_nodes[b][p] for b, r in enumerate(part) for _, p in r.reads})
@@ -237,11 +257,40 @@ def _pass_packed(engine: Engine, plan: Plan, part: list[Row], cache, prefix_len:
         at = {k: i for i, k in enumerate(need)} if keep else {k: k for k in need}
         logits, _ = engine.forward(torch.tensor([ids], device=dev), cache,
                                    position_ids=torch.tensor([pos], device=dev),
-                                   attention_mask=mask[None, None].to(dev),
+                                   attention_mask=_additive(allow, engine),
                                    **_keep(engine, torch.tensor(need, device=dev)))
-        return _gather(engine, plan, part, logits, lambda b, p: (0, at[row_nodes[b][p]])), T
+        return _gather(engine, plan, part, logits, lambda b, p: (0, at[row_nodes[b][p]])), len(ids)
     finally:
         _truncate(cache, P)
+
+
+@torch.inference_mode()
+def score_fused(engine: Engine, plan: Plan, prompt: list[int], *, budget_bytes: int = DEFAULT_BUDGET_BYTES,
+                stats: ScoreStats | None = None) -> dict | None:
+    """The prompt AND every row in ONE forward (causal prompt, then the row tree). On a launch-bound
+    GPU this saves a whole forward pass. Returns None when the rows do not fit one pass under the
+    budget (the caller then prefills and scores in ``packed`` chunks)."""
+    rows = list(plan.rows)
+    P = len(prompt)
+    if chunk_rows(engine, rows, P, "packed", budget_bytes) < len(rows):
+        return None
+    ids, pos, allow, row_nodes = _tree(rows, P)
+    full = torch.zeros(P + len(ids), P + len(ids), dtype=torch.bool)
+    full[:P, :P] = torch.ones(P, P, dtype=torch.bool).tril_()
+    full[P:] = allow
+    dev = engine.device
+    need = sorted({P + row_nodes[b][p] for b, r in enumerate(rows) for _, p in r.reads})
+    keep = _keeps_logits(engine)
+    at = {k: i for i, k in enumerate(need)} if keep else {k: k for k in need}
+    logits, _ = engine.forward(torch.tensor([prompt + ids], device=dev),
+                               position_ids=torch.tensor([list(range(P)) + pos], device=dev),
+                               attention_mask=_additive(full, engine),
+                               **_keep(engine, torch.tensor(need, device=dev)))
+    picked = _gather(engine, plan, rows, logits, lambda b, p: (0, at[P + row_nodes[b][p]]))
+    if stats is not None:
+        stats.packing = "fused"
+        stats.passes, stats.rows, stats.scored_tokens, stats.chunk_rows = 1, len(rows), len(ids), len(rows)
+    return picked
 
 
 def _truncate(cache, prefix_len: int) -> None:
