@@ -38,6 +38,6 @@ def test_decide_many_fused_matches_decide(tiny):
 
 
 def test_auto_packing(tiny):
-    assert resolve_packing("auto", tiny) == "packed"  # CPU: fused measured 13 % slower (ARCHITECTURE.md)
+    assert resolve_packing("auto", tiny) == "packed"  # CPU: fused measured 8 % slower (ARCHITECTURE.md)
     with pytest.raises(TypedLMError, match="packing"):
         resolve_packing("sideways", tiny)
