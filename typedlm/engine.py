@@ -40,6 +40,7 @@ class Engine:
     max_context: int
     grammars: Grammars
     cache_kwarg: str = "past_key_values"  # forward() keyword for the KV cache in this transformers
+    keeps_logits: bool = False  # forward() takes logits_to_keep (lm_head only at the positions read)
     load_seconds: float = 0.0
     source: str = ""
     extras: dict = field(default_factory=dict, compare=False)
@@ -148,8 +149,9 @@ def engine_from_model(model, tokenizer, *, name: str, device: torch.device | str
     chat = ChatProfile(template=getattr(tokenizer, "chat_template", None), bos_token=tokenizer.bos_token)
     params = inspect.signature(model.forward).parameters
     cache_kwarg = "cache" if "cache" in params else "past_key_values"
+    keeps_logits = "logits_to_keep" in params
     grammars = Grammars.for_tokenizer(tokenizer, model_vocab_size=model_vocab, stop_ids=sorted(stops))
     return Engine(name=name, model=model, tokenizer=tokenizer, device=device, dtype=dtype, chat=chat,
                   tokenizer_vocab_size=tok_vocab, model_vocab_size=model_vocab,
                   stop_ids=frozenset(stops), max_context=max_ctx, grammars=grammars,
-                  cache_kwarg=cache_kwarg, load_seconds=load_seconds, source=source)
+                  cache_kwarg=cache_kwarg, keeps_logits=keeps_logits, load_seconds=load_seconds, source=source)

@@ -58,18 +58,8 @@ def _sync(engine: Engine) -> None:
         torch.cuda.synchronize(engine.device)
 
 
-def _keeps_logits(engine: Engine) -> bool:
-    """Whether the model's forward takes ``logits_to_keep`` (lm_head only at the positions we read)."""
-    v = engine.extras.get("logits_to_keep")
-    if v is None:
-        import inspect
-
-        v = engine.extras["logits_to_keep"] = "logits_to_keep" in inspect.signature(engine.model.forward).parameters
-    return v
-
-
 def _keep(engine: Engine, positions) -> dict:
-    return {"logits_to_keep": positions} if _keeps_logits(engine) else {}
+    return {"logits_to_keep": positions} if engine.keeps_logits else {}
 
 
 @torch.inference_mode()
@@ -206,7 +196,7 @@ def _pass_expand(engine: Engine, plan: Plan, part: list[Row], cache, prefix_len:
         ids[b, : len(r.ids)] = torch.tensor(r.ids)  # right padding: causal rows never read it
     layers = [(lay.keys.expand(B, -1, -1, -1), lay.values.expand(B, -1, -1, -1)) for lay in cache.layers]
     need = sorted({p for r in part for _, p in r.reads})
-    at = {k: i for i, k in enumerate(need)} if _keeps_logits(engine) else {k: k for k in need}
+    at = {k: i for i, k in enumerate(need)} if engine.keeps_logits else {k: k for k in need}
     logits, _ = engine.forward(ids.to(engine.device), DynamicCache(ddp_cache_data=layers),
                                **_keep(engine, torch.tensor(need, device=engine.device)))
     return _gather(engine, plan, part, logits, lambda b, pos: (b, at[pos])), B * L
@@ -253,7 +243,7 @@ def _pass_packed(engine: Engine, plan: Plan, part: list[Row], cache, prefix_len:
     dev = engine.device
     try:
         need = sorted({row_nodes[b][p] for b, r in enumerate(part) for _, p in r.reads})
-        keep = _keeps_logits(engine)
+        keep = engine.keeps_logits
         at = {k: i for i, k in enumerate(need)} if keep else {k: k for k in need}
         logits, _ = engine.forward(torch.tensor([ids], device=dev), cache,
                                    position_ids=torch.tensor([pos], device=dev),
@@ -280,7 +270,7 @@ def score_fused(engine: Engine, plan: Plan, prompt: list[int], *, budget_bytes: 
     full[P:] = allow
     dev = engine.device
     need = sorted({P + row_nodes[b][p] for b, r in enumerate(rows) for _, p in r.reads})
-    keep = _keeps_logits(engine)
+    keep = engine.keeps_logits
     at = {k: i for i, k in enumerate(need)} if keep else {k: k for k in need}
     logits, _ = engine.forward(torch.tensor([prompt + ids], device=dev),
                                position_ids=torch.tensor([list(range(P)) + pos], device=dev),

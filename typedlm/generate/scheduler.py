@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import inspect
 import logging
 import threading
 import time
@@ -86,8 +85,7 @@ class Scheduler:
         self.peak_batch = 0  # most rows ever decoded together
         # prefill needs the last position's logits only (HF generate does the same): skips a
         # [prompt_len, vocab] lm_head product per admitted row
-        params = inspect.signature(engine.model.forward).parameters
-        self._prefill_kw = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+        self._prefill_kw = {"logits_to_keep": 1} if engine.keeps_logits else {}
 
     # -- client side (any thread) -----------------------------------------------------------------
     def submit(self, req: Request) -> Request:
