@@ -19,7 +19,7 @@ def run_sequence(engine: Engine, seq: Sequence) -> Sequence:
     ids = torch.tensor([seq.prompt_ids], device=engine.device)
     logits, cache = engine.forward(ids)
     logits = logits[0, -1].float()
-    _sync(engine)
+    engine.sync()
     t1 = time.perf_counter()
     seq.timings.prefill = t1 - t0
     while seq.begin_step():
@@ -30,11 +30,7 @@ def run_sequence(engine: Engine, seq: Sequence) -> Sequence:
         step = torch.tensor([[token]], device=engine.device)
         logits, cache = engine.forward(step, cache)
         logits = logits[0, -1].float()
-    _sync(engine)
+    engine.sync()
     seq.timings.decode = time.perf_counter() - t1
     return seq
 
-
-def _sync(engine: Engine) -> None:
-    if engine.device.type == "cuda":
-        torch.cuda.synchronize(engine.device)

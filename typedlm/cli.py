@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import json
 import platform
 from pathlib import Path
 from typing import Optional

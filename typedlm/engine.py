@@ -67,6 +67,11 @@ class Engine:
         out = self.model(input_ids=input_ids, use_cache=True, **kwargs)
         return out.logits, getattr(out, "cache", None) if self.cache_kwarg == "cache" else out.past_key_values
 
+    def sync(self) -> None:
+        """Wait for queued device work (timings on CUDA); a no-op on the CPU."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 

@@ -36,7 +36,7 @@ def run_bench(engine, *, preset: str = "support_triage", example: int = 0, runs:
     from ..decide.api import decide, naive_generate, plan_for
     from ..decide.prompt import prompt_ids
     from ..decide.result import TOLERANCE
-    from ..decide.score import _sync, prefill
+    from ..decide.score import prefill
 
     p = presets.load(preset)
     schema, context = p["schema"], p["examples"][example]
@@ -64,7 +64,7 @@ def run_bench(engine, *, preset: str = "support_triage", example: int = 0, runs:
                 continue
             t0 = time.perf_counter()
             r = fn()
-            _sync(engine)
+            engine.sync()
             samples[k].append((time.perf_counter() - t0, r))
         progress(f"round {rnd + 1}: " + ", ".join(f"{k} {samples[k][-1][0]*1e3:.0f} ms" for k in jobs
                                                   if len(samples[k]) == rnd + 1))

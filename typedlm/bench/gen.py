@@ -53,10 +53,6 @@ def load_subject(arch: str, device: str, dtype: str | None):
     return random_engine(arch, device=str(dev), dtype=dt)
 
 
-def _sync(engine) -> None:
-    if engine.device.type == "cuda":
-        torch.cuda.synchronize(engine.device)
-
 
 def run_typedlm(engine, ids: list[int], batch: int, max_tokens: int, constraint) -> dict:
     from ..generate import SamplingParams, build_sequence
@@ -64,10 +60,10 @@ def run_typedlm(engine, ids: list[int], batch: int, max_tokens: int, constraint)
 
     params = SamplingParams(max_tokens=max_tokens, temperature=0)
     seqs = [build_sequence(engine, ids, params, constraint) for _ in range(batch)]
-    _sync(engine)
+    engine.sync()
     t0 = time.perf_counter()
     results = run_batch(engine, seqs, max_batch=batch)
-    _sync(engine)
+    engine.sync()
     wall = time.perf_counter() - t0
     tokens = sum(r.completion_tokens for r in results)
     out = {"wall_s": round(wall, 4), "tokens": tokens, "tok_s": round(tokens / wall, 2),
@@ -91,11 +87,11 @@ def run_hf(engine, ids: list[int], batch: int, max_tokens: int, constraint) -> d
         compiled, _ = engine.grammars.compile(constraint)
         kwargs["logits_processor"] = [xhf.LogitsProcessor(compiled)]
     try:
-        _sync(engine)
+        engine.sync()
         t0 = time.perf_counter()
         with torch.inference_mode():
             out = model.generate(input_ids, **kwargs)
-        _sync(engine)
+        engine.sync()
         wall = time.perf_counter() - t0
     except Exception as e:  # noqa: BLE001 - a failed comparison is written down, the bench goes on
         return {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}

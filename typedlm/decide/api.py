@@ -12,7 +12,7 @@ from .plan import DEFAULT_SCORING, NONE_OF_ABOVE, Plan, get_plan
 from .prompt import prompt_ids, prompt_kwargs
 from .result import Decision, QuestionScore, finish_decision
 from .schema import DecisionSchema
-from .score import DEFAULT_BUDGET_BYTES, DEFAULT_PACKING, ScoreStats, _is_oom, _sync, prefill_batch, resolve_packing, score_fused, \
+from .score import DEFAULT_BUDGET_BYTES, DEFAULT_PACKING, ScoreStats, _is_oom, prefill_batch, resolve_packing, score_fused, \
     score_rows
 from .trie import score_trie
 
@@ -75,7 +75,7 @@ def decide_many(schema: Any, contexts: list[str], *, engine: Engine | None = Non
                 todo.append(i)
                 out.append(None)
                 continue
-            _sync(engine)
+            engine.sync()
             out.append(_finish_one(engine, plan, ids, picked, time.perf_counter() - t0, 0.0, compile_s,
                                    abstain_below_margin, st))
             compile_s = 0.0
@@ -90,7 +90,7 @@ def decide_many(schema: Any, contexts: list[str], *, engine: Engine | None = Non
         stats = [ScoreStats() for _ in group]
         t0 = time.perf_counter()
         caches = _prefill_group(engine, [ids_all[i] for i in group], stats[0])
-        _sync(engine)
+        engine.sync()
         share = (time.perf_counter() - t0) / len(group)  # the shared batched prefill, split evenly
         for i, cache, st in zip(group, caches, stats):
             out.append(_score_one(engine, plan, ids_all[i], cache, share, compile_s, abstain_below_margin, packing,
@@ -133,7 +133,7 @@ def _score_one(engine, plan, ids, cache, prefill_s, compile_s, abstain_below, pa
     t1 = time.perf_counter()
     picked = score_rows(engine, plan, cache, len(ids), packing=packing, budget_bytes=budget, max_rows=max_rows,
                         stats=stats)
-    _sync(engine)
+    engine.sync()
     return _finish_one(engine, plan, ids, picked, prefill_s, time.perf_counter() - t1, compile_s, abstain_below,
                        stats)
 

@@ -8,7 +8,7 @@ alternatives, margins, legal mass, abstention), reconciles multi fields, and val
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import TypedLMError

@@ -14,7 +14,6 @@ Rows are chunked to a memory budget; an out-of-memory error halves the chunk and
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import torch
@@ -52,10 +51,6 @@ class ScoreStats:
         return {"rows": self.rows, "scored_tokens": self.scored_tokens, "passes": self.passes,
                 "oom_retries": self.oom_retries, "chunk_rows": self.chunk_rows, "packing": self.packing}
 
-
-def _sync(engine: Engine) -> None:
-    if engine.device.type == "cuda":
-        torch.cuda.synchronize(engine.device)
 
 
 def _keep(engine: Engine, positions) -> dict:
