@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import typedlm
-from typedlm.generate import sequence as seqmod
+from typedlm.generate.sampling import BatchSampler
 from typedlm.grammar.controller import GrammarRow
 from typedlm.grammar.spec import MAX_WHITESPACE
 
@@ -55,7 +55,7 @@ def test_mask_is_applied_after_repetition_penalty(tiny):
 def test_matcher_rejection_is_an_error_not_a_silent_continue(tiny, monkeypatch):
     """With the mask disabled the sampler picks tokens the grammar forbids: the row must end with
     finish_reason="error" naming the token, not continue into garbage."""
-    monkeypatch.setattr(GrammarRow, "apply", lambda self, logits: None)
+    monkeypatch.setattr(BatchSampler, "_mask", lambda self, logits, mask, rows: None)
     r = typedlm.generate("x", engine=tiny, regex=r"[0-9]{8}", seed=0, temperature=1.0)
     assert r.finish_reason == "error"
     assert "grammar rejected sampled token" in r.error
@@ -64,18 +64,18 @@ def test_matcher_rejection_is_an_error_not_a_silent_continue(tiny, monkeypatch):
 
 def test_matcher_accepts_exactly_the_sampled_tokens(tiny, monkeypatch):
     sampled, accepted = [], []
-    real_sample, real_accept = seqmod.sample, GrammarRow.accept
+    real_finish, real_accept = BatchSampler.finish, GrammarRow.accept
 
     def spy_sample(*a, **k):
-        tok = real_sample(*a, **k)
-        sampled.append(tok)
-        return tok
+        toks = real_finish(*a, **k)
+        sampled.extend(toks)
+        return toks
 
     def spy_accept(self, tok):
         accepted.append(tok)
         return real_accept(self, tok)
 
-    monkeypatch.setattr(seqmod, "sample", spy_sample)
+    monkeypatch.setattr(BatchSampler, "finish", spy_sample)
     monkeypatch.setattr(GrammarRow, "accept", spy_accept)
     r = typedlm.generate("x", engine=tiny, json_schema=SCHEMA, seed=3, max_tokens=300)
     assert sampled == accepted
@@ -83,15 +83,12 @@ def test_matcher_accepts_exactly_the_sampled_tokens(tiny, monkeypatch):
 
 
 def test_complete_grammar_stops_without_eos_and_without_another_forward(tiny, monkeypatch):
-    calls = []
-    real_forward = type(tiny).forward
-
-    def counting_forward(self, *a, **k):
-        calls.append(1)
-        return real_forward(self, *a, **k)
-
-    monkeypatch.setattr(type(tiny), "forward", counting_forward)
-    r = typedlm.generate("x", engine=tiny, regex=r"(yes|no)!", seed=0)
+    calls = []  # every model pass (prefill or decode, whichever runner) embeds its input ids once
+    hook = tiny.model.get_input_embeddings().register_forward_hook(lambda *a: calls.append(1))
+    try:
+        r = typedlm.generate("x", engine=tiny, regex=r"(yes|no)!", seed=0)
+    finally:
+        hook.remove()
     assert r.text in ("yes!", "no!")
     assert r.finish_reason == "stop"
     assert not set(r.token_ids) & tiny.stop_ids
@@ -101,8 +98,8 @@ def test_complete_grammar_stops_without_eos_and_without_another_forward(tiny, mo
 
 def test_max_tokens_one_emits_the_sampled_token(tiny, monkeypatch):
     sampled = []
-    real_sample = seqmod.sample
-    monkeypatch.setattr(seqmod, "sample", lambda *a, **k: sampled.append(real_sample(*a, **k)) or sampled[-1])
+    real_finish = BatchSampler.finish
+    monkeypatch.setattr(BatchSampler, "finish", lambda *a, **k: sampled.extend(real_finish(*a, **k)) or sampled)
     r = typedlm.generate("x", engine=tiny, json_schema=SCHEMA, max_tokens=1, seed=5)
     assert r.finish_reason == "length"
     assert r.token_ids == sampled and len(sampled) == 1

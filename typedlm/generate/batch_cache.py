@@ -22,11 +22,35 @@ from ..errors import TypedLMError
 
 
 class BatchKV:
-    def __init__(self, engine: Engine):
-        self.engine = engine
+    """For model families :class:`~typedlm.generate.kv.StaticKV` does not run. Slots only number
+    the rows for the sampler's per-row buffers; the KV itself is in running order."""
+
+    def __init__(self, engine: Engine, capacity: int):
+        self.engine, self.capacity = engine, capacity
+        self._free = list(range(capacity))
+        self.max_len = engine.max_context
         self.cache = None  # transformers DynamicCache, or None while the batch is empty
         self.mask = torch.zeros(0, 0, dtype=torch.long, device=engine.device)
         self.positions = torch.zeros(0, dtype=torch.long, device=engine.device)
+
+    @property
+    def free_slots(self) -> int:
+        return len(self._free)
+
+    def acquire(self) -> int:
+        self._free.sort()
+        return self._free.pop(0)
+
+    def release(self, slot: int) -> None:
+        self._free.append(slot)
+
+    def prefill(self, ids: torch.Tensor, slots: list[int]) -> torch.Tensor:
+        """Rows of one length, prefilled together without padding, merged into the batch."""
+        kw = {"logits_to_keep": 1} if self.engine.keeps_logits else {}
+        logits, cache = self.engine.forward(ids, **kw)
+        last = logits[:, -1].float()
+        self.add(cache, int(ids.shape[1]))
+        return last
 
     @property
     def size(self) -> int:
@@ -55,7 +79,7 @@ class BatchKV:
         self.mask = torch.cat([_left_pad(self.mask, width, dim=1), _left_pad(row_mask, width, dim=1)], dim=0)
         self.positions = torch.cat([self.positions, torch.full((rows,), length, dtype=torch.long, device=dev)])
 
-    def step(self, tokens: list[int]) -> torch.Tensor:
+    def step(self, tokens: list[int], slots: list[int] | None = None) -> torch.Tensor:
         """Feed one token per row (in row order); returns the float32 logits ``[B, V]`` of the next ids."""
         dev = self.engine.device
         ids = torch.tensor(tokens, dtype=torch.long, device=dev).view(-1, 1)
@@ -69,7 +93,9 @@ class BatchKV:
     def keep(self, indices: list[int]) -> None:
         """Keep only these rows (in this order); free the rest and any all-padding leading columns."""
         if not indices:
-            self.__init__(self.engine)
+            self.cache = None
+            self.mask = self.mask[:0, :0]
+            self.positions = self.positions[:0]
             return
         if indices == list(range(self.size)):
             return

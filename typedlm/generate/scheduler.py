@@ -18,6 +18,7 @@ One ``step()``:
 from __future__ import annotations
 
 import collections
+import dataclasses
 import concurrent.futures
 import logging
 import threading
@@ -30,8 +31,9 @@ import torch
 from ..engine import Engine
 from ..errors import TypedLMError
 from .api import finish_result
-from .batch_cache import BatchKV
+from .kv import make_kv
 from .result import GenerationResult
+from .sampling import BatchSampler
 from .sequence import Sequence
 
 log = logging.getLogger("typedlm.scheduler")
@@ -62,6 +64,7 @@ class Request:
     logprobs: int | None = None  # None: no logprobs; k >= 0: chosen token + top-k alternatives
     cancelled: bool = False
     next_logits: torch.Tensor | None = None
+    slot: int = -1
     decode_t0: float | None = None  # when the row joined the batch (end of its prefill)
     result: GenerationResult | None = None
     done: threading.Event = field(default_factory=threading.Event)
@@ -74,7 +77,10 @@ class Scheduler:
         self.engine = engine
         self.max_batch = max_batch
         self.max_queue = max_queue
-        self.kv = BatchKV(engine)
+        self.kv = make_kv(engine, max_batch)
+        # a row keeps its slot (KV, bitmask, sampling params) for life; the KV hands them out
+        self.sampler = BatchSampler(max_batch=self.kv.capacity, vocab_size=engine.model_vocab_size,
+                                    tokenizer_vocab_size=engine.tokenizer_vocab_size, device=engine.device)
         self.running: list[Request] = []
         self.waiting: collections.deque[Request] = collections.deque()
         self._calls: collections.deque = collections.deque()
@@ -83,9 +89,6 @@ class Scheduler:
         self._stop = False
         self.steps = 0
         self.peak_batch = 0  # most rows ever decoded together
-        # prefill needs the last position's logits only (HF generate does the same): skips a
-        # [prompt_len, vocab] lm_head product per admitted row
-        self._prefill_kw = {"logits_to_keep": 1} if engine.keeps_logits else {}
 
     # -- client side (any thread) -----------------------------------------------------------------
     def submit(self, req: Request) -> Request:
@@ -163,28 +166,10 @@ class Scheduler:
         self._admit()
         if not self.running:
             return
-        tokens: list[int] = []
-        for req in self.running:
-            seq = req.seq
-            if not seq.begin_step():
-                tokens.append(-1)
-                continue
-            logits = req.next_logits
-            event = TokenEvent(0)
-            if req.logprobs is not None:
-                lp = torch.log_softmax(logits, dim=-1)
-            token = seq.select(logits)
-            event.token = token
-            if req.logprobs is not None:
-                event.logprob = float(lp[token])
-                if req.logprobs:
-                    top = torch.topk(lp[: self.engine.tokenizer_vocab_size], req.logprobs)
-                    event.top_logprobs = list(zip(top.indices.tolist(), top.values.tolist()))
-            emitted = len(seq.output_ids)
-            seq.append(token)
-            tokens.append(token)
-            if len(seq.output_ids) > emitted:  # stop ids and rejected tokens are not emitted
-                req.on_event(event)
+        self.sampler.fill([r.seq for r in self.running])  # rows just admitted
+        active = [r for r in self.running if r.seq.begin_step()]
+        if active:
+            self._sample(active)
         keep = [i for i, r in enumerate(self.running) if not r.seq.finished]
         for r in self.running:
             if r.seq.finished:
@@ -192,9 +177,32 @@ class Scheduler:
         self.running = [self.running[i] for i in keep]
         self.kv.keep(keep)
         if self.running:
-            logits = self.kv.step([tokens[i] for i in keep])
+            logits = self.kv.step([r.seq.output_ids[-1] for r in self.running], [r.slot for r in self.running])
             for i, r in enumerate(self.running):
                 r.next_logits = logits[i]
+
+    def _sample(self, active: list[Request]) -> None:
+        """One batched pipeline for every sampling row, one host transfer, then the per-row rules."""
+        seqs = [r.seq for r in active]
+        logits = torch.stack([r.next_logits for r in active])  # a private float32 copy, changed in place
+        want = [i for i, r in enumerate(active) if r.logprobs is not None]
+        lp = torch.log_softmax(logits[want], dim=-1) if want else None  # of the raw logits
+        tokens = self.sampler.finish(self.sampler.sample(logits, seqs, [r.slot for r in active]), seqs)
+        events = [TokenEvent(t) for t in tokens]
+        for row, i in enumerate(want):  # opt-in: one more transfer per row
+            events[i].logprob = float(lp[row, tokens[i]])
+            k = active[i].logprobs
+            if k:
+                top = torch.topk(lp[row, : self.engine.tokenizer_vocab_size], k)
+                events[i].top_logprobs = list(zip(top.indices.tolist(), top.values.tolist()))
+        before = [len(seq.output_ids) for seq in seqs]
+        going = [seq.accept(t) for seq, t in zip(seqs, tokens)]
+        self.sampler.fill(seqs)  # the next masks of every grammar row, in one batched call
+        for r, go, event, n in zip(active, going, events, before):
+            if go:
+                r.seq.settle()
+            if len(r.seq.output_ids) > n:  # stop ids and rejected tokens are not emitted
+                r.on_event(event)
 
     def _drop_cancelled(self) -> None:
         with self._cond:
@@ -230,7 +238,7 @@ class Scheduler:
         """Admit waiting rows into free slots. Rows of equal prompt length are prefilled together
         (no padding, so each row's KV is what a single-row prefill computes, up to GEMM shape)."""
         with self._cond:
-            take = min(self.max_batch - len(self.running), len(self.waiting))
+            take = min(self.max_batch - len(self.running), len(self.waiting), self.kv.free_slots)
             admitted = [self.waiting.popleft() for _ in range(take)]
         groups: dict[int, list[Request]] = {}
         for req in admitted:
@@ -238,18 +246,21 @@ class Scheduler:
         for length, group in groups.items():
             t0 = time.perf_counter()
             try:
+                for r in group:
+                    _fit(r.seq, self.kv.max_len)
+                    r.slot = self.kv.acquire()
                 ids = torch.tensor([r.seq.prompt_ids for r in group], device=self.engine.device)
-                logits, cache = self.engine.forward(ids, **self._prefill_kw)
-                last = logits[:, -1].float()
-                self.kv.add(cache, length)
+                last = self.kv.prefill(ids, [r.slot for r in group])
             except Exception as e:  # noqa: BLE001 - these rows fail, the batch goes on
                 log.exception("prefill failed")
                 for r in group:
-                    r.seq.finish("error", f"internal error: prefill failed: {type(e).__name__}: {e}")
+                    r.seq.finish("error", str(e) if isinstance(e, TypedLMError)
+                                 else f"internal error: prefill failed: {type(e).__name__}: {e}")
                     self._finish(r)
                 continue
             now = time.perf_counter()
             for i, r in enumerate(group):
+                self.sampler.admit(r.slot, r.seq)
                 r.next_logits = last[i]
                 r.seq.timings.prefill = now - t0
                 r.decode_t0 = now
@@ -262,6 +273,9 @@ class Scheduler:
             seq.timings.decode = time.perf_counter() - req.decode_t0
         seq.grammar = None  # free the matcher now, not when the client lets go of the request
         req.next_logits = None
+        if req.slot >= 0:
+            self.kv.release(req.slot)  # evict = mark the slot free: no KV is moved
+            req.slot = -1
         req.result = finish_result(self.engine, seq)
         req.done.set()
         try:
@@ -276,13 +290,23 @@ class Scheduler:
             calls = list(self._calls)
             self._calls.clear()
         self.running = []
-        self.kv = BatchKV(self.engine)
+        self.kv.keep([])
         for r in reqs:
             r.seq.finish(reason, message if reason == "error" else None)
             self._finish(r)
         for fut, *_ in calls:
             if fut.set_running_or_notify_cancel():
                 fut.set_exception(TypedLMError(message))
+
+
+def _fit(seq: Sequence, max_len: int) -> None:
+    """Like the model's context in ``build_sequence``: a prompt must fit the KV, and ``max_tokens``
+    is cut to the room left (the row then ends with ``length``)."""
+    if len(seq.prompt_ids) >= max_len:
+        raise TypedLMError(f"prompt has {len(seq.prompt_ids)} tokens; the KV holds {max_len} (TYPEDLM_KV_LEN)")
+    room = max_len - len(seq.prompt_ids)
+    if seq.params.max_tokens > room:
+        seq.params = dataclasses.replace(seq.params, max_tokens=room)
 
 
 def run_batch(engine: Engine, seqs: list[Sequence], *, max_batch: int = 8,

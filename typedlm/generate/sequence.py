@@ -1,13 +1,12 @@
 """Sequence: one request's decode state and its per-step rules (select a token, append it, finish).
 
-The single-request loop and the batching scheduler both drive sequences through the same three
-calls, so the invariants live in one place:
+The batch scheduler drives sequences through these calls, so the per-row rules live in one place
+(the token itself is picked for the whole batch at once by :class:`sampling.BatchSampler`):
 
-  ``begin_step()``        fill the grammar mask; a complete grammar finishes the row (no sampling)
-  ``select(logits_row)``  the logits pipeline of :mod:`sampling`, grammar mask last, then sample
-  ``append(token)``       matcher accepts the sampled token (rejection = internal error on the
-                          result); a grammar that is now complete, a stop id, a stop string or
-                          max_tokens ends the row
+  ``begin_step()``        the grammar mask is filled; a complete grammar finishes the row (no sampling)
+  ``append(token)``       = ``accept`` (matcher accepts the sampled token, rejection = internal error
+                          on the result; stop id / stop string end the row) + ``settle`` (a grammar
+                          that is now complete, or max_tokens, ends the row)
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ import torch
 
 from ..grammar.controller import GrammarRow
 from ..grammar.spec import Constraint
-from .sampling import SamplingParams, apply_repetition_penalty, sample, truncate
+from .sampling import SamplingParams
 
 
 @dataclass
@@ -72,48 +71,33 @@ class Sequence:
             return False
         return self.grammar is None or self._grammar_open()
 
-    def select(self, logits: torch.Tensor) -> int:
-        """Pick the next id from this row's raw logits (1-D, float32, a private copy: changed in place)."""
-        p = self.params
-        seen = self.prompt_ids + self.output_ids
-        apply_repetition_penalty(logits, seen, p.repetition_penalty)
-        for proc in p.logits_processors:
-            out = proc(seen, logits)
-            if out is not None and out is not logits:
-                logits.copy_(out)
-        if not p.greedy and p.temperature != 1.0:
-            logits.div_(p.temperature)
-        truncating = bool(p.top_k) or p.top_p < 1.0
-        work = logits.clone() if truncating else logits
-        if truncating:
-            truncate(work, p.top_k, p.top_p)
-        self._mask(work)
-        if truncating and self.grammar is not None and not torch.isfinite(work).any():
-            # top-k / top-p removed every id the grammar allows: keep the grammar, drop truncation
-            self.truncation_fallbacks += 1
-            work = logits
-            self._mask(work)
-        return sample(work, p, self.generator)
-
-    def _mask(self, logits: torch.Tensor) -> None:
-        logits[self.tokenizer_vocab_size:] = float("-inf")  # padded lm_head rows never decode
-        if self.grammar is not None:
-            self.grammar.apply(logits)  # last: nothing after this may re-allow an id
-
     def append(self, token: int) -> None:
+        """``accept`` then ``settle``: one row on its own (the batch scheduler calls the two halves,
+        with one batched mask fill in between)."""
+        if self.accept(token):
+            self.settle()
+
+    def accept(self, token: int) -> bool:
+        """The matcher accepts the sampled token; stop ids and stop strings end the row. Returns
+        True when the row goes on (``settle`` must follow, after the mask of the new state is filled)."""
         if self.first_token_at is None:
             self.first_token_at = time.perf_counter()
         if self.grammar is not None and not self.grammar.accept(token):
             self.finish("error", f"internal error: grammar rejected sampled token {token} "
                                  f"at step {len(self.output_ids)}")
-            return
+            return False
         if token in self.stop_ids:
             self.finish("stop")
-            return
+            return False
         self.output_ids.append(token)
         if self.params.stop and self._hit_stop_string():
             self.finish("stop")
-            return
+            return False
+        return True
+
+    def settle(self) -> None:
+        """After the accepted token: a complete (or dead) grammar ends the row now, before any
+        forward pass is spent on it; then ``max_tokens``."""
         if self.grammar is not None and not self._grammar_open():
             return  # next step's mask is computed now: a complete grammar ends the row before any forward
         if len(self.output_ids) >= self.params.max_tokens:

@@ -1,6 +1,8 @@
 """Per-row grammar controller: fill the next-token mask, apply it, accept the sampled token.
 
-One :class:`GrammarRow` per sequence. The decode loop calls, each step and in this order:
+One :class:`GrammarRow` per sequence. Its mask lives in row ``index`` of a bitmask: its own
+one-row buffer, or, once the batch sampler ``attach``-es it, the batch's shared ``[max_batch, V/32]``
+buffer (the sampler then fills every row's mask in one ``BatchGrammarMatcher`` call). The decode loop calls, each step and in this order:
 ``fill()`` -> (``state()`` complete/dead ends the row with no sampling) -> ``apply(logits)`` as the very last
 logits processor -> sample -> ``accept(token)`` -> ``fill()`` + ``state()`` again, so a grammar
 that just completed ends the row before another forward pass is spent on it.
@@ -17,14 +19,20 @@ class GrammarRow:
         self.matcher = xgr.GrammarMatcher(compiled)
         self.vocab_size = vocab_size
         self.bitmask = xgr.allocate_token_bitmask(1, vocab_size)
+        self.index = 0
         self._stop_bits = _bits_for(stop_ids, self.bitmask.shape[1])
         self.accepted = 0
         self.filled = False  # the bitmask holds the mask for the current matcher state
 
+    def attach(self, store: torch.Tensor, index: int) -> None:
+        """Keep the mask in row ``index`` of a shared host bitmask from now on (the current one moves along)."""
+        store[index] = self.bitmask[self.index]
+        self.bitmask, self.index = store, index
+
     def fill(self) -> None:
         """Compute the mask of tokens the grammar allows next (host-side, int32 bitmask); once per state."""
         if not self.filled:
-            self.matcher.fill_next_token_bitmask(self.bitmask, 0)
+            self.matcher.fill_next_token_bitmask(self.bitmask, self.index)
             self.filled = True
 
     def state(self) -> str:
@@ -32,14 +40,15 @@ class GrammarRow:
         terminated), or "dead" (no token at all: the tokenizer cannot spell what the grammar needs)."""
         if self.matcher.is_terminated():
             return "complete"
-        row = self.bitmask[0]
+        row = self.bitmask[self.index]
         if bool(torch.any(row & ~self._stop_bits)):
             return "open"
         return "complete" if bool(torch.any(row)) else "dead"
 
     def apply(self, logits: torch.Tensor) -> None:
         """Set every disallowed id (padded-vocab ids included) of a 1-D logits row to -inf, in place."""
-        mask = self.bitmask if logits.device.type == "cpu" else self.bitmask.to(logits.device, non_blocking=True)
+        mask = self.bitmask[self.index: self.index + 1]
+        mask = mask if logits.device.type == "cpu" else mask.to(logits.device)
         xgr.apply_token_bitmask_inplace(logits.view(1, -1), mask, vocab_size=self.vocab_size)
 
     def accept(self, token: int) -> bool:

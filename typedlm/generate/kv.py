@@ -1,0 +1,300 @@
+"""The decode batch's KV cache: static slots (+ CUDA graphs) for Llama / Qwen2 / Qwen3, else ``BatchKV``.
+
+:class:`StaticKV` is a small gpt-fast-style runner over the model's own modules (embeddings, norms,
+projections, MLPs, rotary embedding and lm_head are called as they are: no weight is copied). Only
+attention and the cache are ours:
+
+* one preallocated buffer per layer and K/V, ``[capacity, kv_heads, max_len + 1, head_dim]``;
+  a row owns one **slot** (batch index) for its life: prefill writes ``[slot, :, :T]``, each decode
+  step writes column ``position`` of its slot (``index_put``), eviction marks the slot free (no
+  ``index_select``, nothing moves). Column ``max_len`` is scratch: rows of the decode range that are
+  not in this call (free slots, or slots another scheduler holds) write there and nothing reads it.
+* a decode step covers slots ``[0, B)`` where ``B`` is the bucket (1, 2, 4, …, capacity) above the
+  highest slot in use (slots are handed out lowest-first, so the range stays compact), and attends
+  over the first ``L`` columns, ``L`` the power-of-two bucket (>= 256) above the longest row; the
+  mask is ``column <= position`` per row. Grouped-query attention is two batched matmuls over the
+  ``[B, kv_heads, group, ·]`` view (no K/V expansion).
+* on CUDA each ``(B, L)`` decode step is captured once as a CUDA graph (``capture()`` at warm-up
+  does every bucket up to a length; a bucket first met later is captured then); a step copies the
+  ids/positions into the graph's input buffers, replays, and gathers the rows it asked for out of
+  the graph's output (a copy, so the next replay cannot overwrite what the caller holds).
+
+Prefill (eager, variable length): rows of one length start at position 0, causal SDPA over their
+own keys, K/V written into their slots, logits of the last position only.
+
+``make_kv`` picks :class:`StaticKV` when the model family is supported, else the dynamic
+:class:`~typedlm.generate.batch_cache.BatchKV` (left-padded ``DynamicCache``). One ``StaticKV`` per
+engine (``Engine.extras``), shared by every scheduler of that engine through ``acquire``/``release``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import torch
+import torch.nn.functional as F
+
+from ..engine import Engine
+from ..errors import TypedLMError
+from .batch_cache import BatchKV
+
+FAMILIES = ("llama", "qwen2", "qwen3")
+MIN_BUCKET = 256
+
+
+def kv_len_default(engine: Engine) -> int:
+    return min(engine.max_context, int(os.environ.get("TYPEDLM_KV_LEN", "4096")))
+
+
+def supported(engine: Engine) -> str | None:
+    """None when :class:`StaticKV` can run this model, else the reason it cannot."""
+    cfg = engine.model.config
+    if cfg.model_type not in FAMILIES:
+        return f"model type {cfg.model_type!r} is not one of {FAMILIES}"
+    if getattr(cfg, "use_sliding_window", False) or "sliding_attention" in (getattr(cfg, "layer_types", None) or ()):
+        return "sliding-window attention"
+    rope = (getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {})
+    if rope.get("rope_type", rope.get("type", "default")) not in ("default", "linear", "llama3"):
+        return f"rope type {rope.get('rope_type')!r}"
+    return None
+
+
+def make_kv(engine: Engine, max_batch: int):
+    """The KV backend for a scheduler of ``max_batch`` rows."""
+    if supported(engine) is not None:
+        return BatchKV(engine, max_batch)
+    with _LOCK:
+        kv = engine.extras.get("static_kv")
+        if kv is None or (kv.capacity < max_batch and kv.idle):
+            if kv is not None:
+                kv.free()
+            kv = StaticKV(engine, max(max_batch, kv.capacity if kv else 1), kv_len_default(engine))
+            engine.extras["static_kv"] = kv
+        elif kv.capacity < max_batch:
+            raise TypedLMError(f"the engine's static KV holds {kv.capacity} rows and is in use; "
+                               f"a scheduler of {max_batch} rows cannot start now")
+        return kv
+
+
+_LOCK = threading.Lock()
+
+
+def _bucket(n: int, top: int) -> int:
+    b = 1
+    while b < n:
+        b *= 2
+    return min(b, top)
+
+
+class StaticKV:
+    def __init__(self, engine: Engine, capacity: int, max_len: int):
+        m = engine.model
+        self.engine, self.capacity, self.max_len = engine, capacity, max_len
+        self.dev = engine.device
+        self.base = m.model
+        self.layers = list(self.base.layers)
+        a = self.layers[0].self_attn
+        cfg = m.config
+        self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.head_dim = a.head_dim
+        self.scaling = a.scaling
+        self.qk_norm = hasattr(a, "q_norm")
+        shape = (capacity, self.kv_heads, max_len + 1, self.head_dim)
+        self.k = [torch.zeros(shape, dtype=engine.dtype, device=self.dev) for _ in self.layers]
+        self.v = [torch.zeros(shape, dtype=engine.dtype, device=self.dev) for _ in self.layers]
+        self.length = [0] * capacity  # tokens in each slot's KV
+        self._free = list(range(capacity))
+        self._held: set[int] = set()
+        self._lock = threading.RLock()
+        self._cols = torch.arange(max_len + 1, device=self.dev)
+        self._rows = torch.arange(capacity, device=self.dev)
+        self._io = torch.zeros(2, capacity, dtype=torch.long, device=self.dev)  # graph inputs: ids, positions
+        self._host = torch.zeros(2, capacity, dtype=torch.long, pin_memory=self.dev.type == "cuda")
+        self.graphs: dict[tuple[int, int], tuple] = {}
+        self._pool = None
+        self.capture_s = 0.0
+
+    # -- slots (any thread) -----------------------------------------------------------------------
+    @property
+    def idle(self) -> bool:
+        return not self._held
+
+    @property
+    def size(self) -> int:
+        return len(self._held)
+
+    @property
+    def free_slots(self) -> int:
+        return len(self._free)
+
+    def acquire(self) -> int:
+        with self._lock:
+            self._free.sort()
+            slot = self._free.pop(0)  # lowest first: the decode range stays compact
+            self._held.add(slot)
+            self.length[slot] = 0
+            return slot
+
+    def release(self, slot: int) -> None:
+        with self._lock:
+            if slot in self._held:
+                self._held.discard(slot)
+                self._free.append(slot)
+
+    def free(self) -> None:
+        self.k = self.v = []
+        self.graphs.clear()
+
+    # -- the scheduler's KV interface -------------------------------------------------------------
+    def keep(self, indices: list[int]) -> None:
+        """Eviction is ``release`` of the slot; nothing moves."""
+
+    @torch.inference_mode()
+    def prefill(self, ids: torch.Tensor, slots: list[int]) -> torch.Tensor:
+        """Rows of one length into fresh slots -> float32 logits ``[g, V]`` of their last position."""
+        g, t = ids.shape
+        if t > self.max_len:
+            raise TypedLMError(f"prompt of {t} tokens is longer than the static KV ({self.max_len}; TYPEDLM_KV_LEN)")
+        with self._lock:
+            slot_t = torch.tensor(slots, device=self.dev)
+            pos = torch.arange(t, device=self.dev).expand(g, t)
+            h = self.base.embed_tokens(ids)
+            cos, sin = self.base.rotary_emb(h, pos)
+            for i, layer in enumerate(self.layers):
+                a = layer.self_attn
+                q, k, v = self._qkv(a, layer.input_layernorm(h), cos, sin)
+                self.k[i][slot_t, :, :t] = k
+                self.v[i][slot_t, :, :t] = v
+                o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scaling, enable_gqa=True)
+                h = h + a.o_proj(o.transpose(1, 2).reshape(g, t, -1))
+                h = h + layer.mlp(layer.post_attention_layernorm(h))
+            logits = self.engine.model.lm_head(self.base.norm(h[:, -1])).float()
+            for s in slots:
+                self.length[s] = t
+            return logits
+
+    @torch.inference_mode()
+    def step(self, tokens: list[int], slots: list[int]) -> torch.Tensor:
+        """One token per row into its slot -> float32 logits ``[len(slots), V]`` (a private copy)."""
+        with self._lock:
+            top = max(slots) + 1
+            longest = max(self.length[s] for s in slots) + 1
+            if longest > self.max_len:
+                raise TypedLMError(f"a row reached the static KV length ({self.max_len}; TYPEDLM_KV_LEN)")
+            if self.dev.type == "cuda":
+                b, cols = _bucket(top, self.capacity), max(MIN_BUCKET, _bucket(longest, 1 << 30))
+                cols = min(cols, self.max_len)
+            else:  # eager on the CPU: exact sizes, no padding
+                b, cols = top, longest
+            host = self._host
+            host[0, :b] = 0
+            host[1, :b] = self.max_len  # rows not in this call write the scratch column
+            for s, tok in zip(slots, tokens):
+                host[0, s] = tok
+                host[1, s] = self.length[s]
+                self.length[s] += 1
+            self._io[:, :b].copy_(host[:, :b], non_blocking=True)
+            if self.dev.type == "cuda":
+                out = self._replay(b, cols)
+            else:
+                out = self._decode(b, cols)
+            return out[torch.tensor(slots, device=self.dev)]
+
+    # -- CUDA graphs ------------------------------------------------------------------------------
+    def capture(self, max_tokens: int | None = None) -> float:
+        """Capture every (batch, length) bucket up to ``max_tokens`` columns (default: all); seconds."""
+        if self.dev.type != "cuda":
+            return 0.0
+        top = min(self.max_len, max_tokens or self.max_len)
+        t0 = time.perf_counter()
+        b = 1
+        batches = []
+        while True:
+            batches.append(min(b, self.capacity))
+            if b >= self.capacity:
+                break
+            b *= 2
+        cols = []
+        c = min(MIN_BUCKET, self.max_len)
+        while True:
+            cols.append(min(c, self.max_len))
+            if c >= top:
+                break
+            c *= 2
+        with self._lock, torch.inference_mode():
+            for b in reversed(batches):
+                for c in reversed(cols):
+                    self._graph(b, c)
+        torch.cuda.synchronize(self.dev)
+        return time.perf_counter() - t0
+
+    def _graph(self, b: int, cols: int):
+        key = (b, cols)
+        if key not in self.graphs:
+            t0 = time.perf_counter()
+            self._io[0, :b] = 0
+            self._io[1, :b] = self.max_len
+            if self._pool is None:
+                self._pool = torch.cuda.graph_pool_handle()
+            s = torch.cuda.Stream(self.dev)
+            s.wait_stream(torch.cuda.current_stream(self.dev))
+            with torch.cuda.stream(s):
+                for _ in range(2):
+                    self._decode(b, cols)
+            torch.cuda.current_stream(self.dev).wait_stream(s)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, pool=self._pool):
+                out = self._decode(b, cols)
+            self.graphs[key] = (g, out)
+            self.capture_s += time.perf_counter() - t0
+        return self.graphs[key]
+
+    def _replay(self, b: int, cols: int) -> torch.Tensor:
+        if (b, cols) not in self.graphs:
+            # inputs were already staged for this step: keep them across the capture's warm-up runs
+            saved = self._io[:, :b].clone()
+            self._graph(b, cols)
+            self._io[:, :b].copy_(saved)
+        g, out = self.graphs[(b, cols)]
+        g.replay()
+        return out
+
+    # -- the model ----------------------------------------------------------------------------------
+    def _qkv(self, a, x, cos, sin):
+        b, t, _ = x.shape
+        q = a.q_proj(x).view(b, t, -1, self.head_dim)
+        k = a.k_proj(x).view(b, t, -1, self.head_dim)
+        v = a.v_proj(x).view(b, t, -1, self.head_dim).transpose(1, 2)
+        if self.qk_norm:
+            q, k = a.q_norm(q), a.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin, v
+
+    def _decode(self, b: int, cols: int) -> torch.Tensor:
+        ids, pos = self._io[0, :b].view(b, 1), self._io[1, :b].view(b, 1)
+        rows = self._rows[:b]
+        h = self.base.embed_tokens(ids)
+        cos, sin = self.base.rotary_emb(h, pos)
+        hidden = self._cols[:cols].view(1, 1, 1, cols) > pos.view(b, 1, 1, 1)  # [b, 1, 1, cols]
+        group = self.heads // self.kv_heads
+        for i, layer in enumerate(self.layers):
+            a = layer.self_attn
+            q, k, v = self._qkv(a, layer.input_layernorm(h), cos, sin)
+            kc, vc = self.k[i], self.v[i]
+            kc[rows, :, pos[:, 0]] = k[:, :, 0]
+            vc[rows, :, pos[:, 0]] = v[:, :, 0]
+            qg = q.reshape(b, self.kv_heads, group, self.head_dim)
+            att = torch.matmul(qg, kc[:b, :, :cols].transpose(-1, -2)).float() * self.scaling
+            att = att.masked_fill(hidden, float("-inf")).softmax(-1).to(q.dtype)
+            o = torch.matmul(att, vc[:b, :, :cols])  # [b, kv_heads, group, head_dim]
+            h = h + a.o_proj(o.reshape(b, 1, -1))
+            h = h + layer.mlp(layer.post_attention_layernorm(h))
+        return self.engine.model.lm_head(self.base.norm(h[:, 0])).float()
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
