@@ -20,6 +20,8 @@ def test_bench_gen_tiny(tmp_path):
         assert "error" not in x and x["tokens"] > 0 and x["tok_s"] > 0
     free3 = next(x for x in res["results"] if x["engine"] == "typedlm" and x["batch"] == 3 and x["mode"] == "free")
     assert free3["tokens"] == 18 and free3["finish"] == ["length"]
+    assert res["kv"] == "StaticKV" and res["cuda_graphs"] == 0  # the CPU runs eager
+    assert set(res["json_over_free"]) == {f"{e} b{b}" for e in ("typedlm", "hf_generate") for b in (1, 3)}
 
 
 def test_bench_gen_bad_arch():

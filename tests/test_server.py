@@ -455,7 +455,7 @@ def test_ready_503_until_loaded(tiny):
         deadline = time.monotonic() + 60
         while httpx.get(url + "/ready").status_code != 200 and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert httpx.get(url + "/ready").json() == {"status": "ready", "model": tiny.name}
+        assert httpx.get(url + "/ready").json()["model"] == tiny.name
         assert "typedlm_ready 1.0" in httpx.get(url + "/metrics").text
 
 

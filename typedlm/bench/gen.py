@@ -75,12 +75,24 @@ def run_typedlm(engine, ids: list[int], batch: int, max_tokens: int, constraint)
     return out
 
 
-def run_hf(engine, ids: list[int], batch: int, max_tokens: int, constraint) -> dict:
+def run_hf_static(engine, ids: list[int], batch: int, max_tokens: int, constraint) -> dict:
+    """HF ``generate`` with its static cache (transformers compiles the forward itself); the first
+    run of a shape compiles and is reported as ``warmup_s``, the second is timed."""
+    t0 = time.perf_counter()
+    first = run_hf(engine, ids, batch, max_tokens, constraint, cache_implementation="static")
+    if "error" in first:
+        return first
+    out = run_hf(engine, ids, batch, max_tokens, constraint, cache_implementation="static")
+    out["warmup_s"] = round(time.perf_counter() - t0 - out.get("wall_s", 0.0), 2)
+    return out
+
+
+def run_hf(engine, ids: list[int], batch: int, max_tokens: int, constraint, **extra) -> dict:
     model = engine.model
     input_ids = torch.tensor([ids] * batch, device=engine.device)
     kwargs = dict(max_new_tokens=max_tokens, do_sample=False, pad_token_id=engine.tokenizer.pad_token_id
                   if engine.tokenizer.pad_token_id is not None else sorted(engine.stop_ids)[0],
-                  attention_mask=torch.ones_like(input_ids))
+                  attention_mask=torch.ones_like(input_ids), **extra)
     if constraint is not None:
         import xgrammar.contrib.hf as xhf
 
@@ -105,14 +117,32 @@ def run_hf(engine, ids: list[int], batch: int, max_tokens: int, constraint) -> d
             "row_tok_s": round(tokens / batch / wall, 2)}
 
 
-def bench_gen(engine, *, batches=(1, 8), max_tokens: int = 256, hf: bool = True, progress=None) -> dict:
+def _measured(fn, engine, *args) -> dict:
+    """One run with the peak device memory it reached (GiB; CUDA only)."""
+    cuda = engine.device.type == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(engine.device)
+    out = fn(engine, *args)
+    if cuda:
+        out["peak_gib"] = round(torch.cuda.max_memory_allocated(engine.device) / 2**30, 2)
+    return out
+
+
+def bench_gen(engine, *, batches=(1, 8, 32), max_tokens: int = 256, hf: bool = True, hf_static: bool = True,
+              progress=None) -> dict:
+    from ..generate.kv import make_kv
     from ..grammar import make_constraint
 
     ids = engine.encode_prompt(messages=[{"role": "user", "content": PROMPT}]) if engine.chat.has_template \
         else engine.encode_prompt(prompt=PROMPT)
     modes = {"free": None, "json_schema": make_constraint(json_schema=SCHEMA, any_whitespace=False)}
     compile_s = engine.grammars.compile(modes["json_schema"])[1]
-    # warm-up: kernels, allocator, grammar path (not timed)
+    # warm-up: static KV for the largest batch + every CUDA graph bucket this run can meet, then
+    # kernels, allocator, grammar path (not timed; the capture time is reported)
+    t0 = time.perf_counter()
+    kv = make_kv(engine, max(batches))
+    kv.capture(len(ids) + max_tokens)
+    warmup_s = time.perf_counter() - t0
     run_typedlm(engine, ids, 1, 4, None)
     run_typedlm(engine, ids, 1, 4, modes["json_schema"])
     if hf:
@@ -120,11 +150,18 @@ def bench_gen(engine, *, batches=(1, 8), max_tokens: int = 256, hf: bool = True,
     rows = []
     for b in batches:
         for mode, c in modes.items():
-            engines = [("typedlm", run_typedlm)] + ([("hf_generate", run_hf)] if hf else [])
+            engines = [("typedlm", run_typedlm)] + ([("hf_generate", run_hf)] if hf else []) \
+                + ([("hf_static_compiled", run_hf_static)] if hf_static else [])
             for name, fn in engines:
                 if progress:
                     progress(f"{name} batch={b} {mode}")
-                rows.append({"engine": name, "batch": b, "mode": mode, **fn(engine, ids, b, max_tokens, c)})
+                rows.append({"engine": name, "batch": b, "mode": mode, **_measured(fn, engine, ids, b, max_tokens, c)})
+    ratios = {}
+    for r in rows:
+        if r["mode"] == "json_schema" and "tok_s" in r:
+            free = [f for f in rows if f["mode"] == "free" and f["engine"] == r["engine"] and f["batch"] == r["batch"]]
+            if free and free[0].get("tok_s"):
+                ratios[f"{r['engine']} b{r['batch']}"] = round(r["tok_s"] / free[0]["tok_s"], 3)
     return {
         "bench": "gen",
         "model": engine.name,
@@ -136,6 +173,10 @@ def bench_gen(engine, *, batches=(1, 8), max_tokens: int = 256, hf: bool = True,
         "prompt_tokens": len(ids),
         "max_tokens": max_tokens,
         "schema_compile_s": round(compile_s, 4),
+        "kv": type(kv).__name__,
+        "warmup_capture_s": round(warmup_s, 2),
+        "cuda_graphs": len(getattr(kv, "graphs", {})),
+        "json_over_free": ratios,
         "versions": {p: _version(p) for p in ("torch", "transformers", "xgrammar")},
         "results": rows,
     }
@@ -156,15 +197,19 @@ def print_table(res: dict) -> None:
 
     t = Table(title=f"bench gen: {res['model']} on {res['device_name']} ({res['dtype']}), "
                     f"{res['prompt_tokens']}-token prompt, max {res['max_tokens']} new tokens")
-    for col in ("engine", "batch", "mode", "tokens", "wall s", "tok/s", "tok/s/row", "finish / error"):
+    for col in ("engine", "batch", "mode", "tokens", "wall s", "tok/s", "tok/s/row", "peak GiB", "finish / error"):
         t.add_column(col, justify="right" if col not in ("engine", "mode", "finish / error") else "left")
     for r in res["results"]:
         if "error" in r:
-            t.add_row(r["engine"], str(r["batch"]), r["mode"], "", "", "", "", r["error"][:60])
+            t.add_row(r["engine"], str(r["batch"]), r["mode"], "", "", "", "", "", r["error"][:60])
             continue
         t.add_row(r["engine"], str(r["batch"]), r["mode"], str(r["tokens"]), f"{r['wall_s']:.2f}",
-                  f"{r['tok_s']:.1f}", f"{r['row_tok_s']:.1f}", ",".join(r.get("finish", [])))
-    Console(stderr=True, width=130).print(t)
+                  f"{r['tok_s']:.1f}", f"{r['row_tok_s']:.1f}", str(r.get("peak_gib", "")),
+                  ",".join(r.get("finish", [])) + (f" warm-up {r['warmup_s']} s" if "warmup_s" in r else ""))
+    con = Console(stderr=True, width=140)
+    con.print(t)
+    con.print(f"typedlm KV: {res['kv']}, warm-up + CUDA graph capture {res['warmup_capture_s']} s "
+              f"({res['cuda_graphs']} graphs); JSON/free: {res['json_over_free']}")
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
@@ -173,13 +218,15 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         arch: str = typer.Option("qwen2.5-7b", "--arch", help="qwen2.5-7b | qwen2.5-0.5b | tiny"),
         device: str = typer.Option("auto", "--device"),
         dtype: Optional[str] = typer.Option(None, "--dtype", help="default: bf16 on cuda, fp32 on cpu"),
-        batch: Optional[list[int]] = typer.Option(None, "--batch", help="batch sizes (repeatable; default 1 and 8)"),
+        batch: Optional[list[int]] = typer.Option(None, "--batch", help="batch sizes (repeatable; default 1, 8, 32)"),
         max_tokens: int = typer.Option(256, "--max-tokens"),
         hf: bool = typer.Option(True, "--hf/--no-hf", help="also time HF generate on the same model"),
+        hf_static: bool = typer.Option(True, "--hf-static/--no-hf-static",
+                                       help="also time HF generate with its static cache (compiled; CUDA only)"),
         out: Optional[Path] = typer.Option(None, "--json", help="write the results JSON here"),
     ):
         """Throughput: typedlm continuous batching vs HF generate, free vs JSON Schema."""
-        batches = tuple(batch or (1, 8))
+        batches = tuple(batch or (1, 8, 32))
         if any(b < 1 for b in batches) or max_tokens < 1:
             fail("--batch and --max-tokens must be >= 1")
         with user_errors():
@@ -187,11 +234,13 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             engine = load_subject(arch, device, dtype)
             init_s = time.perf_counter() - t0
             res = bench_gen(engine, batches=batches, max_tokens=max_tokens, hf=hf,
+                            hf_static=hf_static and engine.device.type == "cuda",
                             progress=lambda m: typer.echo(f"... {m}", err=True))
         res["model_init_s"] = round(init_s, 2)
         res["command"] = "typedlm bench gen " + " ".join(
             [f"--arch {arch}", f"--device {device}"] + ([f"--dtype {dtype}"] if dtype else [])
-            + [f"--batch {b}" for b in batches] + [f"--max-tokens {max_tokens}"] + ([] if hf else ["--no-hf"]))
+            + [f"--batch {b}" for b in batches] + [f"--max-tokens {max_tokens}"] + ([] if hf else ["--no-hf"])
+            + ([] if hf_static else ["--no-hf-static"]))
         print_json(res)
         print_table(res)
         if out:

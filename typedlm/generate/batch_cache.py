@@ -44,6 +44,10 @@ class BatchKV:
     def release(self, slot: int) -> None:
         self._free.append(slot)
 
+    def capture(self, max_tokens: int | None = None) -> float:
+        """Nothing to capture: dynamic shapes."""
+        return 0.0
+
     def prefill(self, ids: torch.Tensor, slots: list[int]) -> torch.Tensor:
         """Rows of one length, prefilled together without padding, merged into the batch."""
         kw = {"logits_to_keep": 1} if self.engine.keeps_logits else {}

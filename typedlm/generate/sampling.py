@@ -77,7 +77,10 @@ class BatchSampler:
     def __init__(self, *, max_batch: int, vocab_size: int, tokenizer_vocab_size: int, device: torch.device):
         self.max_batch, self.vocab, self.tok_vocab, self.device = max_batch, vocab_size, tokenizer_vocab_size, device
         words = (vocab_size + 31) // 32
-        self.bitmask = torch.zeros(max_batch, words, dtype=torch.int32)  # host, one row per slot
+        # host bitmask, one row per slot (pinned on CUDA: uploaded asynchronously, see ``upload``)
+        self.bitmask = torch.zeros(max_batch, words, dtype=torch.int32, pin_memory=device.type == "cuda")
+        self._device_mask = self.bitmask if device.type == "cpu" else torch.zeros_like(self.bitmask, device=device)
+        self._dirty = False
         self._filler = xgr.BatchGrammarMatcher()
         self.temperature = torch.ones(max_batch, device=device)
         self.top_k = torch.zeros(max_batch, dtype=torch.long, device=device)
@@ -112,7 +115,15 @@ class BatchSampler:
                                                    [g.index for g in rows])
         for g in rows:
             g.filled = True
+        self._dirty = True
 
+    def upload(self) -> None:
+        """Queue the copy of the filled masks to the device (before the step's forward, so it runs
+        ahead of it instead of waiting behind it). The host rows are refilled only after the next
+        ``finish`` (a sync), so the asynchronous copy always reads settled data."""
+        if self._dirty and self._device_mask is not self.bitmask:
+            self._device_mask.copy_(self.bitmask, non_blocking=True)
+        self._dirty = False
     # -- one step ---------------------------------------------------------------------------------
     def sample(self, logits: torch.Tensor, seqs: list["Sequence"], slots: list[int]) -> torch.Tensor:
         """Pick one id per row of ``logits`` ([B, V] float32, a private copy: changed in place).
@@ -143,9 +154,8 @@ class BatchSampler:
         grammar_rows = [i for i, s in enumerate(seqs) if s.grammar is not None]
         mask = None
         if grammar_rows:
-            # the host buffer is only refilled after this step's .tolist(), so the async copy is safe
-            mask = self.bitmask[: len(slots)] if slots == list(range(len(slots))) else self.bitmask[slots]
-            mask = mask.to(dev, non_blocking=True)
+            self.upload()
+            mask = self._device_mask[: len(slots)] if slots == list(range(len(slots))) else self._device_mask[slot_t]
         self._mask(work, mask, grammar_rows)
         fallback = torch.zeros(len(seqs), dtype=torch.bool, device=dev)
         if truncating and grammar_rows:

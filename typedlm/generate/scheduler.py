@@ -177,6 +177,7 @@ class Scheduler:
         self.running = [self.running[i] for i in keep]
         self.kv.keep(keep)
         if self.running:
+            self.sampler.upload()
             logits = self.kv.step([r.seq.output_ids[-1] for r in self.running], [r.slot for r in self.running])
             for i, r in enumerate(self.running):
                 r.next_logits = logits[i]

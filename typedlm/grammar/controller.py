@@ -20,7 +20,7 @@ class GrammarRow:
         self.vocab_size = vocab_size
         self.bitmask = xgr.allocate_token_bitmask(1, vocab_size)
         self.index = 0
-        self._stop_bits = _bits_for(stop_ids, self.bitmask.shape[1])
+        self._other_bits = (~_bits_for(stop_ids, self.bitmask.shape[1])).numpy()  # every id but the stops
         self.accepted = 0
         self.filled = False  # the bitmask holds the mask for the current matcher state
 
@@ -40,10 +40,10 @@ class GrammarRow:
         terminated), or "dead" (no token at all: the tokenizer cannot spell what the grammar needs)."""
         if self.matcher.is_terminated():
             return "complete"
-        row = self.bitmask[self.index]
-        if bool(torch.any(row & ~self._stop_bits)):
+        row = self.bitmask[self.index].numpy()
+        if (row & self._other_bits).any():
             return "open"
-        return "complete" if bool(torch.any(row)) else "dead"
+        return "complete" if row.any() else "dead"
 
     def apply(self, logits: torch.Tensor) -> None:
         """Set every disallowed id (padded-vocab ids included) of a 1-D logits row to -inf, in place."""
