@@ -53,6 +53,8 @@ def supported(engine: Engine) -> str | None:
     cfg = engine.model.config
     if cfg.model_type not in FAMILIES:
         return f"model type {cfg.model_type!r} is not one of {FAMILIES}"
+    if getattr(cfg, "hidden_act", "silu") != "silu":
+        return f"activation {cfg.hidden_act!r}"
     if getattr(cfg, "use_sliding_window", False) or "sliding_attention" in (getattr(cfg, "layer_types", None) or ()):
         return "sliding-window attention"
     rope = (getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {})
@@ -115,11 +117,15 @@ class StaticKV:
         self.graphs: dict[tuple[int, int], tuple] = {}
         self._pool = None
         self.capture_s = 0.0
-        # measured option: inductor-fused decode inside the captured graphs (TYPEDLM_COMPILE_DECODE=1)
-        self._run = self._decode
-        if self.dev.type == "cuda" and os.environ.get("TYPEDLM_COMPILE_DECODE") == "1":
+        self.eps = float(getattr(cfg, "rms_norm_eps", 1e-6))
+        self.weights = [_fuse(layer) for layer in self.layers]
+        # on CUDA one decoder layer is compiled once (inductor fuses norms, rope, softmax, SiLU) and
+        # shared by every layer and bucket; TYPEDLM_COMPILE_DECODE=0 keeps it eager (measured: see
+        # docs/ARCHITECTURE.md)
+        self._layer = _layer
+        if self.dev.type == "cuda" and os.environ.get("TYPEDLM_COMPILE_DECODE", "1") == "1":
             torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
-            self._run = torch.compile(self._decode, dynamic=False)
+            self._layer = torch.compile(_layer, dynamic=True)
 
     # -- slots (any thread) -----------------------------------------------------------------------
     @property
@@ -249,11 +255,11 @@ class StaticKV:
             s.wait_stream(torch.cuda.current_stream(self.dev))
             with torch.cuda.stream(s):
                 for _ in range(2):
-                    self._run(b, cols)
+                    self._decode(b, cols)
             torch.cuda.current_stream(self.dev).wait_stream(s)
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g, pool=self._pool):
-                out = self._run(b, cols)
+                out = self._decode(b, cols)
             self.graphs[key] = (g, out)
             self.capture_s += time.perf_counter() - t0
         return self.graphs[key]
@@ -286,20 +292,69 @@ class StaticKV:
         h = self.base.embed_tokens(ids)
         cos, sin = self.base.rotary_emb(h, pos)
         hidden = self._cols[:cols].view(1, 1, 1, cols) > pos.view(b, 1, 1, 1)  # [b, 1, 1, cols]
-        group = self.heads // self.kv_heads
-        for i, layer in enumerate(self.layers):
-            a = layer.self_attn
-            q, k, v = self._qkv(a, layer.input_layernorm(h), cos, sin)
-            kc, vc = self.k[i], self.v[i]
-            kc[rows, :, pos[:, 0]] = k[:, :, 0]
-            vc[rows, :, pos[:, 0]] = v[:, :, 0]
-            qg = q.reshape(b, self.kv_heads, group, self.head_dim)
-            att = torch.matmul(qg, kc[:b, :, :cols].transpose(-1, -2)).float() * self.scaling
-            att = att.masked_fill(hidden, float("-inf")).softmax(-1).to(q.dtype)
-            o = torch.matmul(att, vc[:b, :, :cols])  # [b, kv_heads, group, head_dim]
-            h = h + a.o_proj(o.reshape(b, 1, -1))
-            h = h + layer.mlp(layer.post_attention_layernorm(h))
+        for i, w in enumerate(self.weights):
+            h = self._layer(h, cos, sin, hidden, rows, pos[:, 0], self.k[i], self.v[i], *w,
+                            self.eps, self.scaling, self.heads, self.kv_heads, self.head_dim, cols)
         return self.engine.model.lm_head(self.base.norm(h[:, 0])).float()
+
+
+def _fuse(layer) -> tuple:
+    """One decoder layer's weights, q/k/v and gate/up each in one matrix. The module parameters are
+    turned into views of the fused tensors, so the model's own forward (prefill, decide, HF baselines)
+    reads the same memory: nothing is duplicated."""
+    a, mlp = layer.self_attn, layer.mlp
+
+    def cat(mods, attr):
+        parts = [getattr(m, attr) for m in mods]
+        if parts[0] is None:
+            return None
+        fused = torch.cat([p.data for p in parts], dim=0)
+        at = 0
+        for m, p in zip(mods, parts):
+            n = p.shape[0]
+            getattr(m, attr).data = fused[at: at + n]
+            at += n
+        return fused
+
+    qkv = cat([a.q_proj, a.k_proj, a.v_proj], "weight")
+    qkv_b = cat([a.q_proj, a.k_proj, a.v_proj], "bias")
+    gate_up = cat([mlp.gate_proj, mlp.up_proj], "weight")
+    qn = a.q_norm.weight if hasattr(a, "q_norm") else None
+    kn = a.k_norm.weight if hasattr(a, "k_norm") else None
+    return (layer.input_layernorm.weight, qkv, qkv_b, qn, kn, a.o_proj.weight, a.o_proj.bias,
+            layer.post_attention_layernorm.weight, gate_up, mlp.down_proj.weight)
+
+
+def _rms(x, w, eps):
+    xf = x.float()
+    return w * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+def _layer(h, cos, sin, hidden, rows, pos, kc, vc, n1, qkv_w, qkv_b, qn, kn, o_w, o_b, n2, gu_w, d_w,
+           eps: float, scaling: float, heads: int, kv_heads: int, hd: int, cols: int):
+    """One decoder layer for one new token per row ([b, 1, hidden]), the same math as the model's
+    modules: RMSNorm, fused q/k/v, (q/k norm), RoPE, K/V written at ``pos`` of each row's slot,
+    grouped attention over the first ``cols`` columns, o_proj, RMSNorm, SiLU-gated MLP."""
+    b = h.shape[0]
+    x = _rms(h, n1, eps)
+    qkv = F.linear(x, qkv_w, qkv_b)
+    q, k, v = qkv.split([heads * hd, kv_heads * hd, kv_heads * hd], dim=-1)
+    q, k, v = q.view(b, heads, hd), k.view(b, kv_heads, hd), v.view(b, kv_heads, hd)
+    if qn is not None:
+        q, k = _rms(q, qn, eps), _rms(k, kn, eps)
+    c, s_ = cos.view(b, 1, hd), sin.view(b, 1, hd)
+    q = q * c + _rotate_half(q) * s_
+    k = k * c + _rotate_half(k) * s_
+    kc[rows, :, pos] = k
+    vc[rows, :, pos] = v
+    qg = q.view(b, kv_heads, heads // kv_heads, hd)
+    att = torch.matmul(qg, kc[:b, :, :cols].transpose(-1, -2)).float() * scaling
+    att = att.masked_fill(hidden, float("-inf")).softmax(-1).to(q.dtype)
+    o = torch.matmul(att, vc[:b, :, :cols])  # [b, kv_heads, group, hd]
+    h = h + F.linear(o.reshape(b, 1, heads * hd), o_w, o_b)
+    x = _rms(h, n2, eps)
+    gate, up = F.linear(x, gu_w).chunk(2, dim=-1)
+    return h + F.linear(F.silu(gate) * up, d_w)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
