@@ -1,15 +1,18 @@
 """Continuous batching: many sequences share one decode batch; rows join and leave between steps.
 
-Per-row rules stay in :class:`Sequence` (``begin_step`` / ``select`` / ``append``) and every result
+Per-row rules stay in :class:`Sequence` (``begin_step`` / ``accept`` / ``settle``) and every result
 goes through :func:`finish_result`; this module only decides *which* rows run and feeds the model.
 
 One ``step()``:
   1. drop cancelled rows (``finish_reason="abort"``), run queued exclusive calls (``call``)
-  2. admit waiting rows up to ``max_batch``: prefill each alone, merge its KV into the batch
+  2. admit waiting rows up to ``max_batch``: prefill (equal lengths together) into their KV slots
   3. every row: ``begin_step`` (a complete grammar finishes the row here, before any sampling)
-     -> optional logprobs of the raw logits -> ``select`` -> ``append`` -> a ``token`` event
-  4. evict finished rows (their matcher and KV columns are freed), send ``done`` events
-  5. one batched forward of the tokens just appended -> each remaining row's next logits
+     -> optional logprobs of the raw logits -> one ``BatchSampler`` pass for the whole batch (one
+     ``.tolist()``) -> per row ``accept`` (stop ids / strings) -> a ``token`` event
+  4. batch of >= 2 rows: evict finished rows and queue the next forward now (overlap)
+  5. one batched mask fill for the new grammar states -> per row ``settle`` (a grammar that is
+     complete ends the row; max_tokens) -> evict finished rows (slot + matcher freed), ``done`` events
+  6. a lone row: its forward only now, if it goes on
 
 ``Scheduler.start()`` runs ``step()`` in one background thread; ``run_batch`` drives it inline
 (tests, benchmarks). Events are delivered by calling ``Request.on_event`` on the engine thread.
@@ -168,22 +171,49 @@ class Scheduler:
             return
         self.sampler.fill([r.seq for r in self.running])  # rows just admitted
         active = [r for r in self.running if r.seq.begin_step()]
-        if active:
-            self._sample(active)
+        if not active:
+            self._evict()
+            return
+        seqs = self._sample(active)
+        # overlap: in a batch, the next forward needs only the tokens just accepted, so it is queued
+        # now and the grammar masks of the next step are filled on the host while the GPU runs it. A
+        # row that the fill shows complete then leaves the batch with its slot's share discarded; a
+        # lone row is filled first, so a request never pays a forward it will not use.
+        ahead = len(active) > 1
+        if ahead:
+            self._evict()
+            logits, rows = self._forward(), list(self.running)
+        self.sampler.fill(seqs)  # the next masks of every grammar row, in one batched call
+        for seq in seqs:
+            if not seq.finished:
+                seq.settle()
+        self._evict()
+        if not self.running:
+            return
+        if not ahead:
+            logits, rows = self._forward(), list(self.running)
+        self.sampler.upload()
+        at = {id(r): i for i, r in enumerate(rows)}
+        for r in self.running:
+            r.next_logits = logits[at[id(r)]]
+
+    def _forward(self) -> torch.Tensor:
+        """One batched forward of each running row's last token -> logits in running order."""
+        return self.kv.step([r.seq.output_ids[-1] for r in self.running], [r.slot for r in self.running])
+
+    def _evict(self) -> None:
         keep = [i for i, r in enumerate(self.running) if not r.seq.finished]
+        if len(keep) == len(self.running):
+            return
         for r in self.running:
             if r.seq.finished:
                 self._finish(r)
         self.running = [self.running[i] for i in keep]
         self.kv.keep(keep)
-        if self.running:
-            self.sampler.upload()
-            logits = self.kv.step([r.seq.output_ids[-1] for r in self.running], [r.slot for r in self.running])
-            for i, r in enumerate(self.running):
-                r.next_logits = logits[i]
 
-    def _sample(self, active: list[Request]) -> None:
-        """One batched pipeline for every sampling row, one host transfer, then the per-row rules."""
+    def _sample(self, active: list[Request]) -> list[Sequence]:
+        """One batched pipeline for every sampling row, one host transfer, then each row accepts its
+        token (stop ids / stop strings end rows here; ``settle`` follows after the mask fill)."""
         seqs = [r.seq for r in active]
         logits = torch.stack([r.next_logits for r in active])  # a private float32 copy, changed in place
         want = [i for i, r in enumerate(active) if r.logprobs is not None]
@@ -196,14 +226,12 @@ class Scheduler:
             if k:
                 top = torch.topk(lp[row, : self.engine.tokenizer_vocab_size], k)
                 events[i].top_logprobs = list(zip(top.indices.tolist(), top.values.tolist()))
-        before = [len(seq.output_ids) for seq in seqs]
-        going = [seq.accept(t) for seq, t in zip(seqs, tokens)]
-        self.sampler.fill(seqs)  # the next masks of every grammar row, in one batched call
-        for r, go, event, n in zip(active, going, events, before):
-            if go:
-                r.seq.settle()
-            if len(r.seq.output_ids) > n:  # stop ids and rejected tokens are not emitted
+        for r, seq, t, event in zip(active, seqs, tokens, events):
+            n = len(seq.output_ids)
+            seq.accept(t)
+            if len(seq.output_ids) > n:  # stop ids and rejected tokens are not emitted
                 r.on_event(event)
+        return seqs
 
     def _drop_cancelled(self) -> None:
         with self._cond:
