@@ -114,7 +114,7 @@ class BatchSampler:
         self._filler.batch_fill_next_token_bitmask([g.matcher for g in rows], self.bitmask,
                                                    [g.index for g in rows])
         for g in rows:
-            g.filled = True
+            g.filled, g._state = True, None
         self._dirty = True
 
     def upload(self) -> None:

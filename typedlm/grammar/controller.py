@@ -23,6 +23,7 @@ class GrammarRow:
         self._other_bits = (~_bits_for(stop_ids, self.bitmask.shape[1])).numpy()  # every id but the stops
         self.accepted = 0
         self.filled = False  # the bitmask holds the mask for the current matcher state
+        self._state: str | None = None  # state() of the current mask, once computed
 
     def attach(self, store: torch.Tensor, index: int) -> None:
         """Keep the mask in row ``index`` of a shared host bitmask from now on (the current one moves along)."""
@@ -34,16 +35,17 @@ class GrammarRow:
         if not self.filled:
             self.matcher.fill_next_token_bitmask(self.bitmask, self.index)
             self.filled = True
+            self._state = None
 
     def state(self) -> str:
         """After ``fill()``: "open" (some non-stop token allowed), "complete" (only stop tokens, or
-        terminated), or "dead" (no token at all: the tokenizer cannot spell what the grammar needs)."""
-        if self.matcher.is_terminated():
-            return "complete"
-        row = self.bitmask[self.index].numpy()
-        if (row & self._other_bits).any():
-            return "open"
-        return "complete" if row.any() else "dead"
+        terminated), or "dead" (no token at all: the tokenizer cannot spell what the grammar needs).
+        Computed once per mask (the batch sampler fills masks in bulk and marks ``filled``)."""
+        if self._state is None:
+            row = self.bitmask[self.index].numpy()
+            self._state = ("complete" if self.matcher.is_terminated() else "open" if (row & self._other_bits).any()
+                           else "complete" if row.any() else "dead")
+        return self._state
 
     def apply(self, logits: torch.Tensor) -> None:
         """Set every disallowed id (padded-vocab ids included) of a 1-D logits row to -inf, in place."""
@@ -55,6 +57,7 @@ class GrammarRow:
         ok = self.matcher.accept_token(int(token))
         self.accepted += int(ok)
         self.filled = False
+        self._state = None
         return ok
 
     def is_terminated(self) -> bool:
