@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from ..engine import Engine
 from ..errors import TypedLMError
 from .batch_cache import BatchKV
+from .sampling import device_tensor
 
 FAMILIES = ("llama", "qwen2", "qwen3")
 MIN_BUCKET = 256
@@ -169,7 +170,7 @@ class StaticKV:
         if t > self.max_len:
             raise TypedLMError(f"prompt of {t} tokens is longer than the static KV ({self.max_len}; TYPEDLM_KV_LEN)")
         with self._lock:
-            slot_t = torch.tensor(slots, device=self.dev)
+            slot_t = device_tensor(slots, self.dev)
             pos = torch.arange(t, device=self.dev).expand(g, t)
             h = self.base.embed_tokens(ids)
             cos, sin = self.base.rotary_emb(h, pos)
@@ -211,7 +212,9 @@ class StaticKV:
                 out = self._replay(b, cols)
             else:
                 out = self._decode(b, cols)
-            return out[torch.tensor(slots, device=self.dev)]
+            if slots == list(range(len(slots))):
+                return out[: len(slots)].clone()  # a copy: the next replay overwrites ``out``
+            return out[device_tensor(slots, self.dev)]
 
     # -- CUDA graphs ------------------------------------------------------------------------------
     def capture(self, max_tokens: int | None = None, batches: list[int] | None = None) -> float:

@@ -32,6 +32,17 @@ if TYPE_CHECKING:
 LogitsProcessor = Callable[[list[int], torch.Tensor], torch.Tensor]
 
 
+def device_tensor(values: list, device: torch.device, dtype=torch.long) -> torch.Tensor:
+    """A small host list on ``device`` without waiting for queued GPU work: staged in pinned memory
+    and copied asynchronously (``torch.tensor(values, device=cuda)`` copies from pageable memory,
+    which waits for the stream — measured 1.7 ms per call behind a queued forward, which undid the
+    overlap)."""
+    t = torch.tensor(values, dtype=dtype)
+    if device.type != "cuda":
+        return t
+    return t.pin_memory().to(device, non_blocking=True)
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     max_tokens: int = 256
@@ -131,7 +142,7 @@ class BatchSampler:
         :meth:`finish`, which does the step's one host transfer."""
         dev = logits.device
         params = [s.params for s in seqs]
-        slot_t = torch.tensor(slots, dtype=torch.long, device=dev)
+        slot_t = device_tensor(slots, dev)
         if self.seen is not None and any(p.repetition_penalty != 1.0 for p in params):
             pen = self.penalty[slot_t].unsqueeze(1)
             scaled = torch.where(logits > 0, logits / pen, logits * pen)
@@ -159,8 +170,8 @@ class BatchSampler:
         self._mask(work, mask, grammar_rows)
         fallback = torch.zeros(len(seqs), dtype=torch.bool, device=dev)
         if truncating and grammar_rows:
-            trunc_grammar = torch.tensor([p.truncating and s.grammar is not None for p, s in zip(params, seqs)],
-                                         device=dev)
+            trunc_grammar = device_tensor([p.truncating and s.grammar is not None for p, s in zip(params, seqs)],
+                                          dev, torch.bool)
             fallback = trunc_grammar & ~torch.isfinite(work).any(dim=1)
             self._mask(logits, mask, grammar_rows)
             work = torch.where(fallback.unsqueeze(1), logits, work)
@@ -175,7 +186,7 @@ class BatchSampler:
                 if sampled[i] and s.generator is not None:
                     race[i].exponential_(1.0, generator=s.generator)
             drawn = torch.argmax(probs / race, dim=1)
-            tokens = torch.where(torch.tensor(sampled, device=dev), drawn, tokens)
+            tokens = torch.where(device_tensor(sampled, dev, torch.bool), drawn, tokens)
         if self.seen is not None:
             self.seen[slot_t, tokens] = True
         self._fallback = fallback
