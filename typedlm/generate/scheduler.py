@@ -81,7 +81,6 @@ class Scheduler:
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stop = False
-        self.steps = 0
         self.peak_batch = 0  # most rows ever decoded together
         # prefill needs the last position's logits only (HF generate does the same): skips a
         # [prompt_len, vocab] lm_head product per admitted row
@@ -157,7 +156,6 @@ class Scheduler:
 
     @torch.inference_mode()
     def step(self) -> None:
-        self.steps += 1
         self._drop_cancelled()
         self._run_calls()
         self._admit()
