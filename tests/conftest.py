@@ -16,7 +16,7 @@ def tiny():
 @pytest.fixture(scope="session")
 def real():
     """The embedded default model (SmolLM2-135M-Instruct). Use only in tests marked real_model."""
-    from typedlm import load_engine
+    from typedlm.engine import load_engine
 
     return load_engine("default", progress=False)
 

@@ -29,9 +29,8 @@ import torch
 
 from ..engine import Engine
 from ..errors import TypedLMError
-from .api import finish_result
 from .batch_cache import BatchKV
-from .result import GenerationResult
+from .result import GenerationResult, finish_result
 from .sequence import Sequence
 
 log = logging.getLogger("typedlm.scheduler")
@@ -260,7 +259,7 @@ class Scheduler:
             seq.timings.decode = time.perf_counter() - req.decode_t0
         seq.grammar = None  # free the matcher now, not when the client lets go of the request
         req.next_logits = None
-        req.result = finish_result(self.engine, seq)
+        req.result = finish_result(seq)
         req.done.set()
         try:
             req.on_event(DoneEvent(req.result))
