@@ -166,3 +166,16 @@ def test_bench_decide_runs_on_tiny(tiny):
     assert r["naive"]["schema_valid"] and all(c["speedup_vs_naive"] > 0 for c in r["decide"].values())
     assert all(p["within_tolerance"] and p["same_values"] for p in r["parity"].values())
     assert "| labels/packed |" in to_markdown(r, "cmd")
+
+
+def test_plans_are_cached_on_the_engine_and_bounded(tiny):
+    from typedlm.decide import DecisionSchema, get_plan
+    from typedlm.lru import LRUCache
+
+    schema = DecisionSchema.coerce(SCHEMA)
+    first = get_plan(tiny, schema)
+    assert get_plan(tiny, schema) is first and get_plan(tiny, schema, "slots") is not first
+    cache, built = LRUCache(2), []
+    for key in ("a", "b", "a", "c", "b"):  # "b" is the oldest when "c" arrives, so it is built again
+        cache.get_or_build(key, lambda: built.append(key) or key)
+    assert built == ["a", "b", "c", "b"] and len(cache) == 2

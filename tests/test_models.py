@@ -109,3 +109,10 @@ def test_default_model_generates_valid_structured_output(real):
     pick = generate(messages=[{"role": "user", "content": "Is water wet? Answer yes or no."}], engine=real,
                             choice=["yes", "no"], temperature=0)
     assert pick.text in ("yes", "no")
+
+
+def test_engine_sizes_resolved_once(tiny):
+    # tiny_llama: 2 layers, 2 KV heads, head_dim 64 / 4 = 16, fp32: K and V per layer
+    assert tiny.kv_bytes_per_token == 2 * 2 * 2 * 16 * 4 and tiny.attn_heads == 4
+    with pytest.raises(dataclasses.FrozenInstanceError, match="cannot assign to field 'kv_bytes_per_token'"):
+        tiny.kv_bytes_per_token = 1
