@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from typedlm.errors import ConstraintError
-from typedlm.generate.sampling import BatchSampler, SamplingParams
+from typedlm.generate.sampler import BatchSampler
+from typedlm.generate.sampling import SamplingParams
 from typedlm.generate.sequence import Sequence
 
 from reference_loop import select

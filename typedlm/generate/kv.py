@@ -24,7 +24,7 @@ own keys, K/V written into their slots, logits of the last position only.
 
 ``make_kv`` picks :class:`StaticKV` when the model family is supported, else the dynamic
 :class:`~typedlm.generate.batch_cache.BatchKV` (left-padded ``DynamicCache``). One ``StaticKV`` per
-engine (``Engine.extras``), shared by every scheduler of that engine through ``acquire``/``release``.
+engine (``Engine.static_kv``), shared by every scheduler of that engine through ``acquire``/``release``.
 """
 
 from __future__ import annotations
@@ -69,12 +69,12 @@ def make_kv(engine: Engine, max_batch: int):
     if supported(engine) is not None:
         return BatchKV(engine, max_batch)
     with _LOCK:
-        kv = engine.extras.get("static_kv")
+        kv = engine.static_kv.get("kv")
         if kv is None or (kv.capacity < max_batch and kv.idle):
             if kv is not None:
                 kv.free()
             kv = StaticKV(engine, max(max_batch, kv.capacity if kv else 1), kv_len_default(engine))
-            engine.extras["static_kv"] = kv
+            engine.static_kv["kv"] = kv
         elif kv.capacity < max_batch:
             raise TypedLMError(f"the engine's static KV holds {kv.capacity} rows and is in use; "
                                f"a scheduler of {max_batch} rows cannot start now")

@@ -33,10 +33,9 @@ import torch
 
 from ..engine import Engine
 from ..errors import TypedLMError
-from .api import finish_result
 from .kv import make_kv
-from .result import GenerationResult
-from .sampling import BatchSampler
+from .result import GenerationResult, finish_result
+from .sampler import BatchSampler
 from .sequence import Sequence
 
 log = logging.getLogger("typedlm.scheduler")
@@ -90,7 +89,6 @@ class Scheduler:
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stop = False
-        self.steps = 0
         self.peak_batch = 0  # most rows ever decoded together
 
     # -- client side (any thread) -----------------------------------------------------------------
@@ -163,7 +161,6 @@ class Scheduler:
 
     @torch.inference_mode()
     def step(self) -> None:
-        self.steps += 1
         self._drop_cancelled()
         self._run_calls()
         self._admit()
@@ -305,7 +302,7 @@ class Scheduler:
         if req.slot >= 0:
             self.kv.release(req.slot)  # evict = mark the slot free: no KV is moved
             req.slot = -1
-        req.result = finish_result(self.engine, seq)
+        req.result = finish_result(seq)
         req.done.set()
         try:
             req.on_event(DoneEvent(req.result))

@@ -11,7 +11,6 @@ The batch scheduler drives sequences through these calls, so the per-row rules l
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -52,8 +51,6 @@ class Sequence:
     stop_text_at: int | None = None  # char offset where a stop string began
     truncation_fallbacks: int = 0
     timings: Timings = field(default_factory=Timings)
-    created: float = field(default_factory=time.perf_counter)
-    first_token_at: float | None = None
 
     @property
     def finished(self) -> bool:
@@ -80,8 +77,6 @@ class Sequence:
     def accept(self, token: int) -> bool:
         """The matcher accepts the sampled token; stop ids and stop strings end the row. Returns
         True when the row goes on (``settle`` must follow, after the mask of the new state is filled)."""
-        if self.first_token_at is None:
-            self.first_token_at = time.perf_counter()
         if self.grammar is not None and not self.grammar.accept(token):
             self.finish("error", f"internal error: grammar rejected sampled token {token} "
                                  f"at step {len(self.output_ids)}")

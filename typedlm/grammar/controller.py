@@ -21,7 +21,6 @@ class GrammarRow:
         self.bitmask = xgr.allocate_token_bitmask(1, vocab_size)
         self.index = 0
         self._other_bits = (~_bits_for(stop_ids, self.bitmask.shape[1])).numpy()  # every id but the stops
-        self.accepted = 0
         self.filled = False  # the bitmask holds the mask for the current matcher state
         self._state: str | None = None  # state() of the current mask, once computed
 
@@ -55,13 +54,9 @@ class GrammarRow:
 
     def accept(self, token: int) -> bool:
         ok = self.matcher.accept_token(int(token))
-        self.accepted += int(ok)
         self.filled = False
         self._state = None
         return ok
-
-    def is_terminated(self) -> bool:
-        return self.matcher.is_terminated()
 
 
 def _bits_for(ids: frozenset[int], words: int) -> torch.Tensor:

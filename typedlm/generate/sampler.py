@@ -1,0 +1,167 @@
+"""The batched logits pipeline: one pass over the whole decode batch per step.
+
+Order, for every row and every step (the invariant the tests pin):
+  repetition penalty -> user logits processors -> temperature -> top-k -> top-p
+  -> padded-vocab ids to -inf -> grammar mask (always last) -> sample.
+If top-k/top-p removed every token the grammar allows, the row is re-derived without truncation
+(still penalized, scaled and grammar-masked) and the event is counted on the sequence.
+
+:class:`BatchSampler` runs that pipeline on one ``[B, V]`` tensor: per-row temperature / top-k /
+top-p / penalty come from per-slot device tensors written once when a row is admitted; the
+repetition penalty reads a per-slot ``seen`` bitmap updated by one scatter per step; grammar rows
+fill one ``[max_batch, V/32]`` host bitmask (``xgr.BatchGrammarMatcher``, rows without a grammar are
+skipped) that is copied once and applied by xgrammar's kernel; draws are exponential races, one
+``exponential_`` per seeded row on its own generator (so a seeded row draws exactly what it draws
+alone) and one for all unseeded rows; the step ends in one ``.tolist()``. Stages no row needs are
+skipped. User ``logits_processors`` are the opt-in slow path (a Python call per row).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+import xgrammar as xgr
+
+from .sampling import device_tensor
+
+if TYPE_CHECKING:
+    from .sequence import Sequence
+
+
+class BatchSampler:
+    """The logits pipeline for up to ``max_batch`` rows, each identified by a slot for its life."""
+
+    def __init__(self, *, max_batch: int, vocab_size: int, tokenizer_vocab_size: int, device: torch.device):
+        self.max_batch, self.vocab, self.tok_vocab, self.device = max_batch, vocab_size, tokenizer_vocab_size, device
+        words = (vocab_size + 31) // 32
+        # host bitmask, one row per slot (pinned on CUDA: uploaded asynchronously, see ``upload``)
+        self.bitmask = torch.zeros(max_batch, words, dtype=torch.int32, pin_memory=device.type == "cuda")
+        self._device_mask = self.bitmask if device.type == "cpu" else torch.zeros_like(self.bitmask, device=device)
+        self._dirty = False
+        self._filler = xgr.BatchGrammarMatcher()
+        self.temperature = torch.ones(max_batch, device=device)
+        self.top_k = torch.zeros(max_batch, dtype=torch.long, device=device)
+        self.top_p = torch.ones(max_batch, device=device)
+        self.penalty = torch.ones(max_batch, device=device)
+        self.seen: torch.Tensor | None = None  # [max_batch, V] bool, allocated when a row first needs it
+
+    # -- row life ---------------------------------------------------------------------------------
+    def admit(self, slot: int, seq: "Sequence") -> None:
+        """Write the row's parameters into its slot; attach its grammar to the shared bitmask."""
+        p = seq.params
+        self.temperature[slot] = p.temperature if (not p.greedy and p.temperature != 1.0) else 1.0
+        self.top_k[slot] = p.top_k if 0 < p.top_k < self.vocab else 0
+        self.top_p[slot] = p.top_p
+        self.penalty[slot] = p.repetition_penalty
+        if p.repetition_penalty != 1.0:
+            if self.seen is None:
+                self.seen = torch.zeros(self.max_batch, self.vocab, dtype=torch.bool, device=self.device)
+            self.seen[slot] = False
+            ids = torch.tensor(sorted({i for i in seq.prompt_ids + seq.output_ids if i < self.vocab}),
+                               dtype=torch.long, device=self.device)
+            self.seen[slot, ids] = True
+        if seq.grammar is not None:
+            seq.grammar.attach(self.bitmask, slot)
+
+    def fill(self, seqs: list["Sequence"]) -> None:
+        """Fill the masks of every grammar row whose matcher state moved (one batched call)."""
+        rows = [s.grammar for s in seqs if s.grammar is not None and not s.grammar.filled and not s.finished]
+        if not rows:
+            return
+        self._filler.batch_fill_next_token_bitmask([g.matcher for g in rows], self.bitmask,
+                                                   [g.index for g in rows])
+        for g in rows:
+            g.filled, g._state = True, None
+        self._dirty = True
+
+    def upload(self) -> None:
+        """Queue the copy of the filled masks to the device (before the step's forward, so it runs
+        ahead of it instead of waiting behind it). The host rows are refilled only after the next
+        ``finish`` (a sync), so the asynchronous copy always reads settled data."""
+        if self._dirty and self._device_mask is not self.bitmask:
+            self._device_mask.copy_(self.bitmask, non_blocking=True)
+        self._dirty = False
+    # -- one step ---------------------------------------------------------------------------------
+    def sample(self, logits: torch.Tensor, seqs: list["Sequence"], slots: list[int]) -> torch.Tensor:
+        """Pick one id per row of ``logits`` ([B, V] float32, a private copy: changed in place).
+        Returns the ids as a device tensor ``[B]``; ``truncation_fallbacks`` is counted via
+        :meth:`finish`, which does the step's one host transfer."""
+        dev = logits.device
+        params = [s.params for s in seqs]
+        slot_t = device_tensor(slots, dev)
+        if self.seen is not None and any(p.repetition_penalty != 1.0 for p in params):
+            pen = self.penalty[slot_t].unsqueeze(1)
+            scaled = torch.where(logits > 0, logits / pen, logits * pen)
+            logits.copy_(torch.where(self.seen[slot_t], scaled, logits))
+        for i, s in enumerate(seqs):  # opt-in slow path
+            if s.params.logits_processors:
+                seen = s.prompt_ids + s.output_ids
+                row = logits[i]
+                for proc in s.params.logits_processors:
+                    out = proc(seen, row)
+                    if out is not None and out is not row:
+                        row.copy_(out)
+        sampled = [not p.greedy for p in params]
+        if any(not p.greedy and p.temperature != 1.0 for p in params):
+            logits.div_(self.temperature[slot_t].unsqueeze(1))
+        truncating = any(p.truncating for p in params)
+        work = logits.clone() if truncating else logits
+        if truncating:
+            self._truncate(work, slot_t)
+        grammar_rows = [i for i, s in enumerate(seqs) if s.grammar is not None]
+        mask = None
+        if grammar_rows:
+            self.upload()
+            mask = self._device_mask[: len(slots)] if slots == list(range(len(slots))) else self._device_mask[slot_t]
+        self._mask(work, mask, grammar_rows)
+        fallback = torch.zeros(len(seqs), dtype=torch.bool, device=dev)
+        if truncating and grammar_rows:
+            trunc_grammar = device_tensor([p.truncating and s.grammar is not None for p, s in zip(params, seqs)],
+                                          dev, torch.bool)
+            fallback = trunc_grammar & ~torch.isfinite(work).any(dim=1)
+            self._mask(logits, mask, grammar_rows)
+            work = torch.where(fallback.unsqueeze(1), logits, work)
+        tokens = torch.argmax(work, dim=1)
+        if any(sampled):
+            probs = torch.softmax(work, dim=1)
+            race = torch.empty_like(probs)
+            unseeded = [i for i, s in enumerate(seqs) if sampled[i] and s.generator is None]
+            if unseeded:
+                race.exponential_(1.0)
+            for i, s in enumerate(seqs):
+                if sampled[i] and s.generator is not None:
+                    race[i].exponential_(1.0, generator=s.generator)
+            drawn = torch.argmax(probs / race, dim=1)
+            tokens = torch.where(device_tensor(sampled, dev, torch.bool), drawn, tokens)
+        if self.seen is not None:
+            self.seen[slot_t, tokens] = True
+        self._fallback = fallback
+        return tokens
+
+    def finish(self, tokens: torch.Tensor, seqs: list["Sequence"]) -> list[int]:
+        """The step's one host transfer: ids and truncation fallbacks together."""
+        both = torch.stack([tokens, self._fallback.long()]).tolist()
+        for s, fb in zip(seqs, both[1]):
+            s.truncation_fallbacks += fb
+        return both[0]
+
+    def _truncate(self, work: torch.Tensor, slot_t: torch.Tensor) -> None:
+        """Per-row top-k then top-p, in place (removed ids -> -inf); one sort for the batch."""
+        k = self.top_k[slot_t]
+        top_p = self.top_p[slot_t].unsqueeze(1)
+        srt, order = torch.sort(work, dim=1, descending=True)
+        kth = srt.gather(1, (k - 1).clamp(min=0).unsqueeze(1))
+        kth = torch.where(k.unsqueeze(1) > 0, kth, torch.full_like(kth, float("-inf")))
+        srt = srt.masked_fill(srt < kth, float("-inf"))
+        probs = torch.softmax(srt, dim=1)
+        cum = torch.cumsum(probs, dim=1)
+        drop_sorted = (cum - probs > top_p) & (top_p < 1.0)  # keep the smallest prefix reaching top_p
+        drop = torch.zeros_like(drop_sorted).scatter_(1, order, drop_sorted)
+        work.masked_fill_(drop | (work < kth), float("-inf"))
+
+    def _mask(self, logits: torch.Tensor, mask: torch.Tensor | None, grammar_rows: list[int]) -> None:
+        logits[:, self.tok_vocab:] = float("-inf")  # padded lm_head rows never decode
+        if mask is not None:  # last: nothing after this may re-allow an id
+            xgr.apply_token_bitmask_inplace(logits, mask, vocab_size=self.vocab,
+                                            indices=grammar_rows if len(grammar_rows) < logits.shape[0] else None)
