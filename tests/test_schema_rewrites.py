@@ -188,7 +188,13 @@ def test_pattern_rewrite():
     ({"anyOf": [{"properties": {"a": {}}}, {"properties": {"b": {}}}], "unevaluatedProperties": False},
      "unevaluatedProperties", "/unevaluatedProperties"),
     ({"type": "number", "multipleOf": 0.5}, "multipleOf", "/multipleOf"),
-    ({"frobnicate": 1}, "frobnicate", "/frobnicate"),
+    ({"$schema": "http://json-schema.org/draft-07/schema#", "contentMediaType": "application/json"},
+     "contentMediaType", "/contentMediaType"),
+    ({"$schema": "http://json-schema.org/draft-04/schema#", "items": [{}, {"pattern": "(?=a)"}]},
+     "pattern", "/items/1/pattern"),
+    ({"$schema": "http://json-schema.org/draft-07/schema#", "items": [{}], "additionalItems": {"contains": {}}},
+     "contains", "/additionalItems/contains"),
+    ({"$schema": "http://json-schema.org/draft-07/schema#", "dependencies": {"a": 3}}, "(schema)", "/dependencies/a"),
 ])
 def test_refusals_name_keyword_and_pointer(schema, keyword, pointer):
     refusals = find_refusals(schema)

@@ -3,8 +3,9 @@
 xgrammar silently ignores many keywords (``not``, ``if``, ``dependentRequired``, ``contains``,
 type-specific keywords without ``type``, ...). A grammar that ignores a keyword accepts instances the
 schema forbids, so :mod:`.rewrites` either rewrites a keyword exactly into what xgrammar enforces or
-raises :class:`Refuse`, which becomes ``GrammarCompileError(keyword=, pointer=)``. The vocabulary is an
-allow-list: an unknown keyword is refused.
+raises :class:`Refuse`, which becomes ``GrammarCompileError(keyword=, pointer=)``. Which keywords
+validate (and so must be enforced or refused) is decided per draft in :mod:`.drafts`; every other
+keyword is an annotation and ignored, as validators do.
 """
 
 from __future__ import annotations
@@ -12,9 +13,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-ANNOTATIONS = {"$schema", "$comment", "title", "description", "default", "examples", "deprecated",
-               "readOnly", "writeOnly", "contentMediaType", "contentEncoding", "contentSchema", "$defs",
-               "definitions", "$id", "$anchor", "$dynamicAnchor"}
 # formats whose xgrammar grammar accepts exactly the RFC format (measured on the suite's optional
 # format tests: 0 false positives); every other format is refused.
 ENFORCED_FORMATS = {"email", "uuid", "ipv4", "uri"}

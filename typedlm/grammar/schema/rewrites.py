@@ -41,22 +41,19 @@ from fractions import Fraction
 import jsonschema
 import referencing
 import referencing.exceptions
-from referencing.jsonschema import DRAFT202012
 
 from ...errors import EmptySchemaError, GrammarCompileError
-from .refusal import ANNOTATIONS, ENFORCED_FORMATS, FORMAT_PATTERNS, JSON_TYPES, TYPES, Refusal, Refuse, ptr, rewrite_pattern
+from .drafts import DEFAULT, draft_of, translate
+from .refusal import ENFORCED_FORMATS, FORMAT_PATTERNS, JSON_TYPES, TYPES, Refusal, Refuse, ptr, rewrite_pattern
 
 MAX_BRANCHES = 64  # a rewrite that needs more alternatives than this is refused (size, compile time)
 MAX_ENUM = 256
 INTERNAL = "the schema could not be analysed (a typedlm bug; please report it)"  # the most arrays uniqueItems may enumerate
 NOTHING = {"anyOf": []}  # xgrammar: accepts no value (as a property: the key must be absent)
 APPLICATORS = ("allOf", "anyOf", "oneOf", "not", "if", "$ref", "dependentSchemas")
-KNOWN = {"type", "enum", "const", "allOf", "anyOf", "oneOf", "not", "if", "then", "else", "$ref",
-         "properties", "patternProperties", "additionalProperties", "required", "minProperties",
-         "maxProperties", "propertyNames", "dependentRequired", "dependentSchemas", "items", "prefixItems",
-         "minItems", "maxItems", "uniqueItems", "contains", "minContains", "maxContains", "unevaluatedItems",
-         "unevaluatedProperties", "minLength", "maxLength", "pattern", "format", "minimum", "maximum",
-         "exclusiveMinimum", "exclusiveMaximum", "multipleOf"} | ANNOTATIONS
+# validating keywords (2020-12 form, see drafts.translate) the normalizer handles; any other
+# validating keyword is refused by name, and annotations never reach it
+HANDLED = DEFAULT.validating - {"$dynamicRef"}
 
 
 def _any() -> list[dict]:
@@ -103,15 +100,18 @@ class Normalizer:
     def __init__(self, root, registry: referencing.Registry | None = None, deadline: float | None = None):
         self.root = root
         self.deadline = deadline
-        base = root.get("$id", "") if isinstance(root, dict) and isinstance(root.get("$id"), str) else ""
+        self.draft = draft_of(root)
         try:
-            resource = referencing.Resource.from_contents(root, default_specification=DRAFT202012)
+            resource = referencing.Resource.from_contents(root, default_specification=self.draft.spec)
+            base = resource.id() or ""
             self.registry = (registry or referencing.Registry()).with_resource(base, resource).crawl()
         except Exception as e:
             raise Refuse("$id", "", f"the schema's identifiers are invalid: {e}") from e
         self.res = self.registry.resolver(base_uri=base)
-        self.validator = jsonschema.Draft202012Validator(root, registry=self.registry,
-                                                         format_checker=jsonschema.FormatChecker())
+        self.checker = jsonschema.FormatChecker()
+        # the draft's validator judges the user's schema objects; the 2020-12 one judges core forms
+        self.validators = {}
+        self.core_validator = jsonschema.Draft202012Validator({}, format_checker=self.checker)
         self.memo: dict[int, list] = {}  # $ref target (by identity) -> branches
         self.active: set[int] = set()
         self.cyclic: set[int] = set()
@@ -137,20 +137,27 @@ class Normalizer:
     def def_name(self, key: int) -> str:
         return self.names.setdefault(key, f"typedlm_{len(self.names)}")
 
-    def valid(self, value, schema, p) -> bool:
+    def valid(self, value, schema, p, core=False) -> bool:
+        """Whether jsonschema accepts ``value`` under a schema object of the user's (its draft, the
+        current base URI) or, with ``core``, under an emitted core-form schema (2020-12)."""
         try:
-            return self.validator.evolve(schema=schema, _resolver=self.res).is_valid(value)
+            if core:
+                return self.core_validator.evolve(schema=schema).is_valid(value)
+            v = self.validators.get(self.draft.name)
+            if v is None:
+                v = self.validators[self.draft.name] = self.draft.validator(
+                    {}, registry=self.registry, format_checker=self.checker)
+            return v.evolve(schema=schema, _resolver=self.res).is_valid(value)
         except Exception as e:  # unresolvable $ref, bad regex, ...
             raise Refuse("$ref" if "ref" in type(e).__name__.lower() else "(schema)", p,
                          f"cannot evaluate the schema here: {type(e).__name__}") from e
 
     # ------------------------------------------------------------ schema -> branches
     def norm(self, s, p) -> list:
-        if isinstance(s, dict) and "$id" in s and p != "":
+        if isinstance(s, dict) and p != "" and self.draft.spec.id_of(s) is not None:
             old = self.res
             try:
-                self.res = self.res.in_subresource(referencing.Resource.from_contents(
-                    s, default_specification=DRAFT202012))
+                self.res = self.res.in_subresource(self.draft.spec.create_resource(s))
                 return self._norm(s, p)
             finally:
                 self.res = old
@@ -164,12 +171,13 @@ class Normalizer:
             return []
         if not isinstance(s, dict):
             raise Refuse("(schema)", p, f"a subschema must be an object or boolean, got {type(s).__name__}")
+        raw, s = s, translate(s, self.draft)
         for kw in s:
-            if kw not in KNOWN:
-                raise Refuse(kw, ptr(p, kw), "unknown keyword (or one the grammar cannot enforce)")
+            if kw not in HANDLED:
+                raise Refuse(kw, ptr(p, s.written(kw)), f"'{kw}' is not enforced by the grammar")
         values = self.enum_values(s, p)
         if values is not None:
-            kept = [v for v in values if self.valid(v, s, p)]
+            kept = [v for v in values if self.valid(v, raw, p)]
             return [{"enum": kept}] if kept else []
         d = self.applicators(self.typed(s, p), s, p)
         if any(k in s for k in APPLICATORS):
@@ -237,8 +245,10 @@ class Normalizer:
             return s["enum"]
         for part in s.get("allOf", []) if isinstance(s.get("allOf"), list) else []:
             seen = 0
-            while isinstance(part, dict) and set(part) - ANNOTATIONS == {"$ref"} and seen < 16:
+            part = translate(part, self.draft) if isinstance(part, dict) else part
+            while isinstance(part, dict) and set(part) == {"$ref"} and seen < 16:
                 part, seen = self.lookup(part["$ref"], ptr(p, "allOf")).contents, seen + 1
+                part = translate(part, self.draft) if isinstance(part, dict) else part
             if isinstance(part, dict) and ("enum" in part or "const" in part):
                 return self.enum_values(part, p)
         return None
@@ -264,10 +274,11 @@ class Normalizer:
         self.active.add(key)
         self._keep = getattr(self, "_keep", []) + [node]
         old, self.res = self.res, resolved.resolver
+        old_draft, self.draft = self.draft, draft_of(node, self.draft)  # a resource may name its own
         try:
             d = self.norm(node, p)
         finally:
-            self.res = old
+            self.res, self.draft = old, old_draft
             self.active.discard(key)
         self.memo[key] = d
         return d
@@ -299,7 +310,7 @@ class Normalizer:
                                ("maximum", "hi", False), ("exclusiveMaximum", "hi", True)):
             if kw in s:
                 if not _is_num(s[kw]):
-                    raise Refuse(kw, ptr(p, kw), f"{kw} must be a number")
+                    raise Refuse(kw, _at(s, p, kw), f"{kw} must be a number")
                 b = _bound(b, side, (s[kw], excl))
         if "multipleOf" in s:
             m = s["multipleOf"]
@@ -340,12 +351,12 @@ class Normalizer:
         b = {"type": "array", "@": p}
         if "prefixItems" in s:
             if not isinstance(s["prefixItems"], list):
-                raise Refuse("prefixItems", ptr(p, "prefixItems"), "prefixItems must be an array")
-            b["prefixItems"] = [self.norm(x, ptr(p, "prefixItems", i)) for i, x in enumerate(s["prefixItems"])]
+                raise Refuse("prefixItems", _at(s, p, "prefixItems"), "prefixItems must be an array")
+            b["prefixItems"] = [self.norm(x, _at(s, p, "prefixItems", i)) for i, x in enumerate(s["prefixItems"])]
         b["evi"] = len(b.get("prefixItems", []))
         alone = not any(k in s for k in APPLICATORS)  # else unevaluated_items() applies it afterwards
         if "items" in s:
-            b["items"], b["evi"] = self.norm(s["items"], ptr(p, "items")), True
+            b["items"], b["evi"] = self.norm(s["items"], _at(s, p, "items")), True
         elif "unevaluatedItems" in s and "contains" in s:
             raise Refuse("unevaluatedItems", ptr(p, "unevaluatedItems"), "unevaluatedItems beside contains")
         elif "unevaluatedItems" in s and alone:
@@ -492,9 +503,9 @@ class Normalizer:
         for kw in ("dependentRequired", "dependentSchemas"):
             deps = s.get(kw, {})
             if not isinstance(deps, dict):
-                raise Refuse(kw, ptr(p, kw), f"{kw} must be an object")
+                raise Refuse(kw, _at(s, p, kw), f"{kw} must be an object")
             for key, dep in deps.items():
-                q = ptr(p, kw, key)
+                q = _at(s, p, kw, key)
                 if kw == "dependentRequired":
                     dep = {"required": dep}
                 need = self.intersect([{"type": "object", "@": q, "properties": {key: _any()}, "required": [key]}],
@@ -560,7 +571,7 @@ class Normalizer:
                 kept = [v for v in e["enum"] if any(_same(v, w) for w in other["enum"])]
             else:
                 probe = self.emit_standalone([other])
-                kept = [v for v in e["enum"] if self.valid(v, probe, p)]
+                kept = [v for v in e["enum"] if self.valid(v, probe, p, core=True)]
             return [{"enum": kept}] if kept else []
         ta, tb = a["type"], b["type"]
         if ta != tb and {ta, tb} != {"number", "integer"}:
@@ -810,6 +821,11 @@ class Normalizer:
 
 
 # ---------------------------------------------------------------- helpers
+
+def _at(s, p, kw, *rest) -> str:
+    """The pointer of keyword ``kw`` of translated schema object ``s`` as the user wrote it."""
+    return ptr(p, s.written(kw) if hasattr(s, "written") else kw, *rest)
+
 
 def _regex_safe(text: str) -> bool:
     """Characters a JSON string holds unescaped and a regex can name as \\uXXXX."""
