@@ -570,7 +570,7 @@ class Normalizer:
             if "enum" in other:
                 kept = [v for v in e["enum"] if any(_same(v, w) for w in other["enum"])]
             else:
-                probe = self.emit_standalone([other])
+                probe = _whole_match(self.emit_standalone([other]))
                 kept = [v for v in e["enum"] if self.valid(v, probe, p, core=True)]
             return [{"enum": kept}] if kept else []
         ta, tb = a["type"], b["type"]
@@ -821,6 +821,28 @@ class Normalizer:
 
 
 # ---------------------------------------------------------------- helpers
+
+def _whole_match(core):
+    """A core-form schema for jsonschema: its patterns match whole strings (as in xgrammar), where
+    jsonschema searches. Without this a probe's ``(...){0,1}`` matched every string."""
+    if isinstance(core, list):
+        return [_whole_match(x) for x in core]
+    if not isinstance(core, dict):
+        return core
+    out = {}
+    for k, v in core.items():
+        if k == "pattern":
+            out[k] = f"^(?:{v})\\Z"
+        elif k == "patternProperties":
+            out[k] = {f"^(?:{pat})\\Z": _whole_match(x) for pat, x in v.items()}
+        elif k in ("properties", "$defs"):
+            out[k] = {name: _whole_match(x) for name, x in v.items()}
+        elif k in ("anyOf", "allOf", "prefixItems", "items", "additionalProperties"):
+            out[k] = _whole_match(v)
+        else:
+            out[k] = v
+    return out
+
 
 def _at(s, p, kw, *rest) -> str:
     """The pointer of keyword ``kw`` of translated schema object ``s`` as the user wrote it."""
