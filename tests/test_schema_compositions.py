@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from typedlm.errors import TypedLMError
+from typedlm.errors import EmptySchemaError, TypedLMError
 from typedlm.grammar.spec import make_constraint
 
 EXAMPLES = int(os.environ.get("TYPEDLM_FUZZ_EXAMPLES", "150"))
@@ -81,6 +81,7 @@ def _with_ref(schema, target):
 
 
 SCHEMAS = st.one_of(
+    DISCRIMINATED,
     st.recursive(LEAF, _compose, max_leaves=5),
     st.builds(_with_ref, st.recursive(LEAF, _compose, max_leaves=3), LEAF),
 )
@@ -106,6 +107,10 @@ def grammars():
             f.write("\n")
 
 
+def _validator(schema):
+    return jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
+
+
 def _check(grammars, schema, instances):
     from typedlm.bench.jsonschema_suite import accepts, renderings
     from typedlm.grammar.schema import prepare_schema
@@ -114,11 +119,15 @@ def _check(grammars, schema, instances):
     try:
         compiled, _ = grammars.compile(make_constraint(json_schema=schema, strict=False, any_whitespace=False))
         core = prepare_schema(schema)
+    except EmptySchemaError:  # proven empty: every instance must be invalid (else a false negative)
+        STATS["refused_or_empty"] += 1
+        STATS["false_negatives"] += sum(_validator(schema).is_valid(i) for i in instances)
+        return
     except TypedLMError:
         STATS["refused_or_empty"] += 1
         return
     STATS["compiled"] += 1
-    validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
+    validator = _validator(schema)
     for inst in instances:
         valid = validator.is_valid(inst)
         accepted = any(accepts(compiled, text) for text in renderings(inst, core))
