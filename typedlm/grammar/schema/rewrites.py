@@ -44,7 +44,8 @@ import referencing.exceptions
 
 from ...errors import EmptySchemaError, GrammarCompileError
 from .drafts import DEFAULT, draft_of, translate
-from .refusal import ENFORCED_FORMATS, FORMAT_PATTERNS, JSON_TYPES, TYPES, Refusal, Refuse, ptr, rewrite_pattern
+from . import formats
+from .refusal import JSON_TYPES, TYPES, Refusal, Refuse, ptr, rewrite_pattern
 
 MAX_BRANCHES = 64  # a rewrite that needs more alternatives than this is refused (size, compile time)
 MAX_ENUM = 256
@@ -108,10 +109,10 @@ class Normalizer:
         except Exception as e:
             raise Refuse("$id", "", f"the schema's identifiers are invalid: {e}") from e
         self.res = self.registry.resolver(base_uri=base)
-        self.checker = jsonschema.FormatChecker()
         # the draft's validator judges the user's schema objects; the 2020-12 one judges core forms
         self.validators = {}
-        self.core_validator = jsonschema.Draft202012Validator({}, format_checker=self.checker)
+        self.core_validator = jsonschema.Draft202012Validator(
+            {}, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
         self.memo: dict[int, list] = {}  # $ref target (by identity) -> branches
         self.active: set[int] = set()
         self.cyclic: set[int] = set()
@@ -146,7 +147,7 @@ class Normalizer:
             v = self.validators.get(self.draft.name)
             if v is None:
                 v = self.validators[self.draft.name] = self.draft.validator(
-                    {}, registry=self.registry, format_checker=self.checker)
+                    {}, registry=self.registry, format_checker=self.draft.validator.FORMAT_CHECKER)
             return v.evolve(schema=schema, _resolver=self.res).is_valid(value)
         except Exception as e:  # unresolvable $ref, bad regex, ...
             raise Refuse("$ref" if "ref" in type(e).__name__.lower() else "(schema)", p,
@@ -335,16 +336,19 @@ class Normalizer:
                 raise Refuse("pattern", ptr(p, "pattern"),
                              "pattern uses anchors, lookaround or escapes that cannot be enforced exactly")
             b["pattern"] = rw
-        if "format" in s and not isinstance(s["format"], str):
+        f = s.get("format")
+        if "format" in s and not isinstance(f, str):
             raise Refuse("format", ptr(p, "format"), "format must be a string")
-        if "format" in s and s["format"] in FORMAT_PATTERNS:
+        if f is None or not formats.known(f, self.draft):
+            pass  # an unknown format is an annotation: the validator ignores it
+        elif f in formats.PATTERNS:
             if "pattern" in b:
                 raise Refuse("format", ptr(p, "format"), "format beside pattern is not enforced by the grammar")
-            b["pattern"] = FORMAT_PATTERNS[s["format"]]
-        elif "format" in s:
-            if s["format"] not in ENFORCED_FORMATS:
-                raise Refuse("format", ptr(p, "format"), f"format {s['format']!r} is not checked exactly")
-            b["format"] = s["format"]
+            b["pattern"] = formats.PATTERNS[f]
+        elif f in formats.XGRAMMAR:
+            b["format"] = f
+        else:
+            raise Refuse("format", ptr(p, "format"), f"format {f!r} {formats.NOT_EXACT}")
         return _check_string(b)
 
     def b_array(self, s, p):
