@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from typedlm.grammar.schema import prepare_schema
-from typedlm.grammar.schema.formats import PATTERNS, XGRAMMAR
+from typedlm.grammar.schema.formats import LENGTHS, PATTERNS, XGRAMMAR
 from typedlm.grammar.spec import make_constraint
 
 CHECKER = jsonschema.Draft202012Validator.FORMAT_CHECKER
@@ -97,6 +97,8 @@ def test_format_grammar_agrees_with_the_checker(grammars, fmt):
         got = _accepts(grammars, fmt, text)
         if got:
             assert ok, f"grammar accepts {text!r}, the {fmt} checker does not"
+            lo, hi = LENGTHS.get(fmt, (0, None))
+            assert lo <= len(text) and (hi is None or len(text) <= hi), (fmt, text)
         elif fmt in EXACT and not CHECKER_BUGS.get(fmt, lambda s: False)(text):
             assert not ok, f"the {fmt} checker accepts {text!r}, the grammar does not"
 
@@ -127,5 +129,9 @@ def test_unknown_formats_are_annotations_and_undecidable_ones_are_refused():
     assert prepare_schema({"type": "string", "format": "binary"}) == {"type": "string"}  # Pydantic's bytes
     with pytest.raises(GrammarCompileError, match="format 'hostname' is not checked exactly"):
         prepare_schema({"type": "string", "format": "hostname"})
+    # a length the format implies is dropped; one it does not imply is refused
+    assert prepare_schema({"type": "string", "format": "uri", "minLength": 1}) == {"type": "string", "format": "uri"}
+    with pytest.raises(GrammarCompileError, match="maxLength"):
+        prepare_schema({"type": "string", "format": "uri", "maxLength": 2083})  # Pydantic's HttpUrl
     # draft 4 knows no 'date' format: an annotation there
     assert prepare_schema({"$schema": "http://json-schema.org/draft-04/schema#", "format": "date"}) == {}

@@ -62,6 +62,10 @@ PATTERNS = {
     "json-pointer": _POINTER,
     "relative-json-pointer": f"(0|[1-9][0-9]*)(#|{_POINTER})",
 }
+# the shortest and longest string of each format (None: unbounded); a minLength/maxLength that these
+# already imply is dropped beside the format (tests/test_formats.py checks every accepted string)
+LENGTHS = {"date": (10, 10), "time": (9, None), "date-time": (20, None), "duration": (3, None),
+           "ipv4": (7, 15), "ipv6": (2, 45), "uuid": (36, 36), "uri": (2, None), "email": (3, None)}
 XGRAMMAR = {"email", "uuid", "uri"}  # xgrammar's own format grammars: accepted => checker accepts
 NOT_EXACT = "is not checked exactly by the grammar"
 

@@ -349,6 +349,12 @@ class Normalizer:
             b["format"] = f
         else:
             raise Refuse("format", ptr(p, "format"), f"format {f!r} {formats.NOT_EXACT}")
+        if f is not None and f in formats.LENGTHS and ("pattern" in b or "format" in b):
+            lo, hi = formats.LENGTHS[f]
+            if b.get("minLength", 0) <= lo:  # implied by the format: Pydantic's AnyUrl has minLength 1
+                b.pop("minLength", None)
+            if hi is not None and b.get("maxLength", math.inf) >= hi:
+                b.pop("maxLength", None)
         return _check_string(b)
 
     def b_array(self, s, p):
@@ -759,6 +765,19 @@ class Normalizer:
                                              if c in self.memo}}
         return out
 
+    def bounded_multiples(self, b):
+        """Integer ``multipleOf`` between bounds (measured: xgrammar accepts -4 for multipleOf 3,
+        minimum -10): the enum of the multiples, when both bounds are given and there are few."""
+        m = b["multipleOf"]
+        if "lo" not in b or "hi" not in b:
+            raise Refuse("multipleOf", b.get("@", ""), "multipleOf beside only one bound is not enforced")
+        first, last = -(-b["lo"][0] // m) * m, b["hi"][0] // m * m  # bounds are whole and inclusive here
+        if (last - first) // m + 1 > MAX_ENUM:
+            raise Refuse("multipleOf", b.get("@", ""),
+                         f"multipleOf between bounds is enforced as an enum of at most {MAX_ENUM} values")
+        values = list(range(first, last + 1, m))
+        return {"enum": values} if values else dict(NOTHING)
+
     def emit_branch(self, b):
         if "$ref" in b:
             return {"$ref": "#/$defs/" + self.def_name(b["$ref"])}
@@ -767,7 +786,7 @@ class Normalizer:
         t, out = b["type"], {"type": b["type"]}
         if t in ("number", "integer"):
             if "multipleOf" in b and ("lo" in b or "hi" in b):
-                raise Refuse("multipleOf", b.get("@", ""), "multipleOf beside minimum/maximum is not enforced")
+                return self.bounded_multiples(b)
             for side, (inc, exc) in (("lo", ("minimum", "exclusiveMinimum")), ("hi", ("maximum", "exclusiveMaximum"))):
                 if side in b:
                     v, excl = b[side]
