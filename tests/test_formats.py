@@ -26,7 +26,7 @@ ALPHABET = {
     "date": "0123456789-", "time": "0123456789:.+-Zz", "date-time": "0123456789:.+-ZzTt",
     "duration": "PYMWDTHS0123456789.", "ipv4": "0123456789.", "ipv6": "0123456789abcdefABCDEF:.",
     "json-pointer": "/~01a", "relative-json-pointer": "/~01a#",
-    "uuid": "0123456789abcdefABCDEF-", "email": "ab@.-_+", "uri": "ab:/?#[]@%._~-09",
+    "uuid": "0123456789abcdefABCDEF-", "email": "ab@.-_+", "uri": "ab:/?#[]@%._~-09", "uri-reference": "ab:/?#[]@%._~-09 ",
 }
 SEEDS = {
     "date": st.one_of(st.dates().map(datetime.date.isoformat),
@@ -43,12 +43,24 @@ SEEDS = {
     "relative-json-pointer": st.sampled_from(["0", "1/a", "2#", "10/~0"]),
     "uuid": st.uuids().map(str),
     "email": st.sampled_from(["a@b.co", "joe.bloggs@example.com", "a+b@c.org"]),
-    "uri": st.sampled_from(["http://a.b/c?d#e", "urn:isbn:0451450523", "mailto:a@b.co", "ftp://x:1/y"]),
+    "uri": st.sampled_from(["http://a.b/c?d#e", "urn:isbn:0451450523", "mailto:a@b.co", "ftp://x:1/y",
+                            "http://[::1]:80/", "http://[v1.x]/", "http://[::ffff:1.2.3.4]/"]),
+    "uri-reference": st.sampled_from(["http://a.b/c?d#e", "//x/y", "#f", "../a?b", "a:b", "", "/p%20q"]),
 }
 EXACT = set(PATTERNS) - {"duration"}
 CHECKER_BUGS = {  # the checker accepts, the suite (and RFC 3339) does not: Python's '$' before a final '\n'
     "date-time": lambda s: s.endswith("\n"), "time": lambda s: s.endswith("\n"),
+    "uri": lambda s: s.endswith("\n") or _zero_in_literal(s),
+    "uri-reference": lambda s: s.endswith("\n") or _zero_in_literal(s),
 }
+
+
+def _zero_in_literal(s):
+    """A leading zero in an IPv4 part of an IPv6 literal ('[::1.02.3.4]'): rfc3986-validator accepts
+    it, the suite and RFC 3986 do not."""
+    import re
+
+    return any(re.search(r"(^|[.:])0[0-9]", part) for part in re.findall(r"\[([^\]]*)\]", s))
 
 
 def _mutated(fmt):
@@ -117,6 +129,8 @@ def test_every_pattern_avoids_the_optional_group_quirk():
     ("date-time", "2024-02-29t23:59:59z", True), ("date-time", "2023-02-29T00:00:00Z", False),
     ("duration", "P1Y2M3DT4H5M6S", True), ("duration", "P1Y2M3DT4H5M6", False),  # the '(..)?' quirk
     ("ipv4", "192.168.0.1", True), ("ipv4", "09.0.0.0", False),  # xgrammar's own ipv4 accepted "09"
+    ("uri", "htt0://a", True),  # xgrammar's own uri rejected digits in the scheme
+    ("uri-reference", "../a?b#c", True), ("uri-reference", "a b", False),
 ])
 def test_format_examples(grammars, fmt, text, valid):
     assert CHECKER.conforms(text, fmt) == valid
@@ -130,7 +144,8 @@ def test_unknown_formats_are_annotations_and_undecidable_ones_are_refused():
     with pytest.raises(GrammarCompileError, match="format 'hostname' is not checked exactly"):
         prepare_schema({"type": "string", "format": "hostname"})
     # a length the format implies is dropped; one it does not imply is refused
-    assert prepare_schema({"type": "string", "format": "uri", "minLength": 1}) == {"type": "string", "format": "uri"}
+    assert prepare_schema({"type": "string", "format": "uri", "minLength": 1}) == \
+        prepare_schema({"type": "string", "format": "uri"})
     with pytest.raises(GrammarCompileError, match="maxLength"):
         prepare_schema({"type": "string", "format": "uri", "maxLength": 2083})  # Pydantic's HttpUrl
     # draft 4 knows no 'date' format: an annotation there

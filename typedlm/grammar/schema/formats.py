@@ -10,18 +10,24 @@ exactly).
 
 Exactness (``tests/test_formats.py``, hypothesis through the compiled grammar, generated strings and
 near misses): ``date``, ``time``, ``date-time``, ``ipv4``, ``ipv6``, ``json-pointer``,
-``relative-json-pointer``: the grammar accepts a string iff the checker does, except the checker's
-``date-time``/``time`` accepting a trailing newline (Python's ``$``), which the suite calls invalid.
-``duration`` (RFC 3339 appendix A), ``email``, ``uuid``, ``uri`` (xgrammar's grammars): every accepted
-string is accepted by the checker (and the suite), but the checker also takes some the grammar does
-not (isoduration's fractions and signs, an ``@`` anywhere, UUIDs with extra dashes, schemes with
-digits): stricter, never looser.
+``relative-json-pointer``, ``uri``, ``uri-reference`` (rfc3986-validator's own regexes, converted):
+the grammar accepts a string iff the checker does, except the checker accepting a trailing newline
+(Python's ``$``) on ``date-time``/``time``/``uri*`` and leading zeros in an IPv4 part inside an IPv6
+literal of a ``uri*``, which the suite calls invalid.
+``duration`` (RFC 3339 appendix A), ``email``, ``uuid`` (xgrammar's grammars): every accepted string
+is accepted by the checker (and the suite), but the checker also takes some the grammar does not
+(isoduration's fractions and signs, an ``@`` anywhere, UUIDs with extra dashes): stricter, never
+looser.
 
 Every pattern is written with ``{0,1}`` instead of ``(...)?``: measured, xgrammar 0.2.9 compiles
 ``(ab+)?`` as if ``a?b*`` (the duration pattern accepted ``P1Y2M3DT4H5M6``).
 """
 
 from __future__ import annotations
+
+import re
+
+import rfc3986_validator
 
 _YEAR = "([0-9]{3}[1-9]|[0-9]{2}[1-9][0-9]|[0-9][1-9][0-9]{2}|[1-9][0-9]{3})"  # Python's date: no year 0
 _LEAP = "([0-9]{2}(0[48]|[2468][048]|[13579][26])|(0[48]|[2468][048]|[13579][26])00)"  # minus 0000
@@ -52,6 +58,21 @@ def _ipv6() -> str:
     return "(" + "|".join(alts) + ")"
 
 
+def _from_verbose(rx: str) -> str:
+    """A ``re.VERBOSE`` regex of rfc3986-validator (what jsonschema's uri checkers run) in xgrammar's
+    syntax: comments and blanks dropped, ``{,n}`` -> ``{0,n}``, ``(...)?`` -> ``(...){0,1}``."""
+    rx = re.sub(r"(?<!\\)#[^\n]*", "", rx)
+    return re.sub(r"\s+", "", rx).replace("{,", "{0,").replace(")?", "){0,1}").replace("\\#", "#")
+
+
+def _rfc3986(rx: str) -> str:
+    """rfc3986-validator's regex with its IPv6 literal replaced by :func:`_ipv6` (the validator allows
+    leading zeros in an embedded IPv4 part, which the suite and RFC 3986 call invalid)."""
+    head, *rest = rx.split(rfc3986_validator.IPv6_RE)
+    return _ipv6().join([_from_verbose(head)] + [_from_verbose(r) for r in rest])
+
+_URI = _rfc3986(rfc3986_validator.URI_RE)
+
 PATTERNS = {
     "date": _DATE,
     "time": _TIME,
@@ -61,12 +82,15 @@ PATTERNS = {
     "ipv6": _ipv6(),
     "json-pointer": _POINTER,
     "relative-json-pointer": f"(0|[1-9][0-9]*)(#|{_POINTER})",
+    "uri": _URI,
+    "uri-reference": f"({_URI}|{_rfc3986(rfc3986_validator.RELATIVE_REF_RE)})",
 }
 # the shortest and longest string of each format (None: unbounded); a minLength/maxLength that these
 # already imply is dropped beside the format (tests/test_formats.py checks every accepted string)
 LENGTHS = {"date": (10, 10), "time": (9, None), "date-time": (20, None), "duration": (3, None),
-           "ipv4": (7, 15), "ipv6": (2, 45), "uuid": (36, 36), "uri": (2, None), "email": (3, None)}
-XGRAMMAR = {"email", "uuid", "uri"}  # xgrammar's own format grammars: accepted => checker accepts
+           "ipv4": (7, 15), "ipv6": (2, 45), "uuid": (36, 36), "uri": (2, None), "email": (3, None),
+           "uri-reference": (0, None)}
+XGRAMMAR = {"email", "uuid"}  # xgrammar's own format grammars: accepted => checker accepts
 NOT_EXACT = "is not checked exactly by the grammar"
 
 
