@@ -107,8 +107,53 @@ def test_translate_names_the_written_keyword():
     assert t.written("dependentSchemas") == "dependencies" and t.written("maxItems") == "maxItems"
 
 
+def test_a_root_without_an_id_is_not_taken_as_the_dynamic_target():
+    """jsonschema leaves such a root out of the dynamic scope: two resources define the anchor, so the
+    target is refused rather than guessed."""
+    schema = {"$dynamicAnchor": "n", "type": "object", "properties": {"c": {"$ref": "http://x.test/e"}},
+              "$defs": {"d": {"$id": "http://x.test/d", "$dynamicAnchor": "n", "type": "string"},
+                        "e": {"$id": "http://x.test/e", "$dynamicRef": "http://x.test/d#n"}}}
+    r = find_refusals(schema)
+    assert r and r[0].keyword == "$dynamicRef"
+
+
 def test_known_validation_keywords_are_still_refused():
-    r = find_refusals({"properties": {"a": {"$dynamicRef": "#x"}}})
-    assert r and r[0].keyword == "$dynamicRef" and r[0].pointer == "/properties/a/$dynamicRef"
+    # two resources define the dynamic anchor and the root does not: the target depends on the scope
+    schema = {"$defs": {"a": {"$id": "http://x.test/a", "$dynamicAnchor": "n", "type": "integer"},
+                        "b": {"$id": "http://x.test/b", "$dynamicAnchor": "n",
+                              "properties": {"c": {"$dynamicRef": "#n"}}}},
+              "$ref": "http://x.test/b"}
+    r = find_refusals(schema)
+    assert r and r[0].keyword == "$dynamicRef" and r[0].pointer == "/$ref/properties/c/$dynamicRef", r
+
+
+@pytest.mark.parametrize("schema,text,valid", [
+    # the root defines the anchor: it wins wherever the reference sits (the outermost dynamic scope)
+    ({"$id": "http://x.test/root", "$dynamicAnchor": "n", "type": "object",
+      "properties": {"c": {"$ref": "http://x.test/e"}},
+      "additionalProperties": False,
+      "$defs": {"d": {"$id": "http://x.test/d", "$dynamicAnchor": "n", "type": "string"},
+                "e": {"$id": "http://x.test/e", "$dynamicRef": "http://x.test/d#n"}}}, '{"c":"x"}', False),
+    ({"$id": "http://x.test/root", "$dynamicAnchor": "n", "type": "object",
+      "properties": {"c": {"$ref": "http://x.test/e"}},
+      "additionalProperties": False,
+      "$defs": {"d": {"$id": "http://x.test/d", "$dynamicAnchor": "n", "type": "string"},
+                "e": {"$id": "http://x.test/e", "$dynamicRef": "http://x.test/d#n"}}}, '{"c":{"c":{}}}', True),
+    # only one resource defines it: a plain $ref
+    ({"$defs": {"i": {"$dynamicAnchor": "n", "type": "integer"}}, "$dynamicRef": "#n"}, "1", True),
+    ({"$defs": {"i": {"$dynamicAnchor": "n", "type": "integer"}}, "$dynamicRef": "#n"}, '"x"', False),
+    # 2019-09: $recursiveRef to a root with $recursiveAnchor
+    ({"$schema": D2019, "$id": "http://x.test/r", "$recursiveAnchor": True, "type": "object",
+      "properties": {"c": {"$recursiveRef": "#"}}, "additionalProperties": False}, '{"c":{"c":{}}}', True),
+    ({"$schema": D2019, "$id": "http://x.test/r", "$recursiveAnchor": True, "type": "object",
+      "properties": {"c": {"$recursiveRef": "#"}}, "additionalProperties": False}, '{"c":{"d":1}}', False),
+])
+def test_dynamic_references_resolved_statically(grammars, schema, text, valid):
+    from typedlm.bench.jsonschema_suite import accepts
+    from typedlm.grammar.spec import make_constraint
+
+    assert _verdict(schema, text) == valid
+    compiled, _ = grammars.compile(make_constraint(json_schema=schema, strict=False, any_whitespace=False))
+    assert accepts(compiled, text) == valid
     # an annotation beside it changes nothing
     assert prepare_schema({"type": "integer", "frobnicate": {"contains": 1}}) == {"type": "integer"}

@@ -51,10 +51,10 @@ MAX_BRANCHES = 64  # a rewrite that needs more alternatives than this is refused
 MAX_ENUM = 256
 INTERNAL = "the schema could not be analysed (a typedlm bug; please report it)"  # the most arrays uniqueItems may enumerate
 NOTHING = {"anyOf": []}  # xgrammar: accepts no value (as a property: the key must be absent)
-APPLICATORS = ("allOf", "anyOf", "oneOf", "not", "if", "$ref", "dependentSchemas")
+APPLICATORS = ("allOf", "anyOf", "oneOf", "not", "if", "$ref", "$dynamicRef", "$recursiveRef", "dependentSchemas")
 # validating keywords (2020-12 form, see drafts.translate) the normalizer handles; any other
 # validating keyword is refused by name, and annotations never reach it
-HANDLED = DEFAULT.validating - {"$dynamicRef"}
+HANDLED = DEFAULT.validating | {"$recursiveRef"}
 
 
 def _any() -> list[dict]:
@@ -109,6 +109,7 @@ class Normalizer:
         except Exception as e:
             raise Refuse("$id", "", f"the schema's identifiers are invalid: {e}") from e
         self.res = self.registry.resolver(base_uri=base)
+        self.root_res = self.res
         # the draft's validator judges the user's schema objects; the 2020-12 one judges core forms
         self.validators = {}
         self.core_validator = jsonschema.Draft202012Validator(
@@ -254,18 +255,51 @@ class Normalizer:
                 return self.enum_values(part, p)
         return None
 
-    def lookup(self, ref, p):
+    def lookup(self, ref, p, kw="$ref"):
         """Resolve ``ref`` (found at pointer ``p``) against the current base URI."""
         if not isinstance(ref, str):
-            raise Refuse("$ref", p, "$ref must be a string")
+            raise Refuse(kw, p, f"{kw} must be a string")
         try:
             return self.res.lookup(ref)
         except referencing.exceptions.Unresolvable as e:
-            raise Refuse("$ref", p,
+            raise Refuse(kw, p,
                          f"reference {ref!r} does not resolve (remote references are never fetched)") from e
 
-    def ref(self, ref, p) -> list:
-        resolved = self.lookup(ref, p)
+    def dynamic(self, kw, ref, p):
+        """``$dynamicRef`` (2020-12) / ``$recursiveRef`` (2019-09) resolved statically where that is
+        exact: the initial target has no dynamic anchor (a plain ``$ref``); or the root resource (with
+        an id), the outermost of every dynamic scope, defines the anchor (it wins); or only one resource in the
+        schema and the registry defines it (the initial target, whatever the scope). Else refused."""
+        resolved = self.lookup(ref, p, kw)
+        node = resolved.contents
+        if kw == "$dynamicRef":
+            name = ref.rpartition("#")[2] if "#" in ref else None
+            anchored = bool(name) and "/" not in name and isinstance(node, dict) and node.get("$dynamicAnchor") == name
+            hit = (lambda x: x.get("$dynamicAnchor") == name)
+            at_root = "#" + (name or "")
+        else:
+            anchored = isinstance(node, dict) and node.get("$recursiveAnchor") is True
+            hit = (lambda x: x.get("$recursiveAnchor") is True)
+            at_root = "#"
+        if not anchored:
+            return resolved
+        try:
+            root = self.root_res.lookup(at_root)
+        except referencing.exceptions.Unresolvable:
+            root = None
+        # measured: jsonschema leaves a root without an id out of the dynamic scope, so the root rule
+        # needs one (else the count below decides)
+        if root is not None and isinstance(root.contents, dict) and hit(root.contents) \
+                and self.draft.spec.id_of(self.root) and _owner(self.root, root.contents, self.draft):
+            return root
+        docs = [self.root] + [self.registry[u].contents for u in self.registry if self.registry[u].contents
+                              is not self.root]
+        if sum(_count_nodes(doc, hit) for doc in docs) == 1:
+            return resolved
+        raise Refuse(kw, p, "the target depends on the dynamic scope (several resources define the anchor)")
+
+    def ref(self, ref, p, resolved=None) -> list:
+        resolved = resolved or self.lookup(ref, p)
         node, key = resolved.contents, id(resolved.contents)
         if key in self.memo:
             return self.memo[key]
@@ -486,6 +520,10 @@ class Normalizer:
     def applicators(self, d, s, p) -> list:
         if "$ref" in s:
             d = self.intersect(d, self.ref(s["$ref"], ptr(p, "$ref")), p, "$ref")
+        for kw in ("$dynamicRef", "$recursiveRef"):
+            if kw in s:
+                target = self.dynamic(kw, s[kw], ptr(p, kw))
+                d = self.intersect(d, self.ref(s[kw], ptr(p, kw), target), p, kw)
         for kw in ("allOf", "anyOf", "oneOf"):
             if kw in s and (not isinstance(s[kw], list) or not s[kw]):
                 raise Refuse(kw, ptr(p, kw), "must be a non-empty array of schemas")
@@ -865,6 +903,30 @@ def _whole_match(core):
         else:
             out[k] = v
     return out
+
+
+def _count_nodes(doc, hit) -> int:
+    """How many schema objects in ``doc`` (any depth) satisfy ``hit``."""
+    if isinstance(doc, dict):
+        return int(hit(doc)) + sum(_count_nodes(v, hit) for v in doc.values())
+    if isinstance(doc, list):
+        return sum(_count_nodes(v, hit) for v in doc)
+    return 0
+
+
+def _owner(root, node, draft) -> bool:
+    """Whether ``node`` belongs to the root resource (no subresource with its own id on the way)."""
+    def walk(x, inside_root):
+        if x is node:
+            return inside_root
+        if isinstance(x, dict):
+            here = inside_root and (x is root or draft.spec.id_of(x) is None)
+            return any(walk(v, here) for v in x.values())
+        if isinstance(x, list):
+            return any(walk(v, inside_root) for v in x)
+        return False
+
+    return walk(root, True)
 
 
 def _at(s, p, kw, *rest) -> str:
