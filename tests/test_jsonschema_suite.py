@@ -2,14 +2,18 @@
 
 Fails on any false positive (an instance the schema forbids accepted by the grammar) and on any change
 of passes per file versus tests/data/jsonschema_ratchet/<draft>.json (a rise must be written into the
-ratchet in the same commit: ``typedlm bench jsonschema-suite --draft all --write-ratchet``).
+ratchet in the same commit: ``typedlm bench jsonschema-suite --draft all --write-ratchet tests/data/jsonschema_ratchet``).
 """
 
 import json
 
 import pytest
 
+from pathlib import Path
+
 from typedlm.bench import jsonschema_suite as suite
+
+RATCHETS = Path(__file__).parent / "data" / "jsonschema_ratchet"
 
 
 REQUIRED_TESTS = {"draft4": 618, "draft6": 839, "draft7": 927, "draft2019-09": 1259, "draft2020-12": 1299}
@@ -47,7 +51,7 @@ def test_zero_false_positives(draft_report):
 
 def test_ratchet(draft_report):
     draft, report = draft_report
-    ratchet = json.loads(suite.ratchet_path(draft).read_text())
+    ratchet = json.loads((RATCHETS / f"{draft}.json").read_text())
     assert suite.ratchet_problems(report, ratchet) == []
     req = report.totals("required")
     assert req["pass"] / req["total"] >= 0.60
@@ -62,7 +66,7 @@ def test_older_drafts_are_read_in_their_own_meaning():
 
 
 def test_ratchet_catches_a_drop_and_a_false_positive(report):
-    ratchet = json.loads(suite.ratchet_path("draft2020-12").read_text())
+    ratchet = json.loads((RATCHETS / "draft2020-12.json").read_text())
     worse = json.loads(json.dumps(ratchet))
     worse["files"]["type.json"]["pass"] += 1
     assert any("type.json" in p for p in suite.ratchet_problems(report, worse))
@@ -112,5 +116,10 @@ def test_cli_writes_json(tmp_path):
                                           "compile_error"}
     bad = CliRunner().invoke(app, ["bench", "jsonschema-suite", "--suite", str(tmp_path)])
     assert bad.exit_code == 2
+    ratchets = tmp_path / "ratchets"
+    res = CliRunner().invoke(app, ["bench", "jsonschema-suite", "--draft", "draft6", "--no-table",
+                                   "--write-ratchet", str(ratchets)])
+    assert res.exit_code == 0, res.output
+    assert json.loads((ratchets / "draft6.json").read_text()) == json.loads((RATCHETS / "draft6.json").read_text())
     bad = CliRunner().invoke(app, ["bench", "jsonschema-suite", "--draft", "draft5"])
     assert bad.exit_code == 2 and "draft5" in bad.output

@@ -27,12 +27,14 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
 OUTCOMES = ("pass", "false_negative", "false_positive", "refused", "compile_error")
 GROUPS = ("required", "optional")
-DEFAULT_SUITE = Path(__file__).resolve().parents[2] / "tests" / "data" / "json-schema-test-suite"
+# Shipped in the wheel (package data). A filesystem path: the suite is walked with pathlib (no zip installs).
+DEFAULT_SUITE = Path(str(resources.files("typedlm.bench") / "data" / "json-schema-test-suite"))
 DRAFTS = ("draft4", "draft6", "draft7", "draft2019-09", "draft2020-12")
 
 
@@ -272,14 +274,6 @@ def run_suite(suite: Path = DEFAULT_SUITE, grammars=None, draft: str = "draft202
 
 # ---------------------------------------------------------------- ratchet
 
-RATCHETS = Path(__file__).resolve().parents[2] / "tests" / "data" / "jsonschema_ratchet"
-
-
-def ratchet_path(draft: str) -> Path:
-    """One ratchet file per draft."""
-    return RATCHETS / f"{draft}.json"
-
-
 def ratchet_of(report: SuiteReport, draft: str) -> dict:
     """Expected counts per file (and totals): what the ratchet test holds the suite to."""
     return {"suite": f"JSON-Schema-Test-Suite {draft}", "totals": {g: report.totals(g) for g in GROUPS},
@@ -297,7 +291,7 @@ def ratchet_problems(report: SuiteReport, ratchet: dict) -> list[str]:
             problems.append(f"{name}: {got} passes, the ratchet expects {want['pass']}")
         elif got > want["pass"]:
             problems.append(f"{name}: {got} passes > {want['pass']} in the ratchet: update it in this commit "
-                            "(typedlm bench jsonschema-suite --write-ratchet)")
+                            "(typedlm bench jsonschema-suite --draft all --write-ratchet tests/data/jsonschema_ratchet)")
     problems += [f"{name}: not in the ratchet" for name in now if name not in ratchet["files"]]
     return problems
 
@@ -334,8 +328,9 @@ def register(app, bench_app) -> None:
         suite: Path = typer.Option(DEFAULT_SUITE, "--suite", help="JSON-Schema-Test-Suite checkout"),
         draft: str = typer.Option("all", "--draft", help=f"one of {', '.join(DRAFTS)}, or all"),
         out: Optional[Path] = typer.Option(None, "--json", help="write the totals and per-file counts here"),
-        write_ratchet: bool = typer.Option(False, "--write-ratchet",
-                                           help=f"write the per-file counts to the ratchet files ({RATCHETS.name}/)"),
+        write_ratchet: Optional[Path] = typer.Option(
+            None, "--write-ratchet", help="write the per-file counts to <this folder>/<draft>.json "
+                                          "(the repo's ratchets: tests/data/jsonschema_ratchet/)"),
         tables: bool = typer.Option(True, "--table/--no-table", help="print a per-file table per draft"),
     ):
         """Run the official JSON Schema suite through the grammar path, per draft; table + JSON."""
@@ -356,11 +351,13 @@ def register(app, bench_app) -> None:
         if out is not None:
             with user_errors():
                 Path(out).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-        if write_ratchet:
+        if write_ratchet is not None:
             fps = {d: sum(r.totals(g)["false_positive"] for g in GROUPS) for d, r in reports.items()}
             if any(fps.values()):
                 fail(f"false positives {fps}: a ratchet never records a false positive")
-            RATCHETS.mkdir(exist_ok=True)
-            for d, r in reports.items():
-                ratchet_path(d).write_text(json.dumps(ratchet_of(r, d), indent=1) + "\n", encoding="utf-8")
+            with user_errors():
+                Path(write_ratchet).mkdir(parents=True, exist_ok=True)
+                for d, r in reports.items():
+                    (Path(write_ratchet) / f"{d}.json").write_text(json.dumps(ratchet_of(r, d), indent=1) + "\n",
+                                                                   encoding="utf-8")
         print_json({d: {g: data[d][g] for g in GROUPS} | {"seconds": data[d]["seconds"]} for d in data})
