@@ -19,8 +19,8 @@ from typing import Annotated, Literal, Optional, Union
 import pytest
 from pydantic import AnyUrl, BaseModel, Field, HttpUrl, conint, conlist, constr, confloat
 
-import typedlm
 from typedlm.errors import GrammarCompileError
+from typedlm.generate import generate
 from typedlm.grammar.schema import find_refusals
 
 SEEDS = range(6)
@@ -92,7 +92,7 @@ def test_standard_type_compiles_and_samples_validate(tiny, name):
         return
     finished = 0
     for seed in SEEDS:
-        r = typedlm.generate("x", engine=tiny, json_schema=model, seed=seed, max_tokens=96)
+        r = generate("x", engine=tiny, json_schema=model, seed=seed, max_tokens=96)
         if r.finish_reason == "length":
             continue
         finished += 1
@@ -109,5 +109,5 @@ def test_standard_type_compiles_and_samples_validate(tiny, name):
 def test_unenforceable_standard_types_are_refused_by_keyword(tiny, name):
     t, keyword = REFUSED[name]
     with pytest.raises(GrammarCompileError) as e:
-        typedlm.generate("x", engine=tiny, json_schema=_model(t), max_tokens=4)
+        generate("x", engine=tiny, json_schema=_model(t), max_tokens=4)
     assert e.value.keyword == keyword

@@ -44,7 +44,7 @@ import referencing.exceptions
 
 from ...errors import EmptySchemaError, GrammarCompileError
 from .drafts import DEFAULT, draft_of, translate
-from . import formats
+from .formats import LENGTHS as FORMAT_LENGTHS, NOT_EXACT, PATTERNS as FORMAT_PATTERNS, XGRAMMAR, known
 from .refusal import JSON_TYPES, TYPES, Refusal, Refuse, ptr, rewrite_pattern
 
 MAX_BRANCHES = 64  # a rewrite that needs more alternatives than this is refused (size, compile time)
@@ -373,18 +373,18 @@ class Normalizer:
         f = s.get("format")
         if "format" in s and not isinstance(f, str):
             raise Refuse("format", ptr(p, "format"), "format must be a string")
-        if f is None or not formats.known(f, self.draft):
+        if f is None or not known(f, self.draft):
             pass  # an unknown format is an annotation: the validator ignores it
-        elif f in formats.PATTERNS:
+        elif f in FORMAT_PATTERNS:
             if "pattern" in b:
                 raise Refuse("format", ptr(p, "format"), "format beside pattern is not enforced by the grammar")
-            b["pattern"] = formats.PATTERNS[f]
-        elif f in formats.XGRAMMAR:
+            b["pattern"] = FORMAT_PATTERNS[f]
+        elif f in XGRAMMAR:
             b["format"] = f
         else:
-            raise Refuse("format", ptr(p, "format"), f"format {f!r} {formats.NOT_EXACT}")
-        if f is not None and f in formats.LENGTHS and ("pattern" in b or "format" in b):
-            lo, hi = formats.LENGTHS[f]
+            raise Refuse("format", ptr(p, "format"), f"format {f!r} {NOT_EXACT}")
+        if f is not None and f in FORMAT_LENGTHS and ("pattern" in b or "format" in b):
+            lo, hi = FORMAT_LENGTHS[f]
             if b.get("minLength", 0) <= lo:  # implied by the format: Pydantic's AnyUrl has minLength 1
                 b.pop("minLength", None)
             if hi is not None and b.get("maxLength", math.inf) >= hi:
