@@ -22,6 +22,12 @@ attention and the cache are ours:
 Prefill (eager, variable length): rows of one length start at position 0, causal SDPA over their
 own keys, K/V written into their slots, logits of the last position only.
 
+Measured on the H200 (random Qwen2.5-7B, bf16; ``bench/results/gen-h200.md``, ``bench/gpu_profile.py``):
+this runner 202 / 1,410 / 5,129 tok/s at batch 1 / 8 / 32 vs HF ``generate`` with its static cache and
+compile 146 / 981 / 2,857 (whose cache has one position per batch, so rows cannot join or leave).
+Eager layers in the graphs: 132 tok/s at b1 (1,100 small kernels, 2 ms of graph launch); one compiled
+layer: 199 (capture 16-32 s); the whole 28-layer step compiled: 175 and 152 s of compile.
+
 ``make_kv`` picks :class:`StaticKV` when the model family is supported, else the dynamic
 :class:`~typedlm.generate.batch_cache.BatchKV` (left-padded ``DynamicCache``). One ``StaticKV`` per
 engine (``Engine.static_kv``), shared by every scheduler of that engine through ``acquire``/``release``.
