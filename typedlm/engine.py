@@ -41,15 +41,18 @@ class Engine:
     grammars: Grammars
     cache_kwarg: str = "past_key_values"  # forward() keyword for the KV cache in this transformers
     keeps_logits: bool = False  # forward() takes logits_to_keep (lm_head only at the positions read)
+    reasoning: Any = None  # generate.reasoning.ReasoningFormat: <think> markers of a reasoning model  # <think> markers of a reasoning model family
     load_seconds: float = 0.0
     source: str = ""
     extras: dict = field(default_factory=dict, compare=False)
 
     # -- prompts ---------------------------------------------------------------------------------
-    def render_chat(self, messages: list[dict]) -> str:
+    def render_chat(self, messages: list[dict], **template_kwargs) -> str:
+        """The chat template's text; ``template_kwargs`` (``tools``, ``enable_thinking``, ...) go to the template."""
         if not self.chat.has_template:
             raise TypedLMError(f"model '{self.name}' has no chat template: pass a raw prompt instead")
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                                  **template_kwargs)
 
     def encode_prompt(self, *, prompt: str | None = None, messages: list[dict] | None = None) -> list[int]:
         """Token ids of a raw prompt (tokenizer adds its specials) or of rendered chat messages."""
@@ -156,7 +159,11 @@ def engine_from_model(model, tokenizer, *, name: str, device: torch.device | str
     cache_kwarg = "cache" if "cache" in params else "past_key_values"
     keeps_logits = "logits_to_keep" in params
     grammars = Grammars.for_tokenizer(tokenizer, model_vocab_size=model_vocab, stop_ids=sorted(stops))
+    from .generate.reasoning import detect as detect_reasoning  # generate imports this module
+
+    reasoning = detect_reasoning(tokenizer, chat.template)
     return Engine(name=name, model=model, tokenizer=tokenizer, device=device, dtype=dtype, chat=chat,
                   tokenizer_vocab_size=tok_vocab, model_vocab_size=model_vocab,
                   stop_ids=frozenset(stops), max_context=max_ctx, grammars=grammars,
-                  cache_kwarg=cache_kwarg, keeps_logits=keeps_logits, load_seconds=load_seconds, source=source)
+                  cache_kwarg=cache_kwarg, keeps_logits=keeps_logits, reasoning=reasoning, load_seconds=load_seconds,
+                  source=source)

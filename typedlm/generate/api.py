@@ -10,7 +10,10 @@ import torch
 from ..engine import Engine, load_engine
 from ..errors import TypedLMError
 from ..grammar.controller import GrammarRow
+from ..grammar.jump_forward import JumpForward
 from ..grammar.spec import Constraint, make_constraint
+from .detokenize import Detokenizer
+from .reasoning import ReasoningState
 from .result import GenerationResult, check_schema
 from .sampling import SamplingParams
 from .sequence import Sequence
@@ -28,8 +31,14 @@ def default_engine() -> Engine:
 
 
 def build_sequence(engine: Engine, prompt_ids: list[int], params: SamplingParams,
-                   constraint: Constraint | None) -> Sequence:
-    """Compile the constraint (cached) and make a ready-to-decode Sequence. Shared by every path."""
+                   constraint: Constraint | None, *, thinking: bool = False, reasoning_budget: int | None = None,
+                   jump_forward: bool = False, compiled=None) -> Sequence:
+    """Compile the constraint (cached) and make a ready-to-decode Sequence. Shared by every path.
+
+    ``thinking``: the prompt leaves a reasoning block open (see :mod:`.reasoning`); the grammar starts
+    after its end marker, which is forced after ``reasoning_budget`` tokens. ``jump_forward``: append
+    the text the grammar forces without sampling (:mod:`typedlm.grammar.jump_forward`).
+    ``compiled``: an already compiled grammar for ``constraint`` (e.g. a relaxed superset grammar)."""
     if not prompt_ids:
         raise TypedLMError("the prompt is empty")
     if len(prompt_ids) >= engine.max_context:
@@ -37,23 +46,36 @@ def build_sequence(engine: Engine, prompt_ids: list[int], params: SamplingParams
     room = engine.max_context - len(prompt_ids)
     if params.max_tokens > room:
         params = SamplingParams(**{**params.__dict__, "max_tokens": room})
+    bad = [t for t, _ in params.logit_bias if t >= engine.tokenizer_vocab_size]
+    if bad:
+        raise TypedLMError(f"logit_bias: token id {bad[0]} is not in the vocabulary "
+                           f"(0 ≤ id < {engine.tokenizer_vocab_size})")
+    if thinking and engine.reasoning is None:
+        raise TypedLMError(f"model '{engine.name}' is not a reasoning model (no <think> markers in its template)")
     row, compile_s = None, 0.0
     if constraint is not None:
-        compiled, compile_s = engine.grammars.compile(constraint)
+        if compiled is None:
+            compiled, compile_s = engine.grammars.compile(constraint)
         row = GrammarRow(compiled, vocab_size=engine.model_vocab_size, stop_ids=engine.stop_ids)
     gen = None
     if params.seed is not None and not params.greedy:
         gen = torch.Generator(device=engine.device).manual_seed(params.seed)
     seq = Sequence(prompt_ids=list(prompt_ids), params=params, tokenizer_vocab_size=engine.tokenizer_vocab_size,
-                   stop_ids=engine.stop_ids, decode=engine.decode, grammar=row, constraint=constraint,
-                   generator=gen)
+                   stop_ids=engine.stop_ids, detok=Detokenizer(engine.tokenizer, params.stop) if params.stop else None,
+                   grammar=row, constraint=constraint, generator=gen,
+                   reasoning=ReasoningState(engine.reasoning.end_ids, reasoning_budget) if thinking else None,
+                   jump=JumpForward(engine) if jump_forward and row is not None else None)
     seq.timings.compile = compile_s
     return seq
 
 
 def finish_result(engine: Engine, seq: Sequence) -> GenerationResult:
     """The one finalizer every generation path goes through: text, stop-string cut, schema check."""
-    text = engine.decode(seq.output_ids)
+    answer, reasoning = seq.output_ids, None
+    if seq.reasoning is not None:
+        thought, answer = seq.reasoning.split(seq.output_ids)
+        reasoning = engine.decode(thought)
+    text = engine.decode(answer)
     if seq.stop_text_at is not None:
         text = text[: seq.stop_text_at]
     c = seq.constraint
@@ -63,7 +85,9 @@ def finish_result(engine: Engine, seq: Sequence) -> GenerationResult:
     return GenerationResult(text=text, token_ids=list(seq.output_ids), finish_reason=seq.finish_reason or "abort",
                             prompt_tokens=len(seq.prompt_ids), timings=seq.timings.as_dict(),
                             constraint=c.kind if c else None, schema_valid=valid, schema_errors=errors,
-                            error=seq.error, truncation_fallbacks=seq.truncation_fallbacks)
+                            error=seq.error, truncation_fallbacks=seq.truncation_fallbacks, reasoning=reasoning,
+                            reasoning_tokens=len(seq.output_ids) - len(answer) if reasoning is not None else 0,
+                            forced_tokens=seq.forced_tokens)
 
 
 def generate(prompt: str | None = None, *, messages: list[dict] | None = None, engine: Engine | None = None,

@@ -20,6 +20,9 @@ class GenerationResult:
     schema_errors: list[str] = field(default_factory=list)
     error: str | None = None
     truncation_fallbacks: int = 0
+    reasoning: str | None = None  # the text of the reasoning block (reasoning models), None without one
+    reasoning_tokens: int = 0  # output tokens of the block, its end marker included
+    forced_tokens: int = 0  # output tokens appended without sampling (jump-forward, forced end of reasoning)
 
     @property
     def completion_tokens(self) -> int:
@@ -38,7 +41,9 @@ class GenerationResult:
         return {"text": self.text, "token_ids": self.token_ids, "finish_reason": self.finish_reason,
                 "usage": self.usage, "timings": self.timings, "constraint": self.constraint,
                 "schema_valid": self.schema_valid, "schema_errors": self.schema_errors,
-                "error": self.error, "truncation_fallbacks": self.truncation_fallbacks}
+                "error": self.error, "truncation_fallbacks": self.truncation_fallbacks,
+                "reasoning": self.reasoning, "reasoning_tokens": self.reasoning_tokens,
+                "forced_tokens": self.forced_tokens}
 
 
 def check_schema(text: str, schema: dict) -> tuple[bool, list[str]]:
