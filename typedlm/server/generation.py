@@ -32,7 +32,7 @@ def sampling_params(state: ServerState, body, max_tokens: int | None) -> Samplin
     try:
         return SamplingParams(max_tokens=min(max_tokens or cap, cap), temperature=body.temperature,
                               top_p=body.top_p, top_k=max(0, body.top_k), seed=body.seed, stop=body.stop or (),
-                              repetition_penalty=body.repetition_penalty)
+                              repetition_penalty=body.repetition_penalty, logit_bias=body.logit_bias_pairs)
     except ValueError as e:
         raise APIError(400, str(e)) from e
 
@@ -101,23 +101,37 @@ class Job:
 
 
 
+def jump_forward(state: ServerState, body, logprobs) -> bool:
+    """The request's ``jump_forward``, else the server's default; never with logprobs (forced tokens
+    are not sampled, so they have none)."""
+    if body.jump_forward and logprobs is not None:
+        raise APIError(400, "jump_forward cannot be combined with logprobs (forced tokens are not sampled)",
+                       param="jump_forward")
+    on = state.config.jump_forward if body.jump_forward is None else body.jump_forward
+    return bool(on) and logprobs is None
+
+
 async def submit(state: ServerState, http: HTTPRequest, *, structured: Structured, params: SamplingParams,
-                 encode: Callable[[str | None], list[int]], n: int, logprobs: int | None) -> Job:
-    """Compile (or degrade), build ``n`` sequences, queue them. Raises APIError 400 / 429."""
+                 encode: Callable[[str | None], list[int]], n: int, logprobs: int | None,
+                 seq_kw: Callable[[], dict] = dict) -> Job:
+    """Compile (or degrade), build ``n`` sequences, queue them. Raises APIError 400 / 429.
+    ``seq_kw()``: extra ``build_sequence`` keywords, read after ``encode`` ran (reasoning mode)."""
     t0 = time.perf_counter()
     state.engine  # 503 while not loaded
     headers = {}
     if structured.source:
         headers["X-TypedLM-Constraint"] = structured.source
     try:
-        seqs = await asyncio.to_thread(_build, state, _encode(encode, None), params, structured.constraint, n)
+        ids = _encode(encode, None)
+        seqs = await asyncio.to_thread(_build, state, ids, params, structured.constraint, n, seq_kw())
     except GrammarCompileError as e:
         if not is_degradable(structured, e):
             raise APIError(400, f"{structured.source}: {e}", param=e.pointer or structured.source,
                            code="grammar_compile_error") from e
         headers["Warning"] = warning_header(str(e))
         state.metrics.degraded.inc()
-        seqs = await asyncio.to_thread(_build, state, _encode(encode, structured.instruction()), params, None, n)
+        ids = _encode(encode, structured.instruction())
+        seqs = await asyncio.to_thread(_build, state, ids, params, None, n, seq_kw())
     except TypedLMError as e:
         raise APIError(400, str(e)) from e
     loop = asyncio.get_running_loop()
@@ -157,7 +171,7 @@ def _record(state: ServerState, res: GenerationResult) -> None:
     m.finished.labels(res.finish_reason, res.constraint or "none").inc()
 
 
-def _build(state: ServerState, ids: list[int], params: SamplingParams, constraint, n: int):
+def _build(state: ServerState, ids: list[int], params: SamplingParams, constraint, n: int, kw: dict):
     engine = state.engine
     cap = state.config.max_prompt_tokens
     if cap is not None and len(ids) > cap:
@@ -165,40 +179,5 @@ def _build(state: ServerState, ids: list[int], params: SamplingParams, constrain
     out = []
     for i in range(n):
         p = params if params.seed is None or i == 0 else replace(params, seed=params.seed + i)
-        out.append(build_sequence(engine, ids, p, constraint))
+        out.append(build_sequence(engine, ids, p, constraint, **kw))
     return out
-
-
-class Detokenizer:
-    """Text deltas for a stream: never emits a partial UTF-8 character or a possible stop-string start."""
-
-    def __init__(self, decode: Callable[[list[int]], str], stop: tuple[str, ...]):
-        self.decode = decode
-        self.ids: list[int] = []
-        self.sent = ""
-        self.stop = stop
-        self.hold = max((len(s) for s in stop), default=1) - 1
-
-    def add(self, token: int) -> str:
-        self.ids.append(token)
-        text = self.decode(self.ids)
-        for s in self.stop:  # the row ends on this token: never stream the stop string itself
-            if (i := text.find(s)) >= 0:
-                text = text[:i]
-        safe = text.rstrip("\ufffd")
-        if self.hold:
-            safe = safe[: max(len(self.sent), len(safe) - self.hold)]
-        return self._emit(safe)
-
-    def finish(self, final_text: str) -> str:
-        return self._emit(final_text)
-
-    def _emit(self, text: str) -> str:
-        if len(text) <= len(self.sent) or not text.startswith(self.sent):
-            return ""
-        delta, self.sent = text[len(self.sent):], text
-        return delta
-
-
-def token_text(engine, token: int) -> str:
-    return engine.tokenizer.decode([token])
