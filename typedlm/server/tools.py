@@ -273,11 +273,15 @@ class ToolStream:
                     out.append({"tool_calls": [call.to_openai(self.index)]})
                 self.buf, self.in_call = self.buf[end + len(END):], False
                 continue
-            body = self.buf[self.head_len:] if end < 0 else self.buf[self.head_len:end].rstrip()
-            if end >= 0:
-                body = body[:-1] if body.endswith("}") else body  # the call object's closing brace
+            exact = self.buf.find(END_TEXT, self.head_len)  # the grammar's end: cannot occur inside JSON
+            if exact >= 0:
+                body, end = self.buf[self.head_len:exact], exact + len(END_TEXT) - len(END)
+            elif end >= 0:  # not the grammar's spacing (unconstrained text): strip the object's brace
+                body = self.buf[self.head_len:end].rstrip()
+                body = body[:-1] if body.endswith("}") else body
             else:
-                body = body[: len(body) - _tail_hold(body)]
+                body = self.buf[self.head_len:]
+                body = body[: len(body) - _partial_suffix(body, END_TEXT)]
             if len(body) > self.args_sent:
                 out.append({"tool_calls": [{"index": self.index, "function": {"arguments": body[self.args_sent:]}}]})
                 self.args_sent = len(body)
@@ -292,11 +296,3 @@ def _partial_suffix(text: str, marker: str) -> int:
         if text.endswith(marker[:n]):
             return n
     return 0
-
-
-def _tail_hold(body: str) -> int:
-    """Characters at the end of streamed arguments that may belong to the closing ``}\\n</tool_call>``."""
-    stripped = body.rstrip()
-    if stripped.endswith("}"):
-        return len(body) - len(stripped) + 1
-    return len(body) - len(stripped)
