@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 _NONE = (None,)
 # documented OpenAI / vLLM request fields typedlm does not implement: field -> (no-op values, reason)
@@ -28,6 +29,9 @@ DOCUMENTED: dict[str, tuple[tuple, str]] = {
     "functions": (_NONE, "the deprecated 'functions' field is not supported: use 'tools'"),
     "function_call": (_NONE, "the deprecated 'function_call' field is not supported: use 'tool_choice'"),
     "verbosity": ((None, "medium"), "verbosity is not supported"),
+    "moderation": (_NONE, "moderation is not supported"),
+    "prompt_cache_options": (_NONE, "there is no prompt cache to configure"),
+    "prompt_cache_retention": (_NONE, "there is no prompt cache to configure"),
     # vLLM sampling / request extras
     "best_of": ((None, 1), "best_of > 1 is not supported: use n"),
     "use_beam_search": ((None, False), "beam search is not supported"),
@@ -99,7 +103,8 @@ class _Base(BaseModel):
             for name, (noop, reason) in DOCUMENTED.items():
                 if name in data:
                     if data[name] not in noop:
-                        raise ValueError(f"{name}: {reason}")
+                        raise PydanticCustomError("unsupported_field", "{field}: {reason}",
+                                                  {"field": name, "reason": reason})
                     data = {k: v for k, v in data.items() if k != name}
         return data
 
