@@ -20,7 +20,7 @@ app.add_typer(bench_app, name="bench")
 app.add_typer(models_app, name="models")
 
 # Each of these modules, when present, defines register(app, bench_app).
-PLUGINS = ("typedlm.bench.grammar", "typedlm.bench.gen", "typedlm.bench.decide", "typedlm.bench.jsonschema_suite",
+PLUGINS = ("typedlm.bench.grammar", "typedlm.bench.gen", "typedlm.bench.jump_forward", "typedlm.bench.decide", "typedlm.bench.jsonschema_suite",
            "typedlm.server.cli", "typedlm.decide.cli")
 
 
