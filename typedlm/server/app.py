@@ -95,8 +95,8 @@ def create_app(engine_or_loader: Engine | Callable[[], Engine], config: ServerCo
                 lp = {"content": [_chat_lp(engine, e) for e in _token_events(job, i)]}
             msg, finish = message(res, chat)
             choices.append({"index": i, "message": msg, "logprobs": lp, "finish_reason": finish})
-        return JSONResponse({**meta, "object": "chat.completion", "choices": choices, "usage": _usage(results)},
-                            headers=job.headers)
+        return JSONResponse({**meta, "object": "chat.completion", "choices": choices, "usage": _usage(results),
+                             **_notice(job, results)}, headers=job.headers)
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, http: Request):
@@ -125,8 +125,8 @@ def create_app(engine_or_loader: Engine | Callable[[], Engine], config: ServerCo
         choices = [{"index": i, "text": res.text, "finish_reason": res.finish_reason,
                     "logprobs": _completion_lp(engine, _token_events(job, i)) if body.logprobs is not None else None}
                    for i, res in enumerate(results)]
-        return JSONResponse({**meta, "object": "text_completion", "choices": choices, "usage": _usage(results)},
-                            headers=job.headers)
+        return JSONResponse({**meta, "object": "text_completion", "choices": choices, "usage": _usage(results),
+                             **_notice(job, results)}, headers=job.headers)
 
     try:
         from ..decide.http import router as decide_router
@@ -146,6 +146,12 @@ def _check(state: ServerState, body) -> Engine:
         raise APIError(400, f"model '{body.model}' is not served here; available: {', '.join(state.served_models)}",
                        param="model", code="model_not_found")
     return state.engine
+
+
+def _notice(job: Job, results) -> dict:
+    """``{"typedlm": {...}}`` when the constraint was degraded (relaxed superset grammar or free text)."""
+    notice = job.notice_for(results)
+    return {"typedlm": notice} if notice else {}
 
 
 def _usage(results) -> dict:

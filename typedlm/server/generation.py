@@ -16,6 +16,9 @@ from typing import Callable
 from fastapi import Request as HTTPRequest
 
 from ..errors import GrammarCompileError, TypedLMError
+from ..grammar.compiler import GrammarDisabled
+from ..grammar.relax import NotRelaxable, relax_schema
+from ..grammar.spec import make_constraint
 from ..generate.api import build_sequence
 from ..generate.result import GenerationResult
 from ..generate.sampling import SamplingParams
@@ -37,10 +40,24 @@ def sampling_params(state: ServerState, body, max_tokens: int | None) -> Samplin
         raise APIError(400, str(e)) from e
 
 
-def warning_header(reason: str) -> str:
+def warning_header(reason: str, what: str = "response_format not enforced") -> str:
     text = " ".join(str(reason).split()).replace("\\", "\\\\").replace('"', '\\"')
     text = text.encode("ascii", "replace").decode("ascii")[:300]
-    return f'199 typedlm "response_format not enforced: {text}"'
+    return f'199 typedlm "{what}: {text}"'
+
+
+def relaxed_grammar(engine, structured: Structured, err: GrammarCompileError):
+    """For a degradable json_schema refusal: (compiled superset grammar, relaxed places), or None when
+    no grammar at all can be built (then the request degrades to free text)."""
+    c = structured.constraint
+    if isinstance(err, GrammarDisabled) or c is None or c.kind != "json_schema" or not err.keyword:
+        return None
+    try:
+        schema, done = relax_schema(c.value)
+        compiled, _ = engine.grammars.compile(make_constraint(json_schema=schema, any_whitespace=c.any_whitespace))
+    except (NotRelaxable, GrammarCompileError):
+        return None
+    return compiled, done
 
 
 @dataclass
@@ -56,6 +73,16 @@ class Job:
     finished: int = 0
     events: dict = field(default_factory=dict)  # choice index -> [TokenEvent] (for logprobs)
     polled: float = field(default_factory=time.perf_counter)  # last client-disconnect check
+    notice: dict | None = None  # the response's ``typedlm`` field: how the constraint was degraded
+
+    def notice_for(self, results) -> dict | None:
+        if self.notice is None:
+            return None
+        out = dict(self.notice)
+        if out.get("degraded") == "relaxed":
+            out["schema_valid"] = [r.schema_valid for r in results]
+            out["schema_errors"] = [r.schema_errors for r in results]
+        return out
 
     @property
     def n(self) -> int:
@@ -118,7 +145,7 @@ async def submit(state: ServerState, http: HTTPRequest, *, structured: Structure
     ``seq_kw()``: extra ``build_sequence`` keywords, read after ``encode`` ran (reasoning mode)."""
     t0 = time.perf_counter()
     state.engine  # 503 while not loaded
-    headers = {}
+    headers, notice, ids = {}, None, None
     if structured.source:
         headers["X-TypedLM-Constraint"] = structured.source
     try:
@@ -128,10 +155,21 @@ async def submit(state: ServerState, http: HTTPRequest, *, structured: Structure
         if not is_degradable(structured, e):
             raise APIError(400, f"{structured.source}: {e}", param=e.pointer or structured.source,
                            code="grammar_compile_error") from e
-        headers["Warning"] = warning_header(str(e))
         state.metrics.degraded.inc()
-        ids = _encode(encode, structured.instruction())
-        seqs = await asyncio.to_thread(_build, state, ids, params, None, n, seq_kw())
+        relaxed = await asyncio.to_thread(relaxed_grammar, state.engine, structured, e)
+        if relaxed is not None:  # a superset grammar: structure kept, the output validated with jsonschema
+            compiled, done = relaxed
+            places = "; ".join(f"{d['keyword']} at {d['pointer']}" for d in done)
+            headers["Warning"] = warning_header(f"relaxed {places}; the output is validated with jsonschema "
+                                                "(see typedlm.schema_valid)", "response_format partly enforced")
+            notice = {"degraded": "relaxed", "reason": str(e), "relaxed": done}
+            seqs = await asyncio.to_thread(_build, state, ids, params, structured.constraint, n,
+                                           {**seq_kw(), "compiled": compiled})
+        else:
+            headers["Warning"] = warning_header(str(e))
+            notice = {"degraded": "free_text", "reason": str(e)}
+            ids = _encode(encode, structured.instruction())
+            seqs = await asyncio.to_thread(_build, state, ids, params, None, n, seq_kw())
     except TypedLMError as e:
         raise APIError(400, str(e)) from e
     loop = asyncio.get_running_loop()
@@ -151,7 +189,7 @@ async def submit(state: ServerState, http: HTTPRequest, *, structured: Structure
     except QueueFull as e:
         raise APIError(429, f"{e}; retry after {state.config.retry_after_s}s", type="rate_limit_error",
                        code="queue_full", headers={"Retry-After": str(state.config.retry_after_s)}) from e
-    return Job(state, reqs, queue, t0, headers)
+    return Job(state, reqs, queue, t0, headers, notice=notice)
 
 
 def _encode(encode: Callable[[str | None], list[int]], instruction: str | None) -> list[int]:
