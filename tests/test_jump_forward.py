@@ -104,9 +104,6 @@ def test_greedy_output_equals_without_jump_forward_on_the_default_model(real):
     msgs = [{"role": "user", "content": "Customer 42 prefers the telephone and has an active subscription. "
                                         "Give the record as JSON."}]
     kw = dict(messages=msgs, engine=real, json_schema=SCHEMA, any_whitespace=False, max_tokens=80, temperature=0)
-    off = typedlm.generate(**kw)
-    seq = build_sequence(real, real.encode_prompt(messages=msgs), SamplingParams(max_tokens=80, temperature=0),
-                         make_constraint(json_schema=SCHEMA, any_whitespace=False), jump_forward=True)
-    on = run_batch(real, [seq])[0]
+    off, on = typedlm.generate(**kw), typedlm.generate(**kw, jump_forward=True)
     assert on.text == off.text and on.schema_valid
     assert on.forced_tokens > 0

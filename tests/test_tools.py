@@ -194,3 +194,19 @@ def test_parse_and_stream_parsers_agree():
                 args[tc["index"]] = args.get(tc["index"], "") + tc["function"].get("arguments", "")
         assert [json.loads(args[i]) for i in sorted(args)] == [json.loads(c.arguments) for c in calls], size
         assert "".join(d.get("content", "") for d in out).strip() == "hello"
+
+
+def test_auto_with_response_format_answers_json_or_calls(rclient):
+    client, eng = rclient
+    trigger = str(eng.tokenizer.convert_tokens_to_ids("<tool_call>"))
+    rf = {"type": "json_schema", "json_schema": {"name": "a", "schema": ADD, "strict": True}}
+    base = dict(model=eng.name, messages=MSG, tools=TOOLS, tool_choice="auto", response_format=rf, max_tokens=120,
+                seed=0, parallel_tool_calls=False, extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    answer = client.chat.completions.create(**base, logit_bias={trigger: -100})
+    assert answer.choices[0].message.tool_calls is None
+    jsonschema.validate(json.loads(answer.choices[0].message.content), ADD)
+    call = client.chat.completions.create(**base, logit_bias={trigger: 100})
+    assert call.choices[0].finish_reason == "tool_calls"
+    _check_calls(call.choices[0].message.tool_calls)
+    with pytest.raises(openai.BadRequestError, match="cannot also answer with response_format"):
+        client.chat.completions.create(**{**base, "tool_choice": "required"})

@@ -96,8 +96,12 @@ def generate(prompt: str | None = None, *, messages: list[dict] | None = None, e
              structural_tag: Any = None, any_whitespace: bool = True, strict: bool = True,
              lenient: bool = False, max_tokens: int = 256, temperature: float = 1.0, top_p: float = 1.0,
              top_k: int = 0, seed: int | None = None, stop: list[str] | str | None = None,
-             repetition_penalty: float = 1.0, logits_processors=()) -> GenerationResult:
+             repetition_penalty: float = 1.0, logit_bias: dict[int, float] | None = None,
+             jump_forward: bool = False, logits_processors=()) -> GenerationResult:
     """Generate text for a raw ``prompt`` or chat ``messages`` under at most one constraint.
+
+    ``logit_bias``: token id -> bias in [-100, 100], added before the grammar mask. ``jump_forward``:
+    append the text the grammar forces without sampling (counted in ``forced_tokens``).
 
     Raises ``ConstraintError`` (two constraints, bad sampling values), ``GrammarCompileError``
     (constraint does not compile or uses keywords the grammar would not enforce), ``TypedLMError``.
@@ -106,11 +110,11 @@ def generate(prompt: str | None = None, *, messages: list[dict] | None = None, e
                                  grammar=grammar, lark=lark, structural_tag=structural_tag,
                                  any_whitespace=any_whitespace, strict=strict, lenient=lenient)
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
-                            stop=stop or (), repetition_penalty=repetition_penalty,
+                            stop=stop or (), repetition_penalty=repetition_penalty, logit_bias=logit_bias or (),
                             logits_processors=tuple(logits_processors or ()))
     engine = engine or default_engine()
     prompt_ids = engine.encode_prompt(prompt=prompt, messages=messages)
-    seq = build_sequence(engine, prompt_ids, params, constraint)
+    seq = build_sequence(engine, prompt_ids, params, constraint, jump_forward=jump_forward)
     from .scheduler import run_batch  # the one decode loop (a batch of one here)
 
     return run_batch(engine, [seq], max_batch=1)[0]

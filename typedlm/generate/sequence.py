@@ -116,7 +116,8 @@ class Sequence:
         if self.grammar is not None and not self._deferred:
             self.grammar.apply(logits)  # last: nothing after this may re-allow an id
 
-    def append(self, token: int, *, forced: bool = False) -> None:
+    def append(self, token: int, *, forced: bool = False, last: bool = True) -> None:
+        """``last=False``: more forced tokens follow at once, so the next mask is not computed yet."""
         if self.first_token_at is None:
             self.first_token_at = time.perf_counter()
         deferred = self._deferred
@@ -137,6 +138,8 @@ class Sequence:
                 self.stop_text_at = self.detok.stop_at
                 self.finish("stop")
                 return
+        if not last:
+            return
         if self.grammar is not None and not self._deferred and not self._grammar_open():
             return  # next step's mask is computed now: a complete grammar ends the row before any forward
         if len(self.output_ids) >= self.params.max_tokens:
@@ -153,9 +156,10 @@ class Sequence:
         else:
             return []
         out = []
-        for t in ids[: self.params.max_tokens - len(self.output_ids)]:
+        ids = ids[: self.params.max_tokens - len(self.output_ids)]
+        for i, t in enumerate(ids):
             n = len(self.output_ids)
-            self.append(t, forced=True)
+            self.append(t, forced=True, last=i == len(ids) - 1)
             if len(self.output_ids) > n:
                 out.append(t)
             if self.finished:
