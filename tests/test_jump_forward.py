@@ -8,7 +8,7 @@ import pytest
 
 import typedlm
 from typedlm.generate import SamplingParams, build_sequence
-from typedlm.generate.scheduler import run_batch
+from typedlm.generate.scheduler import Request, Scheduler, TokenEvent, run_batch
 from typedlm.grammar import make_constraint
 from typedlm.grammar.jump_forward import JumpForward
 from typedlm.server.app import create_app
@@ -97,13 +97,82 @@ def test_server_wide_flag(tiny):
     assert on["usage"]["forced_tokens"] > 0 and "forced_tokens" not in off["usage"]
 
 
+def _run_events(eng, seqs):
+    """Decode ``seqs`` together; per row the (token, forced) pairs in order and the result."""
+    sched = Scheduler(eng, max_batch=len(seqs), max_queue=len(seqs))
+    events = [[] for _ in seqs]
+    reqs = [sched.submit(Request(seq=s, on_event=lambda e, i=i: isinstance(e, TokenEvent) and events[i].append(
+        (e.token, e.forced)))) for i, s in enumerate(seqs)]
+    while sched.has_work():
+        sched.step()
+    return events, [r.result for r in reqs]
+
+
+def test_given_the_same_forced_tokens_the_sampled_ones_are_the_same(tiny):
+    """What jump-forward changes is only *which* tokens spell the forced text (canonical ones, fed in
+    one multi-token forward). A run without jump-forward that is pinned to the same tokens at the
+    forced steps only (a logits processor) must sample exactly the same tokens at every other step:
+    the multi-token forward gives the same next-token logits as feeding the tokens one by one."""
+    c = make_constraint(json_schema=SCHEMA, any_whitespace=False)
+    events, results = _run_events(tiny, [_seq(tiny, c, True), _seq(tiny, None, False, "free", 20)])
+    forced = {i: t for i, (t, f) in enumerate(events[0]) if f}
+    sampled = [i for i, (_, f) in enumerate(events[0]) if not f]
+    assert len(forced) > 10 and len(sampled) > 5
+    prompt_len = len(tiny.encode_prompt(prompt="x"))
+
+    def pin(seen, logits):
+        step = len(seen) - prompt_len
+        if step in forced:
+            logits[forced[step]] += 1e4
+        return logits
+
+    ids = tiny.encode_prompt(prompt="x")
+    seq = build_sequence(tiny, ids, SamplingParams(max_tokens=120, temperature=0, logits_processors=(pin,)), c)
+    _, without = _run_events(tiny, [seq, _seq(tiny, None, False, "free", 20)])
+    assert without[0].token_ids == results[0].token_ids and without[0].text == results[0].text
+    assert without[0].forced_tokens == 0 and results[0].forced_tokens == len(forced)
+
+
 @pytest.mark.real_model
-def test_greedy_output_equals_without_jump_forward_on_the_default_model(real):
-    """A trained model writes the canonical tokenization of forced JSON text, so appending exactly
-    those tokens changes nothing in its greedy output: only the number of sampling steps."""
+def test_default_model_output_is_valid_and_takes_fewer_steps(real):
+    """On SmolLM2 greedy output with jump-forward is NOT the same text as without: the model's own
+    greedy spelling of forced keys is not the canonical tokenization, so the contexts differ after the
+    first forced stretch (measured: bench/results/jump-forward-cpu.md). Both stay schema-valid."""
     msgs = [{"role": "user", "content": "Customer 42 prefers the telephone and has an active subscription. "
                                         "Give the record as JSON."}]
     kw = dict(messages=msgs, engine=real, json_schema=SCHEMA, any_whitespace=False, max_tokens=80, temperature=0)
-    off, on = typedlm.generate(**kw), typedlm.generate(**kw, jump_forward=True)
-    assert on.text == off.text and on.schema_valid
+    on = typedlm.generate(**kw, jump_forward=True)
+    assert on.schema_valid and on.finish_reason == "stop"
     assert on.forced_tokens > 0
+
+
+def test_multi_token_step_gives_the_logits_of_one_token_steps(tiny):
+    """BatchKV.step with several tokens for one row (right-padded, masked for the others) gives the
+    same next-token logits as feeding the same tokens one step at a time."""
+    import torch
+
+    from typedlm.generate.batch_cache import BatchKV
+
+    def batch(prompts):
+        kv = BatchKV(tiny)
+        for p in prompts:
+            ids = torch.tensor([tiny.encode_prompt(prompt=p)])
+            _, cache = tiny.forward(ids)
+            kv.add(cache, ids.shape[1])
+        return kv
+
+    feeds = [[11, 12, 13, 14], [21], [31, 32]]
+    with torch.inference_mode():
+        kv = batch(["a b c", "free text here", "x"])
+        multi = kv.step(feeds)
+        after = kv.step([[5], [6], [7]])
+        singles, afters = [], []
+        for row, p in enumerate(["a b c", "free text here", "x"]):
+            one = batch([p])
+            for t in feeds[row]:
+                out = one.step([[t]])
+            singles.append(out[0])
+            afters.append(one.step([[5 + row]])[0])
+    for row in range(3):
+        assert torch.allclose(multi[row], singles[row], atol=1e-4), row
+        assert torch.allclose(after[row], afters[row], atol=1e-4), row
