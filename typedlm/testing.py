@@ -45,6 +45,14 @@ def tiny_engine(*, seed: int = 0, **kw) -> Engine:
                              dtype=torch.float32)
 
 
+def save_tiny(directory, engine: Engine | None = None) -> str:
+    """Write the tiny model as a HF directory (what ``--model DIR`` loads); returns the directory."""
+    engine = engine or tiny_engine()
+    engine.model.save_pretrained(directory)
+    engine.tokenizer.save_pretrained(directory)
+    return str(directory)
+
+
 # A Qwen3-style chat template: tools rendered by the template (Hermes <tool_call> format), tool
 # results as <tool_response>, and ``enable_thinking: false`` closing an empty <think> block.
 QWEN3_STYLE_TEMPLATE = """
@@ -106,3 +114,9 @@ def tiny_reasoning_engine(*, seed: int = 0, **kw) -> Engine:
     tok = reasoning_tokenizer()
     return engine_from_model(tiny_llama(tok, seed=seed, **kw), tok, name="tiny-reasoning", device="cpu",
                              dtype=torch.float32)
+
+
+if __name__ == "__main__":  # python -m typedlm.testing DIR: a model for CLI / server smoke tests
+    import sys
+
+    print(save_tiny(sys.argv[1]))

@@ -14,8 +14,9 @@ from ..grammar.jump_forward import JumpForward
 from ..grammar.spec import Constraint, make_constraint
 from .detokenize import Detokenizer
 from .reasoning import ReasoningState
-from .result import GenerationResult, check_schema
+from .result import GenerationResult
 from .sampling import SamplingParams
+from .scheduler import run_batch
 from .sequence import Sequence
 
 _default: dict[str, Engine] = {}
@@ -61,33 +62,13 @@ def build_sequence(engine: Engine, prompt_ids: list[int], params: SamplingParams
     if params.seed is not None and not params.greedy:
         gen = torch.Generator(device=engine.device).manual_seed(params.seed)
     seq = Sequence(prompt_ids=list(prompt_ids), params=params, tokenizer_vocab_size=engine.tokenizer_vocab_size,
-                   stop_ids=engine.stop_ids, detok=Detokenizer(engine.tokenizer, params.stop) if params.stop else None,
+                   stop_ids=engine.stop_ids, decode=engine.decode,
+                   detok=Detokenizer(engine.tokenizer, params.stop) if params.stop else None,
                    grammar=row, constraint=constraint, generator=gen,
                    reasoning=ReasoningState(engine.reasoning.end_ids, reasoning_budget) if thinking else None,
                    jump=JumpForward(engine) if jump_forward and row is not None else None)
     seq.timings.compile = compile_s
     return seq
-
-
-def finish_result(engine: Engine, seq: Sequence) -> GenerationResult:
-    """The one finalizer every generation path goes through: text, stop-string cut, schema check."""
-    answer, reasoning = seq.output_ids, None
-    if seq.reasoning is not None:
-        thought, answer = seq.reasoning.split(seq.output_ids)
-        reasoning = engine.decode(thought)
-    text = engine.decode(answer)
-    if seq.stop_text_at is not None:
-        text = text[: seq.stop_text_at]
-    c = seq.constraint
-    valid, errors = None, []
-    if c is not None and c.schema is not None:
-        valid, errors = check_schema(text, c.schema)
-    return GenerationResult(text=text, token_ids=list(seq.output_ids), finish_reason=seq.finish_reason or "abort",
-                            prompt_tokens=len(seq.prompt_ids), timings=seq.timings.as_dict(),
-                            constraint=c.kind if c else None, schema_valid=valid, schema_errors=errors,
-                            error=seq.error, truncation_fallbacks=seq.truncation_fallbacks, reasoning=reasoning,
-                            reasoning_tokens=len(seq.output_ids) - len(answer) if reasoning is not None else 0,
-                            forced_tokens=seq.forced_tokens)
 
 
 def generate(prompt: str | None = None, *, messages: list[dict] | None = None, engine: Engine | None = None,
@@ -115,6 +96,5 @@ def generate(prompt: str | None = None, *, messages: list[dict] | None = None, e
     engine = engine or default_engine()
     prompt_ids = engine.encode_prompt(prompt=prompt, messages=messages)
     seq = build_sequence(engine, prompt_ids, params, constraint, jump_forward=jump_forward)
-    from .scheduler import run_batch  # the one decode loop (a batch of one here)
 
     return run_batch(engine, [seq], max_batch=1)[0]

@@ -17,9 +17,8 @@ answer text begin after its end marker (:mod:`.reasoning`).
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -50,6 +49,7 @@ class Sequence:
     params: SamplingParams
     tokenizer_vocab_size: int
     stop_ids: frozenset[int]
+    decode: Callable[[list[int]], str] = str  # ids -> text (the finalizer's one full decode)
     detok: Detokenizer | None = None  # the answer's text, incrementally (stop strings)
     grammar: GrammarRow | None = None
     reasoning: ReasoningState | None = None
@@ -63,8 +63,6 @@ class Sequence:
     truncation_fallbacks: int = 0
     forced_tokens: int = 0  # appended without sampling (jump-forward, forced end of reasoning)
     timings: Timings = field(default_factory=Timings)
-    created: float = field(default_factory=time.perf_counter)
-    first_token_at: float | None = None
 
     @property
     def finished(self) -> bool:
@@ -118,8 +116,6 @@ class Sequence:
 
     def append(self, token: int, *, forced: bool = False, last: bool = True) -> None:
         """``last=False``: more forced tokens follow at once, so the next mask is not computed yet."""
-        if self.first_token_at is None:
-            self.first_token_at = time.perf_counter()
         deferred = self._deferred
         if self.grammar is not None and not deferred and not self.grammar.accept(token):
             self.finish("error", f"internal error: grammar rejected {'forced' if forced else 'sampled'} token "
