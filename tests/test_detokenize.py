@@ -4,7 +4,7 @@ import httpx
 import openai
 import pytest
 
-import typedlm
+from typedlm.generate import generate
 from typedlm.generate.detokenize import Detokenizer, StreamText, token_bytes
 from typedlm.server.app import create_app
 from typedlm.server.state import ServerConfig
@@ -63,7 +63,7 @@ def test_stop_check_does_not_redecode_the_output(tiny):
 
     counting = CountingTokenizer(tiny.tokenizer)
     eng = dataclasses.replace(tiny, tokenizer=counting)
-    r = typedlm.generate("x", engine=eng, max_tokens=60, seed=3, stop=["never-appears"])
+    r = generate("x", engine=eng, max_tokens=60, seed=3, stop=["never-appears"])
     assert r.completion_tokens == 60
     assert counting.decodes <= 2  # the finalizer's one decode (+ nothing per step)
 

@@ -6,7 +6,7 @@ import httpx
 import jsonschema
 import pytest
 
-import typedlm
+from typedlm.generate import generate
 from typedlm.generate import SamplingParams, build_sequence
 from typedlm.generate.scheduler import Request, Scheduler, TokenEvent, run_batch
 from typedlm.grammar import make_constraint
@@ -141,7 +141,7 @@ def test_default_model_output_is_valid_and_takes_fewer_steps(real):
     msgs = [{"role": "user", "content": "Customer 42 prefers the telephone and has an active subscription. "
                                         "Give the record as JSON."}]
     kw = dict(messages=msgs, engine=real, json_schema=SCHEMA, any_whitespace=False, max_tokens=80, temperature=0)
-    on = typedlm.generate(**kw, jump_forward=True)
+    on = generate(**kw, jump_forward=True)
     assert on.schema_valid and on.finish_reason == "stop"
     assert on.forced_tokens > 0
 

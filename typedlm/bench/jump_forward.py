@@ -62,13 +62,15 @@ def run(engine, ids, constraint, batch: int, jump: bool, max_tokens: int) -> tup
     reqs = [sched.submit(Request(seq=s)) for s in seqs]
     engine.sync()
     t0 = time.perf_counter()
+    steps = 0
     while sched.has_work():
         sched.step()
+        steps += 1
     engine.sync()
     wall = time.perf_counter() - t0
     res = [r.result for r in reqs]
     tokens = sum(r.completion_tokens for r in res)
-    return {"tokens": tokens, "forced": sum(r.forced_tokens for r in res), "steps": sched.steps,
+    return {"tokens": tokens, "forced": sum(r.forced_tokens for r in res), "steps": steps,
             "wall_s": round(wall, 4), "tok_s": round(tokens / wall, 2),
             "schema_valid": sum(bool(r.schema_valid) for r in res), "finish": sorted({r.finish_reason for r in res})}, res
 
