@@ -321,7 +321,10 @@ def test_degrade_non_strict_schema_keeps_the_structure(server, model, seed):
     body["stream"] = True
     with httpx.stream("POST", server[0] + "/v1/chat/completions", json=body, timeout=60) as s:
         assert s.status_code == 200 and s.headers["warning"].startswith("199 typedlm")
-        s.read()
+        chunks = [json.loads(line[6:]) for line in s.iter_lines() if line.startswith("data: {")]
+    streamed = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert streamed == content
+    assert chunks[-1]["typedlm"]["schema_valid"] == notice["schema_valid"]
 
 
 def test_degrade_when_grammar_disabled(server, model, monkeypatch):

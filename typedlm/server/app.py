@@ -238,8 +238,11 @@ async def _stream(job: Job, http: Request, meta: dict, *, chat, include_usage: b
                     yield chunk(i, {}, finish=finish)
                 else:
                     yield chunk(i, rows[i].finish(ev.result.text), finish=ev.result.finish_reason)
+        results = [r.result for r in job.reqs]
         if include_usage:
-            yield _sse({**base, "choices": [], "usage": _usage([r.result for r in job.reqs])})
+            yield _sse({**base, "choices": [], "usage": _usage(results)})
+        if job.notice:  # how the constraint was degraded, after the last choice (schema_valid known)
+            yield _sse({**base, "choices": [], **_notice(job, results)})
         yield "data: [DONE]\n\n"
     finally:
         if job.finished < job.n:
