@@ -134,6 +134,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                 tracks.append(NaiveTrack(engine))
             if "openai" in names:
                 tracks.append(OpenAITrack(base_url, model=openai_model, api_key=api_key))
+                tracks[-1].model()  # the served model's name goes into the manifest; a dead server: exit 2 now
             manifest = {"dataset": dataset, "data_sha256": data_sha256(cases), "split": split, "limit": limit,
                         "cases": len(cases), "tracks": [t.config() for t in tracks], "flip": flip,
                         "model": engine.name if engine else None,

@@ -31,7 +31,7 @@ from typing import Callable
 
 from ..errors import TypedLMError
 from .cases import Case, check_case
-from .tracks import FieldAnswer, InfraError, permuted_schema
+from .tracks import FieldAnswer, InfraError, choice_keys, permuted_schema
 
 BREAKER_LIMIT = 5
 PREDICTION_KEYS = ("run_id", "track", "mode", "case_id", "group_id", "dataset", "split", "field", "field_type",
@@ -236,6 +236,9 @@ class Run:
                             if order is not None and a.field not in order:
                                 continue  # a boolean in a permuted variant: not a permuted decision
                             perm = order.get(a.field) if order is not None else None
+                            a.choices = choice_keys(schema[a.field])  # the schema's order; ``permutation`` = shown
+                            if a.field_type == "multi" and a.pred is not None:
+                                a.pred = [c for c in a.choices if c in a.pred]
                             lines.append(prediction_line(run_id=run_id, track=track.name, mode=track.mode, case=case,
                                                          dataset=dataset, gold=gold, answer=a, case_latency_s=dt,
                                                          permutation=perm))
