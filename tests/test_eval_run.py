@@ -227,3 +227,36 @@ def test_sigkill_mid_run_then_resume_every_case_exactly_once(tiny_dir, tmp_path)
     assert set(seen.values()) == {1} and len(seen) == n * (3 + 2)
     meta = json.loads((out / "run.json").read_text())
     assert meta["status"] == "done" and meta["cases_finished"] == n
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--data", "CASES", "--track", "parallel,magic"], "unknown track(s) ['magic']"),
+    (["--data", "CASES", "--track", "openai"], "needs --base-url"),
+    (["--data", "imdb"], "--data must be one of bbc, tweets, bbc-multi or a cases .jsonl file"),
+    (["--data", "CASES", "--limit", "0"], "--limit must be at least 1"),
+    (["--data", "CASES", "--modes", "fast"], "--modes must be a comma list"),
+    (["--data", "CASES", "--split", "train"], "no cases in split 'train'"),
+    (["--data", "CASES", "--track", "openai", "--base-url", "DEAD"], "APIConnectionError"),
+])
+def test_eval_cli_bad_input_exits_2(args, needle, tmp_path):
+    path = tmp_path / "cases.jsonl"
+    write_cases(path, make_cases(2))
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    args = [{"CASES": str(path), "DEAD": dead}.get(a, a) for a in args]
+    r = CliRunner().invoke(app, ["eval", *args, "--out", str(tmp_path / "run"), "--quiet"])
+    assert r.exit_code == 2, r.output
+    assert r.stderr.startswith("error: ") and needle in r.stderr
+
+
+def test_eval_cli_refuses_to_mix_runs(tiny_dir, tmp_path):
+    path = tmp_path / "cases.jsonl"
+    write_cases(path, make_cases(3))
+    base = ["eval", "--data", str(path), "--track", "parallel", "--modes", "labels", "--model", str(tiny_dir),
+            "--out", str(tmp_path / "run"), "--quiet", "--no-flip"]
+    assert CliRunner().invoke(app, base + ["--limit", "2"]).exit_code == 0
+    r = CliRunner().invoke(app, base + ["--limit", "2"])
+    assert r.exit_code == 2 and "add --resume" in r.stderr
+    r = CliRunner().invoke(app, base + ["--limit", "3", "--resume"])
+    assert r.exit_code == 2 and "settings differ in data_sha256, limit, cases" in r.stderr
+    r = CliRunner().invoke(app, base + ["--limit", "2", "--resume"])
+    assert r.exit_code == 0 and len(read_jsonl(tmp_path / "run" / "journal.jsonl")) == 2
