@@ -1,6 +1,6 @@
 """HTTP routes: ``POST /v1/decide`` (Decision JSON) and ``POST /v1/systemone`` (TypeSafe System One wire
 shape). The server includes ``router``; handlers take the engine from ``request.app.state.typedlm`` and
-run model work through its ``run_exclusive`` (see :mod:`typedlm.server.state`)."""
+run model work through its ``run_exclusive`` (see :mod:`typedlm.server.state`). The decision logic lives in :mod:`typedlm.decide`."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from typing import Any, Literal
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..grammar.spec import canonical_json
-from ..server.errors import APIError
+from ..decide.api import decide, decide_many
+from ..decide.plan import DEFAULT_SCORING, get_plan
+from ..decide.prompt import prompt_ids
+from ..decide.schema import DecisionSchema, SchemaError
 from ..errors import TypedLMError
-from .api import decide, decide_many
-from .plan import DEFAULT_SCORING, get_plan
-from .prompt import prompt_ids
-from .schema import DecisionSchema, SchemaError
+from ..grammar.spec import canonical_json
+from .errors import APIError
 
 router = APIRouter()
 MAX_CONTEXTS = 64  # contexts in one /v1/decide request
