@@ -217,6 +217,17 @@ def test_sigkill_mid_run_then_resume_every_case_exactly_once(tiny_dir, tmp_path)
     killed_at = len(read_jsonl(journal))
     assert killed_at < n  # it was killed mid-run
     assert (out / "run.lock").exists()  # the dead writer's lock is left behind, and broken on resume
+    # resume, then stop it with SIGTERM: a clean stop (exit 130, status interrupted, lock released)
+    proc = subprocess.Popen(cmd + ["--resume"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    while len(read_jsonl(journal)) < killed_at + 2:
+        assert proc.poll() is None, proc.stderr.read().decode()
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(120) == 130
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["status"] == "interrupted" and meta["cases_finished"] == len(read_jsonl(journal)) < n
+    assert not (out / "run.lock").exists()
     again = subprocess.run(cmd + ["--resume"], capture_output=True, text=True, timeout=600, env=env)
     assert again.returncode == 0, again.stderr
     ids = [e["case_id"] for e in read_jsonl(journal)]
