@@ -116,3 +116,11 @@ def test_report_files_from_run_folders(tmp_path):
     assert all((out / p).read_bytes()[:4] == b"\x89PNG" for p in pngs)
     bad = CliRunner().invoke(app, ["report", str(tmp_path)])
     assert bad.exit_code == 2 and "not a run folder" in bad.output
+
+
+def test_a_field_with_different_choices_across_cases_is_an_error():
+    from typedlm.errors import TypedLMError
+
+    lines = [line("k0", "a", "a", onehot("a")), line("k1", "x", "x", {"x": 1.0, "y": 0.0}, choices=["x", "y"])]
+    with pytest.raises(TypedLMError, match="field 'f' .* has different choices across cases"):
+        groups_from_lines(lines)

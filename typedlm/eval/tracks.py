@@ -24,7 +24,7 @@ import json
 import math
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..decide.schema import DecisionSchema
@@ -53,7 +53,6 @@ class FieldAnswer:
     truncated: bool = False
     violation: bool = False  # the model's own answer was not a legal value (invalid JSON, off-list token)
     error: str | None = None
-    extra: dict = field(default_factory=dict)
 
 
 def choice_keys(f) -> list[str]:
@@ -173,8 +172,7 @@ class NaiveTrack:
             else:
                 pred = ("true" if v else "false") if f.type == "boolean" else v
                 probs = {k: float(k == pred) for k in keys}
-            out.append(FieldAnswer(f.name, f.type, keys, pred, probs, None, None, dt,
-                                   extra={"completion_tokens": r.completion_tokens}))
+            out.append(FieldAnswer(f.name, f.type, keys, pred, probs, None, None, dt))
         return out
 
 
