@@ -87,7 +87,7 @@ with torch.inference_mode():
     s0 = kv.acquire()
     kv.prefill(torch.tensor([prompt], device="cuda"), [s0])
     n = kv.length[s0]
-    graph_logits = kv.step([42], [s0])
+    graph_logits = kv.step([[42]], [s0])
     kv.length[s0] = n  # feed the same token at the same position, eagerly
     kv._io[0, 0], kv._io[1, 0] = 42, n
     eager = kv._decode(1, 256)[0]

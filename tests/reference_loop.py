@@ -49,7 +49,7 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
 
 
 def select(seq: Sequence, logits: torch.Tensor) -> int:
-    """The pipeline for one row: penalty -> processors -> temperature -> top-k -> top-p -> padded
+    """The pipeline for one row: penalty -> processors -> logit_bias -> temperature -> top-k -> top-p -> padded
     ids -> grammar mask last -> sample (with the truncation fallback)."""
     p = seq.params
     seen = seq.prompt_ids + seq.output_ids
@@ -58,6 +58,8 @@ def select(seq: Sequence, logits: torch.Tensor) -> int:
         out = proc(seen, logits)
         if out is not None and out is not logits:
             logits.copy_(out)
+    for t, b in p.logit_bias:
+        logits[t] += b
     if not p.greedy and p.temperature != 1.0:
         logits.div_(p.temperature)
     truncating = bool(p.top_k) or p.top_p < 1.0
@@ -65,13 +67,13 @@ def select(seq: Sequence, logits: torch.Tensor) -> int:
 
     def mask(x):
         x[seq.tokenizer_vocab_size:] = float("-inf")
-        if seq.grammar is not None:
+        if seq.masked:
             seq.grammar.apply(x)
 
     if truncating:
         truncate(work, p.top_k, p.top_p)
     mask(work)
-    if truncating and seq.grammar is not None and not torch.isfinite(work).any():
+    if truncating and seq.masked and not torch.isfinite(work).any():
         seq.truncation_fallbacks += 1
         work = logits
         mask(work)

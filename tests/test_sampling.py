@@ -21,7 +21,7 @@ def _seq(params, prompt=(1, 2, 3)):
 
 
 def _batched(params_list, logits, slots=None, steps=1):
-    sampler = BatchSampler(max_batch=8, vocab_size=V, tokenizer_vocab_size=TOK_V, device=torch.device("cpu"))
+    sampler = BatchSampler(max_batch=9, vocab_size=V, tokenizer_vocab_size=TOK_V, device=torch.device("cpu"))
     seqs = [_seq(p, prompt=(5 + i, 7, 11)) for i, p in enumerate(params_list)]
     slots = slots or list(range(len(seqs)))
     for s, seq in zip(slots, seqs):
@@ -39,10 +39,12 @@ PARAMS = [SamplingParams(temperature=0), SamplingParams(temperature=0.7, seed=1)
           SamplingParams(temperature=1.3, top_k=5, seed=2), SamplingParams(top_p=0.6, seed=3),
           SamplingParams(temperature=0, repetition_penalty=1.8), SamplingParams(top_k=40, top_p=0.9, seed=4,
                                                                                  repetition_penalty=0.7),
-          SamplingParams(temperature=0, top_k=3)]
+          SamplingParams(temperature=0, top_k=3),
+          SamplingParams(temperature=0, logit_bias={7: 8.0, 20: -100.0, 21: 50.0}),
+          SamplingParams(temperature=0.8, top_k=10, seed=5, logit_bias={3: 3.0, 4: 3.0}, repetition_penalty=1.3)]
 
 
-@pytest.mark.parametrize("slots", [None, [6, 0, 3, 1, 7, 2, 5]])
+@pytest.mark.parametrize("slots", [None, [6, 0, 3, 1, 7, 2, 5, 8, 4]])
 def test_batched_pipeline_equals_per_row_reference(slots):
     """Greedy rows token for token, seeded rows draw what they draw alone, over 12 steps (the
     penalty sees the growing output), whatever slots the rows sit in."""
@@ -103,3 +105,21 @@ def test_stop_normalization_and_validation():
         SamplingParams(top_p=1.5)
     with pytest.raises(ConstraintError, match="seed"):
         SamplingParams(seed="abc")
+
+
+def test_forced_tokens_count_as_seen_for_the_repetition_penalty():
+    """Tokens a row appends without sampling (jump-forward, reasoning end) are penalized like sampled
+    ones: the batched pipeline equals the reference over the same output (fails without ``saw``)."""
+    logits = torch.zeros(V)
+    logits[9], logits[10] = 5.0, 4.0
+    p = SamplingParams(temperature=0, repetition_penalty=2.0)
+    sampler = BatchSampler(max_batch=2, vocab_size=V, tokenizer_vocab_size=TOK_V, device=torch.device("cpu"))
+    seq = _seq(p)
+    sampler.admit(1, seq)
+    seq.output_ids.append(9)
+    sampler.saw(1, seq, [9])
+    got = sampler.finish(sampler.sample(logits.clone()[None], [seq], [1]), [seq])[0]
+    assert got == 10
+    ref = _seq(p)
+    ref.output_ids.append(9)
+    assert got == select(ref, logits.clone())

@@ -20,7 +20,9 @@ attention and the cache are ours:
   the graph's output (a copy, so the next replay cannot overwrite what the caller holds).
 
 Prefill (eager, variable length): rows of one length start at position 0, causal SDPA over their
-own keys, K/V written into their slots, logits of the last position only.
+own keys, K/V written into their slots, logits of the last position only. A step where some row
+feeds several tokens (forced: jump-forward, end of reasoning) takes the same eager path from each
+row's length on (right-padded; padding writes the scratch column; no graph).
 
 Measured on the H200 (random Qwen2.5-7B, bf16; ``bench/results/gen-h200.md``, ``bench/gpu_profile.py``):
 this runner 202 / 1,410 / 5,129 tok/s at batch 1 / 8 / 32 vs HF ``generate`` with its static cache and
@@ -176,31 +178,24 @@ class StaticKV:
         if t > self.max_len:
             raise TypedLMError(f"prompt of {t} tokens is longer than the static KV ({self.max_len}; TYPEDLM_KV_LEN)")
         with self._lock:
-            slot_t = device_tensor(slots, self.dev)
-            pos = torch.arange(t, device=self.dev).expand(g, t)
-            h = self.base.embed_tokens(ids)
-            cos, sin = self.base.rotary_emb(h, pos)
-            for i, layer in enumerate(self.layers):
-                a = layer.self_attn
-                q, k, v = self._qkv(a, layer.input_layernorm(h), cos, sin)
-                self.k[i][slot_t, :, :t] = k
-                self.v[i][slot_t, :, :t] = v
-                o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scaling, enable_gqa=True)
-                h = h + a.o_proj(o.transpose(1, 2).reshape(g, t, -1))
-                h = h + layer.mlp(layer.post_attention_layernorm(h))
-            logits = self.engine.model.lm_head(self.base.norm(h[:, -1])).float()
             for s in slots:
-                self.length[s] = t
-            return logits
+                self.length[s] = 0
+            return self._extend(ids, slots, [t] * g)
 
     @torch.inference_mode()
-    def step(self, tokens: list[int], slots: list[int]) -> torch.Tensor:
-        """One token per row into its slot -> float32 logits ``[len(slots), V]`` (a private copy)."""
+    def step(self, tokens: list[list[int]], slots: list[int]) -> torch.Tensor:
+        """Each row's new tokens into its slot -> float32 logits ``[len(slots), V]`` after each row's
+        last token (a private copy). One token per row: the graph path; a row with several (forced
+        tokens): the eager path, like a prefill that starts at each row's length."""
         with self._lock:
-            top = max(slots) + 1
-            longest = max(self.length[s] for s in slots) + 1
+            longest = max(self.length[s] + len(t) for s, t in zip(slots, tokens))
             if longest > self.max_len:
                 raise TypedLMError(f"a row reached the static KV length ({self.max_len}; TYPEDLM_KV_LEN)")
+            if any(len(t) > 1 for t in tokens):
+                k = max(len(t) for t in tokens)
+                ids = torch.tensor([t + [0] * (k - len(t)) for t in tokens], dtype=torch.long)
+                return self._extend(ids.to(self.dev), slots, [len(t) for t in tokens])
+            top = max(slots) + 1
             if self.dev.type == "cuda":
                 b, cols = _bucket(top, self.capacity), max(MIN_BUCKET, _bucket(longest, 1 << 30))
                 cols = min(cols, self.max_len)
@@ -209,7 +204,7 @@ class StaticKV:
             host = self._host
             host[0, :b] = 0
             host[1, :b] = self.max_len  # rows not in this call write the scratch column
-            for s, tok in zip(slots, tokens):
+            for s, (tok,) in zip(slots, tokens):
                 host[0, s] = tok
                 host[1, s] = self.length[s]
                 self.length[s] += 1
@@ -221,6 +216,41 @@ class StaticKV:
             if slots == list(range(len(slots))):
                 return out[: len(slots)].clone()  # a copy: the next replay overwrites ``out``
             return out[device_tensor(slots, self.dev)]
+
+    def _extend(self, ids: torch.Tensor, slots: list[int], lens: list[int]) -> torch.Tensor:
+        """Eager forward of ``ids`` ([n, k], row i's first ``lens[i]`` real, the rest padding) at
+        positions ``length[slot]`` on; K/V go into each row's slot (padding into the scratch column);
+        attention covers each row's earlier columns and its own new ones causally. Returns float32
+        logits after each row's last real token and advances ``length``."""
+        n, k = ids.shape
+        slot_t = device_tensor(slots, self.dev)
+        starts = [self.length[s] for s in slots]
+        fresh = not any(starts) and all(x == k for x in lens)  # a prefill: causal over its own keys only
+        width = max(st + x for st, x in zip(starts, lens))
+        cols = torch.arange(k, device=self.dev)
+        pos = device_tensor(starts, self.dev).view(n, 1) + cols
+        write = torch.where(cols < device_tensor(lens, self.dev).view(n, 1), pos, self.max_len)
+        visible = None if fresh else self._cols[:width].view(1, 1, 1, width) <= pos.view(n, 1, k, 1)
+        h = self.base.embed_tokens(ids)
+        cos, sin = self.base.rotary_emb(h, pos)
+        for i, layer in enumerate(self.layers):
+            a = layer.self_attn
+            q, kk, v = self._qkv(a, layer.input_layernorm(h), cos, sin)
+            if fresh:
+                self.k[i][slot_t, :, :k] = kk
+                self.v[i][slot_t, :, :k] = v
+                o = F.scaled_dot_product_attention(q, kk, v, is_causal=True, scale=self.scaling, enable_gqa=True)
+            else:
+                self.k[i][slot_t.view(n, 1), :, write] = kk.transpose(1, 2)
+                self.v[i][slot_t.view(n, 1), :, write] = v.transpose(1, 2)
+                o = F.scaled_dot_product_attention(q, self.k[i][slot_t, :, :width], self.v[i][slot_t, :, :width],
+                                                   attn_mask=visible, scale=self.scaling, enable_gqa=True)
+            h = h + a.o_proj(o.transpose(1, 2).reshape(n, k, -1))
+            h = h + layer.mlp(layer.post_attention_layernorm(h))
+        last = h[:, -1] if fresh else h[torch.arange(n, device=self.dev), device_tensor(lens, self.dev) - 1]
+        for s, x in zip(slots, lens):
+            self.length[s] += x
+        return self.engine.model.lm_head(self.base.norm(last)).float()
 
     # -- CUDA graphs ------------------------------------------------------------------------------
     def capture(self, max_tokens: int | None = None, batches: list[int] | None = None) -> float:

@@ -1,8 +1,8 @@
 """The batched logits pipeline: one pass over the whole decode batch per step.
 
 Order, for every row and every step (the invariant the tests pin):
-  repetition penalty -> user logits processors -> temperature -> top-k -> top-p
-  -> padded-vocab ids to -inf -> grammar mask (always last) -> sample.
+  repetition penalty -> user logits processors -> logit_bias -> temperature -> top-k -> top-p
+  -> padded-vocab ids to -inf -> grammar mask (always last; not for a row still reasoning) -> sample.
 If top-k/top-p removed every token the grammar allows, the row is re-derived without truncation
 (still penalized, scaled and grammar-masked) and the event is counted on the sequence.
 
@@ -13,7 +13,8 @@ fill one ``[max_batch, V/32]`` host bitmask (``xgr.BatchGrammarMatcher``, rows w
 skipped) that is copied once and applied by xgrammar's kernel; draws are exponential races, one
 ``exponential_`` per seeded row on its own generator (so a seeded row draws exactly what it draws
 alone) and one for all unseeded rows; the step ends in one ``.tolist()``. Stages no row needs are
-skipped. User ``logits_processors`` are the opt-in slow path (a Python call per row).
+skipped. User ``logits_processors`` are the opt-in slow path (a Python call per row); ``logit_bias``
+is sparse: the (row, id, bias) triples of all rows go into one ``index_put_`` (accumulating).
 """
 
 from __future__ import annotations
@@ -64,6 +65,11 @@ class BatchSampler:
         if seq.grammar is not None:
             seq.grammar.attach(self.bitmask, slot)
 
+    def saw(self, slot: int, seq: "Sequence", ids: list[int]) -> None:
+        """Tokens appended without sampling (forced) count as seen for the repetition penalty."""
+        if ids and seq.params.repetition_penalty != 1.0:
+            self.seen[slot, device_tensor(ids, self.device)] = True
+
     def fill(self, seqs: list["Sequence"]) -> None:
         """Fill the masks of every grammar row whose matcher state moved (one batched call)."""
         rows = [s.grammar for s in seqs if s.grammar is not None and not s.grammar.filled and not s.finished]
@@ -102,6 +108,11 @@ class BatchSampler:
                     out = proc(seen, row)
                     if out is not None and out is not row:
                         row.copy_(out)
+        bias = [(i, t, b) for i, p in enumerate(params) for t, b in p.logit_bias]
+        if bias:
+            rows, ids, vals = zip(*bias)
+            logits.index_put_((device_tensor(list(rows), dev), device_tensor(list(ids), dev)),
+                              device_tensor(list(vals), dev, logits.dtype), accumulate=True)
         sampled = [not p.greedy for p in params]
         if any(not p.greedy and p.temperature != 1.0 for p in params):
             logits.div_(self.temperature[slot_t].unsqueeze(1))
@@ -109,7 +120,7 @@ class BatchSampler:
         work = logits.clone() if truncating else logits
         if truncating:
             self._truncate(work, slot_t)
-        grammar_rows = [i for i, s in enumerate(seqs) if s.grammar is not None]
+        grammar_rows = [i for i, s in enumerate(seqs) if s.masked]
         mask = None
         if grammar_rows:
             self.upload()
@@ -117,7 +128,7 @@ class BatchSampler:
         self._mask(work, mask, grammar_rows)
         fallback = torch.zeros(len(seqs), dtype=torch.bool, device=dev)
         if truncating and grammar_rows:
-            trunc_grammar = device_tensor([p.truncating and s.grammar is not None for p, s in zip(params, seqs)],
+            trunc_grammar = device_tensor([p.truncating and s.masked for p, s in zip(params, seqs)],
                                           dev, torch.bool)
             fallback = trunc_grammar & ~torch.isfinite(work).any(dim=1)
             self._mask(logits, mask, grammar_rows)

@@ -34,6 +34,7 @@ class SamplingParams:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     repetition_penalty: float = 1.0
+    logit_bias: tuple[tuple[int, float], ...] = ()  # sparse (token id, bias) pairs, OpenAI's logit_bias
     logits_processors: tuple[LogitsProcessor, ...] = field(default=(), compare=False)
 
     def __post_init__(self):
@@ -42,6 +43,8 @@ class SamplingParams:
         else:
             object.__setattr__(self, "stop", tuple(self.stop or ()))
         object.__setattr__(self, "logits_processors", tuple(self.logits_processors or ()))
+        bias = self.logit_bias.items() if isinstance(self.logit_bias, dict) else (self.logit_bias or ())
+        object.__setattr__(self, "logit_bias", tuple(sorted((int(t), float(b)) for t, b in bias)))
         checks = [
             (isinstance(self.max_tokens, int) and self.max_tokens >= 1, "max_tokens must be an integer >= 1"),
             (0.0 <= self.temperature <= 100.0, "temperature must be in [0, 100]"),
@@ -50,6 +53,8 @@ class SamplingParams:
             (self.repetition_penalty > 0.0, "repetition_penalty must be > 0"),
             (all(isinstance(s, str) and s for s in self.stop), "stop strings must be non-empty strings"),
             (self.seed is None or isinstance(self.seed, int), "seed must be an integer"),
+            (all(t >= 0 and -100.0 <= b <= 100.0 for t, b in self.logit_bias),
+             "logit_bias maps token ids >= 0 to biases in [-100, 100]"),
         ]
         for ok, msg in checks:
             if not ok:

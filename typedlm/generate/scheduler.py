@@ -8,11 +8,15 @@ One ``step()``:
   2. admit waiting rows up to ``max_batch``: prefill (equal lengths together) into their KV slots
   3. every row: ``begin_step`` (a complete grammar finishes the row here, before any sampling)
      -> optional logprobs of the raw logits -> one ``BatchSampler`` pass for the whole batch (one
-     ``.tolist()``) -> per row ``accept`` (stop ids / strings) -> a ``token`` event
+     ``.tolist()``) -> per row ``accept`` (stop ids / strings) -> a ``token`` event -> ``more``
+     (forced tokens: jump-forward, end of a reasoning budget) -> a ``token`` event each (``forced``)
   4. batch of >= 2 rows: evict finished rows and queue the next forward now (overlap)
   5. one batched mask fill for the new grammar states -> per row ``settle`` (a grammar that is
      complete ends the row; max_tokens) -> evict finished rows (slot + matcher freed), ``done`` events
   6. a lone row: its forward only now, if it goes on
+
+The forward feeds each row its sampled token plus any forced ones (``Request.feed``); rows with
+several take the KV's multi-token path (``BatchKV``: right-padded and masked; ``StaticKV``: eager).
 
 ``Scheduler.start()`` runs ``step()`` in one background thread; ``run_batch`` drives it inline
 (tests, benchmarks). Events are delivered by calling ``Request.on_event`` on the engine thread.
@@ -50,6 +54,7 @@ class TokenEvent:
     token: int
     logprob: float | None = None
     top_logprobs: list[tuple[int, float]] = field(default_factory=list)
+    forced: bool = False  # appended without sampling (no logprob)
 
 
 @dataclass
@@ -67,6 +72,7 @@ class Request:
     cancelled: bool = False
     next_logits: torch.Tensor | None = None
     slot: int = -1
+    feed: list[int] = field(default_factory=list)  # tokens the next forward feeds (sampled + forced)
     decode_t0: float | None = None  # when the row joined the batch (end of its prefill)
     result: GenerationResult | None = None
     done: threading.Event = field(default_factory=threading.Event)
@@ -195,8 +201,8 @@ class Scheduler:
             r.next_logits = logits[at[id(r)]]
 
     def _forward(self) -> torch.Tensor:
-        """One batched forward of each running row's last token -> logits in running order."""
-        return self.kv.step([r.seq.output_ids[-1] for r in self.running], [r.slot for r in self.running])
+        """One batched forward of each running row's new tokens -> logits in running order."""
+        return self.kv.step([r.feed for r in self.running], [r.slot for r in self.running])
 
     def _evict(self) -> None:
         keep = [i for i, r in enumerate(self.running) if not r.seq.finished]
@@ -228,6 +234,11 @@ class Scheduler:
             seq.accept(t)
             if len(seq.output_ids) > n:  # stop ids and rejected tokens are not emitted
                 r.on_event(event)
+            forced = seq.more()
+            for f in forced:
+                r.on_event(TokenEvent(f, forced=True))
+            self.sampler.saw(r.slot, seq, forced)
+            r.feed = [t, *forced]
         return seqs
 
     def _drop_cancelled(self) -> None:

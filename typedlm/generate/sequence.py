@@ -4,20 +4,28 @@ The batch scheduler drives sequences through these calls, so the per-row rules l
 (the token itself is picked for the whole batch at once by :class:`sampling.BatchSampler`):
 
   ``begin_step()``        the grammar mask is filled; a complete grammar finishes the row (no sampling)
-  ``append(token)``       = ``accept`` (matcher accepts the sampled token, rejection = internal error
-                          on the result; stop id / stop string end the row) + ``settle`` (a grammar
-                          that is now complete, or max_tokens, ends the row)
+  ``accept(token)``       matcher accepts the token (rejection = internal error on the result);
+                          a stop id or a stop string ends the row
+  ``more()``              tokens accepted without sampling right after: the forced end of a
+                          reasoning block past its budget, or jump-forward text the grammar forces
+  ``settle()``            after one batched mask fill: a grammar that is now complete, or
+                          max_tokens, ends the row (``append`` = ``accept`` + ``settle``, one row alone)
+
+A row with ``reasoning`` starts inside a ``<think>`` block: the grammar, stop strings and the
+answer text begin after its end marker (:mod:`.reasoning`); the sampler skips its grammar mask.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
 from ..grammar.controller import GrammarRow
 from ..grammar.spec import Constraint
+from .detokenize import Detokenizer
+from .reasoning import ReasoningState
 from .sampling import SamplingParams
 
 
@@ -41,8 +49,11 @@ class Sequence:
     params: SamplingParams
     tokenizer_vocab_size: int
     stop_ids: frozenset[int]
-    decode: Callable[[list[int]], str] = str
+    decode: Callable[[list[int]], str] = str  # ids -> text (the finalizer's one full decode)
+    detok: Detokenizer | None = None  # the answer's text, incrementally (stop strings)
     grammar: GrammarRow | None = None
+    reasoning: ReasoningState | None = None
+    jump: Any = None  # grammar.jump_forward.JumpForward when jump-forward is on
     constraint: Constraint | None = None
     generator: torch.Generator | None = None
     output_ids: list[int] = field(default_factory=list)
@@ -50,6 +61,7 @@ class Sequence:
     error: str | None = None
     stop_text_at: int | None = None  # char offset where a stop string began
     truncation_fallbacks: int = 0
+    forced_tokens: int = 0  # appended without sampling (jump-forward, forced end of reasoning)
     timings: Timings = field(default_factory=Timings)
 
     @property
@@ -66,37 +78,76 @@ class Sequence:
         """Prepare this step's mask. Returns False when the row finished instead of sampling."""
         if self.finished:
             return False
-        return self.grammar is None or self._grammar_open()
+        return not self.masked or self._grammar_open()
+
+    @property
+    def _deferred(self) -> bool:
+        """Inside the reasoning block: the grammar has not started yet."""
+        return self.reasoning is not None and self.reasoning.active
+
+    @property
+    def masked(self) -> bool:
+        """The grammar mask applies to this step's sampling (a grammar, and not deferred by reasoning)."""
+        return self.grammar is not None and not self._deferred
 
     def append(self, token: int) -> None:
         """``accept`` then ``settle``: one row on its own (the batch scheduler calls the two halves,
-        with one batched mask fill in between)."""
+        with ``more`` and one batched mask fill in between)."""
         if self.accept(token):
             self.settle()
 
-    def accept(self, token: int) -> bool:
-        """The matcher accepts the sampled token; stop ids and stop strings end the row. Returns
-        True when the row goes on (``settle`` must follow, after the mask of the new state is filled)."""
-        if self.grammar is not None and not self.grammar.accept(token):
-            self.finish("error", f"internal error: grammar rejected sampled token {token} "
-                                 f"at step {len(self.output_ids)}")
+    def accept(self, token: int, *, forced: bool = False) -> bool:
+        """The matcher accepts the token (unless reasoning defers the grammar); stop ids and stop
+        strings end the row. Returns True when the row goes on (``settle`` must follow, after the
+        mask of the new state is filled)."""
+        deferred = self._deferred
+        if self.grammar is not None and not deferred and not self.grammar.accept(token):
+            self.finish("error", f"internal error: grammar rejected {'forced' if forced else 'sampled'} token "
+                                 f"{token} at step {len(self.output_ids)}")
             return False
         if token in self.stop_ids:
             self.finish("stop")
             return False
         self.output_ids.append(token)
-        if self.params.stop and self._hit_stop_string():
-            self.finish("stop")
-            return False
+        self.forced_tokens += forced
+        if deferred:
+            self.reasoning.observe(token, len(self.output_ids) - 1)
+        elif self.detok is not None:
+            self.detok.add(token)
+            if self.detok.stop_at is not None:
+                self.stop_text_at = self.detok.stop_at
+                self.finish("stop")
+                return False
         return True
 
     def settle(self) -> None:
-        """After the accepted token: a complete (or dead) grammar ends the row now, before any
+        """After the accepted tokens: a complete (or dead) grammar ends the row now, before any
         forward pass is spent on it; then ``max_tokens``."""
-        if self.grammar is not None and not self._grammar_open():
+        if self.masked and not self._grammar_open():
             return  # next step's mask is computed now: a complete grammar ends the row before any forward
         if len(self.output_ids) >= self.params.max_tokens:
             self.finish("length")
+
+    def more(self) -> list[int]:
+        """Accept the tokens that follow without sampling (after ``accept`` of the sampled one,
+        before ``settle``); returns those actually appended."""
+        if self.finished:
+            return []
+        if self._deferred:
+            ids = self.reasoning.forced()
+        elif self.jump is not None and self.grammar is not None:
+            ids = self.jump.tokens(self)
+        else:
+            return []
+        out = []
+        for t in ids[: self.params.max_tokens - len(self.output_ids)]:
+            n = len(self.output_ids)
+            ok = self.accept(t, forced=True)
+            if len(self.output_ids) > n:
+                out.append(t)
+            if not ok:
+                break
+        return out
 
     def _grammar_open(self) -> bool:
         self.grammar.fill()
@@ -107,11 +158,3 @@ class Sequence:
             self.finish("error", "grammar allows no next token: the tokenizer cannot produce the text the "
                                  f"grammar requires (after {len(self.output_ids)} tokens)")
         return state == "open"
-
-    def _hit_stop_string(self) -> bool:
-        text = self.decode(self.output_ids)
-        hits = [i for i in (text.find(s) for s in self.params.stop) if i >= 0]
-        if hits:
-            self.stop_text_at = min(hits)
-            return True
-        return False
