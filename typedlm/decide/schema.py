@@ -20,8 +20,9 @@ from ..grammar.spec import canonical_json
 
 FIELD_TYPES = ("boolean", "enum", "multi")
 FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
-FIELD_KEYS = {"type", "description", "choices", "ordered", "nullable"}
-TOP_KEYS = {"fields", "description", "title"}
+FIELD_KEYS = {"type", "description", "choices", "ordered", "nullable", "depends_on", "min_selected", "max_selected",
+              "exactly", "exclusive", "requires"}
+TOP_KEYS = {"fields", "description", "title", "constraints"}
 MAX_CHOICES = 256
 MAX_CHOICE_CHARS = 200
 
@@ -44,6 +45,11 @@ class Field:
     choices: tuple[Choice, ...] = ()  # enum / multi; booleans have none
     ordered: bool = False  # enum only: a score-like scale, lowest first
     nullable: bool = True  # may abstain (value None): dict schemas yes unless "nullable": false; pydantic: X | None
+    depends_on: tuple[str, ...] = ()  # decided after these fields, with their values given in the prompt
+    min_selected: int = 0  # multi only (constraints.py): bounds on the number of selected options
+    max_selected: int = 0  # multi: defaults to the number of options
+    exclusive: tuple = ()  # multi: groups of options of which at most one is selected
+    requires: tuple = ()  # multi: (option, (options it needs, ...))
 
     @property
     def values(self) -> tuple[str, ...]:
@@ -54,6 +60,7 @@ class Field:
 class DecisionSchema:
     fields: tuple[Field, ...]
     description: str | None = None
+    constraints: tuple = ()  # cross-field constraints.Implies / Excludes
     model: Any = field(default=None, compare=False)  # the Pydantic class it came from, if any
     key: str = ""  # canonical JSON of to_dict(): the plan-cache key
 
@@ -82,8 +89,27 @@ class DecisionSchema:
                 d["ordered"] = True
             if not f.nullable:
                 d["nullable"] = False
+            if f.depends_on:
+                d["depends_on"] = list(f.depends_on)
+            if f.type == "multi":
+                if f.min_selected:
+                    d["min_selected"] = f.min_selected
+                if f.max_selected < len(f.choices):
+                    d["max_selected"] = f.max_selected
+                if f.exclusive:
+                    d["exclusive"] = [list(g) for g in f.exclusive]
+                if f.requires:
+                    d["requires"] = {a: list(need) for a, need in f.requires}
             out["fields"][f.name] = d
+        if self.constraints:
+            out["constraints"] = [c.to_dict() for c in self.constraints]
         return out
+
+    @property
+    def constrained(self) -> bool:
+        return bool(self.constraints) or any(
+            f.min_selected or f.max_selected < len(f.choices) or f.exclusive or f.requires
+            for f in self.fields if f.type == "multi")
 
     # -- construction ----------------------------------------------------------------------------
     @classmethod
@@ -116,8 +142,15 @@ class DecisionSchema:
         if desc is not None and not isinstance(desc, str):
             raise SchemaError("schema 'description' must be a string")
         built = tuple(_field(name, fs) for name, fs in fields.items())
-        tmp = cls(fields=built, description=desc or None, model=model)
-        return cls(fields=built, description=desc or None, model=model, key=canonical_json(tmp.to_dict()))
+        by_name = {f.name: f for f in built}
+        from . import constraints, depends
+
+        cross = constraints.parse_cross(spec.get("constraints"), by_name)
+        tmp = cls(fields=built, description=desc or None, constraints=cross, model=model)
+        depends.waves(tmp)  # unknown parents and cycles are refused here
+        constraints.check(tmp)  # unsatisfiable sets are refused here, naming the conflicting constraints
+        return cls(fields=built, description=desc or None, constraints=cross, model=model,
+                   key=canonical_json(tmp.to_dict()))
 
     @classmethod
     def from_model(cls, model: type) -> "DecisionSchema":
@@ -133,7 +166,9 @@ class DecisionSchema:
         doc = (model.__doc__ or "").strip() or None
         if doc and doc.startswith(f"{model.__name__}("):  # pydantic's generated docstring is not a description
             doc = None
-        return cls.from_dict({"fields": fields, **({"description": doc} if doc else {})}, model=model)
+        cross = getattr(model, "decision_constraints", None)
+        return cls.from_dict({"fields": fields, **({"description": doc} if doc else {}),
+                              **({"constraints": list(cross)} if cross else {})}, model=model)
 
 
 def _field(name: Any, fs: Any) -> Field:
@@ -153,19 +188,32 @@ def _field(name: Any, fs: Any) -> Field:
         raise SchemaError(f"{where}: needs a non-empty 'description' (the question the model answers)")
     ordered = fs.get("ordered", False)
     nullable = fs.get("nullable", True)
+    deps = fs.get("depends_on", [])
+    deps = [deps] if isinstance(deps, str) else deps
+    if not isinstance(deps, list) or not all(isinstance(d, str) for d in deps):
+        raise SchemaError(f"{where}: 'depends_on' must be a field name or a list of field names")
+    if len(set(deps)) != len(deps):
+        raise SchemaError(f"{where}: 'depends_on' repeats a field")
+    deps = tuple(deps)
     for k, v in (("ordered", ordered), ("nullable", nullable)):
         if not isinstance(v, bool):
             raise SchemaError(f"{where}: '{k}' must be true or false")
     if ordered and ftype != "enum":
         raise SchemaError(f"{where}: 'ordered' applies to enum fields only")
+    from .constraints import parse_field_constraints
+
     if ftype == "boolean":
         if "choices" in fs:
             raise SchemaError(f"{where}: boolean fields take no 'choices' (they are true / false)")
-        return Field(name, ftype, desc.strip(), (), False, nullable)
+        parse_field_constraints(where, ftype, fs, ())
+        return Field(name, ftype, desc.strip(), (), False, nullable, deps)
     choices = _choices(where, fs.get("choices"))
     if ftype == "enum" and len(choices) < 2:
         raise SchemaError(f"{where}: an enum needs at least 2 choices, got {len(choices)}")
-    return Field(name, ftype, desc.strip(), choices, ordered, nullable)
+    cons = parse_field_constraints(where, ftype, fs, tuple(c.value for c in choices))
+    if ftype != "multi":
+        cons = {}
+    return Field(name, ftype, desc.strip(), choices, ordered, nullable, deps, **cons)
 
 
 def _choices(where: str, raw: Any) -> tuple[Choice, ...]:
@@ -211,7 +259,12 @@ def _field_from_annotation(name: str, info: Any) -> dict:
         ann, nullable = args[0], True
     extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
     desc = info.description or name.replace("_", " ")
-    spec: dict = {"description": desc, "nullable": nullable}
+    from .constraints import MARKERS, merge_specs
+
+    spec: dict = {"description": desc, "nullable": nullable,
+                  **merge_specs(m.spec() for m in info.metadata if isinstance(m, MARKERS))}
+    if "depends_on" in extra:
+        spec["depends_on"] = extra["depends_on"]
     if ann is bool:
         spec["type"] = "boolean"
         return spec
