@@ -1,9 +1,12 @@
 """``depends_on``: fields decided after their parents, with the parents' values given in the prompt.
 
-Wave 0 is every field without parents, scored in the first batched pass. Wave k holds the fields whose
-parents are all in earlier waves; it is re-scored in one more batched pass whose prompt adds a
-"Given:" line with the parents' decided values (:func:`given_text`). Cycles and unknown parents are
-refused when the schema is built.
+Wave 0 is every field without parents. The first batched pass scores the whole plan on the usual prompt
+(so wave-0 fields get exactly the scores of a decision without dependencies). Wave k holds the fields
+whose parents are all in earlier waves; they are re-scored in one more batched pass over a plan of those
+fields alone, whose prompt adds a "Given:" line with the parents' decided values (:func:`given_text`;
+wave-0 parents as decided from the first pass, constraints included). Their first-pass scores are
+discarded and their record says ``score_source="dependency"``. Cycles and unknown parents are refused
+when the schema is built.
 """
 
 from __future__ import annotations
@@ -55,3 +58,18 @@ def given_text(schema, values: dict[str, Any], fields: tuple[str, ...]) -> str:
                 parents.append(p)
     parts = [f'"{p}": {canonical_json(values[p])}' for p in parents]
     return "Given: " + "; ".join(parts) + "."
+
+
+def sub_schema(schema, names: tuple[str, ...]):
+    """The fields ``names`` alone (no dependencies, no constraints): what one wave scores. Questions are
+    compiled per field, so the sub-plan's questions are the full plan's questions for these fields."""
+    from .schema import DecisionSchema
+
+    spec = schema.to_dict()
+    fields = {}
+    for n in names:
+        fs = {k: v for k, v in spec["fields"][n].items()
+              if k not in ("depends_on", "min_selected", "max_selected", "exclusive", "requires")}
+        fields[n] = fs
+    return DecisionSchema.from_dict({"fields": fields, **({"description": schema.description}
+                                                           if schema.description else {})})
