@@ -52,6 +52,18 @@ def decide(schema: Any, context: str, *, engine: Engine | None = None, scoring: 
                        max_rows=max_rows, prior=prior, calibration=calibration)[0]
 
 
+def check_options(engine: Engine, plan: Plan, prior: str, calibration: Any, n_contexts: int):
+    """The prior mode and the calibration bundle (loaded and matched to this engine, plan and prior),
+    checked before any model work; returns the bundle or None."""
+    check_prior(prior, n_contexts)
+    if calibration is None:
+        return None
+    bundle = load_bundle(calibration)
+    bundle.check(model_hash=fingerprint(engine), prompt_version=PROMPT_VERSION, scoring=plan.scoring, prior=prior,
+                 schema=plan.schema)
+    return bundle
+
+
 @dataclass
 class _Scored:
     """One context's scoring of one plan: question scores in plan order, timings, stats."""
@@ -72,15 +84,10 @@ def decide_many(schema: Any, contexts: list[str], *, engine: Engine | None = Non
     if isinstance(contexts, str) or not isinstance(contexts, (list, tuple)):
         raise TypedLMError("contexts must be a list of strings")
     _options(abstain_below_margin)
-    check_prior(prior, len(contexts))
     t0 = time.perf_counter()
     engine = _engine(engine)
     plan = plan_for(schema, engine, scoring, allow_none_of_above)
-    bundle = None
-    if calibration is not None:
-        bundle = load_bundle(calibration)
-        bundle.check(model_hash=fingerprint(engine), prompt_version=PROMPT_VERSION, scoring=plan.scoring,
-                     prior=prior, schema=plan.schema)
+    bundle = check_options(engine, plan, prior, calibration, len(contexts))
     waves = depends.waves(plan.schema)
     # wave 0 is the whole plan (its prompt and scores are those of a decision without dependencies; the
     # children's first-pass scores are then replaced); later waves score their fields on "Given:" prompts
@@ -260,4 +267,4 @@ def naive_generate(schema: Any, context: str, *, engine: Engine | None = None, s
                     temperature=0.0, max_tokens=max_tokens)
 
 
-__all__ = ["NONE_OF_ABOVE", "decide", "decide_many", "naive_generate", "naive_json_schema", "plan_for"]
+__all__ = ["NONE_OF_ABOVE", "check_options", "decide", "decide_many", "naive_generate", "naive_json_schema", "plan_for"]

@@ -11,8 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..grammar.spec import canonical_json
 from ..server.errors import APIError
-from .api import decide
+from .api import check_options, decide
 from .plan import DEFAULT_SCORING, get_plan
+from .prior import DEFAULT_PRIOR
 from .prompt import prompt_ids
 from .schema import DecisionSchema, SchemaError
 
@@ -26,6 +27,8 @@ class DecideRequest(BaseModel):
     scoring: Literal["labels", "slots"] = DEFAULT_SCORING
     allow_none_of_above: bool = False
     abstain_below_margin: float | None = Field(default=None, ge=0.0, le=1.0)
+    prior: Literal["none", "neutral"] = DEFAULT_PRIOR  # "batch" needs many contexts (decide_many)
+    calibration: dict | None = None  # a CalibrationBundle made for this server's model (typedlm calibrate)
     model: str | None = None  # informational: the server has one engine
 
 
@@ -44,19 +47,23 @@ class SystemOneRequest(BaseModel):
     scoring: Literal["labels", "slots"] = DEFAULT_SCORING
 
 
-def _check(engine, schema: DecisionSchema, scoring: str, nota: bool, context: str) -> None:
+def _check(engine, schema: DecisionSchema, scoring: str, nota: bool, context: str, prior: str = DEFAULT_PRIOR,
+           calibration: dict | None = None) -> None:
     """Everything that can be wrong with the request, before queueing model work."""
-    prompt_ids(engine, get_plan(engine, schema, scoring, nota), context)
+    plan = get_plan(engine, schema, scoring, nota)
+    prompt_ids(engine, plan, context)
+    check_options(engine, plan, prior, calibration, 1)
 
 
 @router.post("/v1/decide")
 async def v1_decide(body: DecideRequest, request: Request):
     state = request.app.state.typedlm
     schema = DecisionSchema.from_dict(body.schema_)  # SchemaError -> 400
-    _check(state.engine, schema, body.scoring, body.allow_none_of_above, body.context)
+    _check(state.engine, schema, body.scoring, body.allow_none_of_above, body.context, body.prior, body.calibration)
     d = await state.run_exclusive(decide, schema, body.context, engine=state.engine, scoring=body.scoring,
                                   allow_none_of_above=body.allow_none_of_above,
-                                  abstain_below_margin=body.abstain_below_margin)
+                                  abstain_below_margin=body.abstain_below_margin, prior=body.prior,
+                                  calibration=body.calibration)
     return d.to_dict()
 
 
