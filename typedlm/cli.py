@@ -21,7 +21,7 @@ app.add_typer(models_app, name="models")
 
 # Each of these modules, when present, defines register(app, bench_app).
 PLUGINS = ("typedlm.bench.grammar", "typedlm.bench.gen", "typedlm.bench.decide", "typedlm.bench.jsonschema_suite",
-           "typedlm.server.cli", "typedlm.decide.cli", "typedlm.eval.cli")
+           "typedlm.server.cli", "typedlm.decide.cli", "typedlm.eval.cli", "typedlm.bench.trust")
 
 
 def _load_plugins() -> None:

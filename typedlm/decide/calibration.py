@@ -3,13 +3,14 @@
 Per scalar field (boolean / enum) a temperature ``T`` (log-scores / T, renormalized) fitted by
 minimizing the negative log-likelihood of the gold labels; per multi field one pooled logistic
 ``P(yes) = sigmoid(a * (log P(yes) - log P(no)) + b)`` over all its options (Newton's method, a small L2
-term keeps it finite on separable data). Scores are the ones a decision would use *after* the prior
+term, weight 1, keeps it finite on separable data). Scores are the ones a decision would use *after* the prior
 correction of the bundle's prior mode, so a bundle is only valid with that prior mode.
 
 :class:`CalibrationBundle` carries what it was made for (model fingerprint, prompt version, scoring
 mode, prior mode); :meth:`CalibrationBundle.check` refuses any mismatch with a
-:class:`CalibrationMismatch` naming it. ECE: 15 equal-width bins; scalar fields on the top-1
-confidence, multi fields on P(yes) per option (pooled).
+:class:`CalibrationMismatch` naming it. ECE as the eval harness computes it (:mod:`typedlm.eval.metrics`):
+15 equal-width bins; scalar fields on the top-1 confidence, multi fields on each option's yes/no decision
+(confidence max(P(yes), P(no))), pooled over options.
 """
 
 from __future__ import annotations
@@ -155,7 +156,7 @@ def fit_temperature(logits: list[list[float]], gold: list[int]) -> float:
     return math.exp((lo + hi) / 2)
 
 
-def fit_logistic(z: list[float], y: list[int], l2: float = 1e-3) -> tuple[float, float]:
+def fit_logistic(z: list[float], y: list[int], l2: float = 1.0) -> tuple[float, float]:
     """(a, b) maximizing sum log sigmoid(+-(a z + b)) - l2 (a^2 + b^2) / 2 by Newton's method."""
     if not z:
         return 1.0, 0.0
@@ -163,7 +164,7 @@ def fit_logistic(z: list[float], y: list[int], l2: float = 1e-3) -> tuple[float,
     t = np.asarray(y, dtype=np.float64)
     w = np.array([1.0, 0.0])
     for _ in range(100):
-        p = 1 / (1 + np.exp(-(X @ w)))
+        p = 0.5 * (1 + np.tanh(0.5 * (X @ w)))  # sigmoid, without overflow
         grad = X.T @ (p - t) + l2 * w
         H = (X * (p * (1 - p))[:, None]).T @ X + l2 * np.eye(2)
         step = np.linalg.solve(H, grad)
@@ -243,10 +244,10 @@ def field_points(examples: list[Example], field: str, ftype: str, fc: FieldCalib
     conf, ok = [], []
     if ftype == "multi":
         z, y = _multi_data(examples, field)
-        for zi, yi in zip(z, y):
-            zz = fc.a * zi + fc.b if fc else zi
-            conf.append(1 / (1 + math.exp(-zz)))
-            ok.append(yi)
+        for zi, yi in zip(z, y):  # the yes/no decision's confidence, as the eval harness bins it
+            p = math.exp(_log_sigmoid(fc.a * zi + fc.b if fc else zi))
+            conf.append(max(p, 1 - p))
+            ok.append(1.0 if (p >= 0.5) == bool(yi) else 0.0)
         return conf, ok
     logits, gold = _scalar_data(examples, field)
     for r, g in zip(logits, gold):

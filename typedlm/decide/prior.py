@@ -45,13 +45,11 @@ def check_mode(prior: str, n_contexts: int | None = None) -> str:
 
 
 def fingerprint(engine: Engine) -> str:
-    """A short hash of the model: its config, vocabulary size and a sample of every weight tensor
-    (first 64 values of each; computed once per model object)."""
+    """A short hash of the model: vocabulary size, every weight's name and shape and its first 64 values
+    (the same for a model and its saved copy; computed once per model object)."""
     fp = _FINGERPRINTS.get(engine.model)
     if fp is None:
         h = hashlib.sha256()
-        cfg = getattr(engine.model, "config", None)
-        h.update((cfg.to_json_string(use_diff=False) if cfg is not None else engine.name).encode())
         h.update(str(engine.tokenizer_vocab_size).encode())
         for name, p in engine.model.state_dict().items():
             h.update(name.encode())
