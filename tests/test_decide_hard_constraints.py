@@ -152,13 +152,10 @@ def test_unsatisfiable_names_the_minimal_conflict():
     assert "if category = billing then action = refund" in msg and "tags" not in msg  # the irrelevant one is left out
 
 
-class Tag(BaseModel):
-    pass
-
-
 class Ticket(BaseModel):
     category: Literal["billing", "technical", "other"] = Field(description="Category?")
-    action: Literal["refund", "invoice", "reset", "none"] = Field(description="Action?")
+    action: Literal["refund", "invoice", "reset", "none"] = Field(description="Action?",
+                                                                   json_schema_extra={"depends_on": "category"})
     tags: Annotated[list[Literal["a", "b", "c", "d"]], C.MaxSelected(2), C.Exclusive("a", "b")] = Field(
         description="Tags?")
     decision_constraints: ClassVar[list] = [{"if": {"category": "billing"}, "then": {"action": ["refund", "invoice"]}}]
@@ -167,6 +164,7 @@ class Ticket(BaseModel):
 def test_pydantic_markers_and_class_constraints():
     s = DecisionSchema.from_model(Ticket)
     assert s["tags"].max_selected == 2 and s["tags"].exclusive == (("a", "b"),)
+    assert s["action"].depends_on == ("category",)
     assert s.constraints == (C.Implies(C.Atom("category", ("billing",)), C.Atom("action", ("refund", "invoice"))),)
 
 

@@ -23,35 +23,13 @@ from ..cliutil import fail, user_errors
 VARIANTS = ("none", "neutral", "batch")
 
 
-def _answers(plan, d, choice_keys, FieldAnswer, latency):
-    out = []
-    for f in plan.schema.fields:
-        r = d.fields[f.name]
-        if f.type == "multi":
-            scores = {o: [ly, float(_log1mexp(ly))] for o, ly in r.log_scores.items()}
-            pred = list(r.value) if r.value is not None else None
-        else:
-            scores = dict(r.log_scores)
-            pred = (("true" if r.value else "false") if f.type == "boolean" else r.value) if r.value is not None \
-                else None
-        out.append(FieldAnswer(f.name, f.type, choice_keys(f), pred, dict(r.probabilities), scores, r.legal_mass,
-                               latency))
-    return out
-
-
-def _log1mexp(x: float) -> float:
-    import math
-
-    return math.log(max(-math.expm1(x), 1e-300))
-
-
 def run_dataset(engine, name: str, cases_all: list, out: Path, fit_n: int, test_n: int, batch: int) -> dict:
     from ..decide import constraints, fitting
     from ..decide.api import plan_for
     from ..decide.schema import DecisionSchema
     from ..eval.cases import select
     from ..eval.runner import prediction_line
-    from ..eval.tracks import FieldAnswer, choice_keys
+    from ..eval.tracks import decision_answers
 
     fit_cases, test_cases = select(cases_all, "calibration", fit_n), select(cases_all, "test", test_n)
     schema = fit_cases[0].schema
@@ -88,7 +66,7 @@ def run_dataset(engine, name: str, cases_all: list, out: Path, fit_n: int, test_
         viol = changed = 0
         for c, d in zip(test_s, ds):
             case = by_id[c.id]
-            for a in _answers(vplan, d, choice_keys, FieldAnswer, c.latency_s):
+            for a in decision_answers(vplan.schema, d, c.latency_s):
                 lines.append(prediction_line(run_id=f"trust-{name}", track="parallel", mode=mode, case=case,
                                              dataset=name, gold=case.labels, answer=a, case_latency_s=c.latency_s,
                                              permutation=None))

@@ -176,31 +176,13 @@ def fit_logistic(z: list[float], y: list[int], l2: float = 1.0) -> tuple[float, 
 
 def ece(conf: list[float], correct: list[float], bins: int = BINS) -> float:
     """Expected calibration error: sum over equal-width bins of |mean confidence - mean outcome| weighted."""
-    if not conf:
+    if len(conf) == 0:
         return float("nan")
     c = np.asarray(conf, dtype=np.float64)
-    k = np.asarray(correct, dtype=np.float64)
-    idx = np.minimum((c * bins).astype(int), bins - 1)
-    tot = 0.0
-    for b in range(bins):
-        m = idx == b
-        if m.any():
-            tot += m.sum() / len(c) * abs(c[m].mean() - k[m].mean())
-    return float(tot)
-
-
-def reliability(conf: list[float], correct: list[float], bins: int = BINS) -> list[dict]:
-    """Per non-empty bin: {lo, hi, n, confidence, accuracy} (for reliability diagrams)."""
-    c = np.asarray(conf, dtype=np.float64)
-    k = np.asarray(correct, dtype=np.float64)
-    idx = np.minimum((c * bins).astype(int), bins - 1)
-    out = []
-    for b in range(bins):
-        m = idx == b
-        if m.any():
-            out.append({"lo": b / bins, "hi": (b + 1) / bins, "n": int(m.sum()), "confidence": float(c[m].mean()),
-                        "accuracy": float(k[m].mean())})
-    return out
+    b = np.minimum((c * bins).astype(int), bins - 1)
+    s_hit = np.bincount(b, weights=np.asarray(correct, dtype=np.float64), minlength=bins)
+    s_conf = np.bincount(b, weights=c, minlength=bins)
+    return float(np.abs(s_hit - s_conf).sum() / len(c))
 
 
 # -- fitting from labelled scores ----------------------------------------------------------------------

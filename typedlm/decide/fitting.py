@@ -59,8 +59,36 @@ def question_scores(plan: Plan, d: Decision) -> list[QuestionScore]:
     return out
 
 
-def collect(engine: Engine, schema: Any, cases: list, path: Path | None = None, progress=None) -> list[Case]:
-    """Score ``cases`` (eval Cases) with ``decide_many`` in chunks; resumable through ``path`` (JSONL)."""
+def from_predictions(plan: Plan, path: Path, ids: set[str]) -> list[Case]:
+    """Cases scored by an eval run (``typedlm eval``, track parallel, the plan's scoring mode, unpermuted
+    lines): the same prompt and the same scores, so they need not be scored again. Scalar fields only
+    (eval lines carry no count question)."""
+    if any(q.kind != "scalar" for q in plan.questions):
+        return []
+    by_case: dict[str, dict] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            d = json.loads(line)
+        except json.JSONDecodeError:  # a line still being written by a running eval
+            continue
+        if d["track"] == "parallel" and d["mode"] == plan.scoring and d["permutation"] is None \
+                and d["case_id"] in ids and d["scores"] and not d.get("error"):
+            by_case.setdefault(d["case_id"], {})[d["field"]] = d
+    out = []
+    for cid, lines in by_case.items():
+        if set(lines) != set(plan.schema.names):
+            continue
+        first = next(iter(lines.values()))
+        scores = [QuestionScore(tuple(lines[q.field]["scores"][k] for k in q.keys), 0.0) for q in plan.questions]
+        out.append(Case(cid, first["split"], {f: ln["gold"] for f, ln in lines.items()}, scores,
+                        first["case_latency_s"]))
+    return out
+
+
+def collect(engine: Engine, schema: Any, cases: list, path: Path | None = None, progress=None,
+            reuse: Path | None = None) -> list[Case]:
+    """Score ``cases`` (eval Cases) with ``decide_many`` in chunks; resumable through ``path`` (JSONL);
+    cases an eval run already scored (``reuse``: its predictions.jsonl) are taken from it."""
     plan = plan_for(schema, engine)
     done: dict[str, Case] = {}
     if path is not None and path.exists():
@@ -68,6 +96,15 @@ def collect(engine: Engine, schema: Any, cases: list, path: Path | None = None, 
             d = json.loads(line)
             done[d["id"]] = Case(d["id"], d["split"], d["gold"], [QuestionScore(tuple(s), 0.0) for s in d["scores"]],
                                  d["latency_s"])
+    if reuse is not None and reuse.exists():
+        got = [c for c in from_predictions(plan, reuse, {c.id for c in cases}) if c.id not in done]
+        for c in got:
+            done[c.id] = c
+        if path is not None and got:
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write("".join(json.dumps({"id": c.id, "split": c.split, "gold": c.gold, "source": str(reuse),
+                                             "scores": [list(s.log_scores) for s in c.scores],
+                                             "latency_s": c.latency_s}) + "\n" for c in got))
     todo = [c for c in cases if c.id not in done]
     for i in range(0, len(todo), CHUNK):
         part = todo[i:i + CHUNK]

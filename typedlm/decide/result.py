@@ -21,6 +21,7 @@ FIELD_KEYS = ("value", "probability", "probabilities", "alternatives", "margin",
               "score_source", "temperature", "calibrator", "prior", "constraint_changed")
 DECISION_KEYS = ("value", "fields", "timings", "usage", "scoring", "model", "summary")
 SCORE_SOURCES = ("batched", "rescored_one_row", "dependency")
+RECORD_KEYS = ("score_source", "temperature", "calibrator", "prior", "constraint_changed")  # the semantics record
 
 
 @dataclass(frozen=True)

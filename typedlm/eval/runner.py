@@ -36,7 +36,7 @@ from .tracks import FieldAnswer, InfraError, permuted_schema
 BREAKER_LIMIT = 5
 PREDICTION_KEYS = ("run_id", "track", "mode", "case_id", "group_id", "dataset", "split", "field", "field_type",
                    "choices", "gold", "pred", "probabilities", "scores", "correct", "legal_mass", "latency_s",
-                   "case_latency_s", "permutation", "truncated", "violation", "error")
+                   "case_latency_s", "permutation", "truncated", "violation", "error", "record")
 MANIFEST_COMPARED = ("dataset", "data_sha256", "split", "limit", "cases", "tracks", "flip", "model",
                      "model_sha256", "prompts")
 
@@ -140,7 +140,7 @@ def prediction_line(*, run_id: str, track: str, mode: str, case: Case, dataset: 
             "scores": answer.scores, "correct": _correct(answer.field_type, g, answer.pred),
             "legal_mass": answer.legal_mass, "latency_s": answer.latency_s, "case_latency_s": case_latency_s,
             "permutation": permutation, "truncated": answer.truncated, "violation": answer.violation,
-            "error": answer.error}
+            "error": answer.error, "record": answer.record}
     assert tuple(line) == PREDICTION_KEYS
     return line
 

@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..decide.result import RECORD_KEYS
 from ..decide.schema import DecisionSchema
 from ..errors import TypedLMError
 
@@ -54,6 +55,7 @@ class FieldAnswer:
     violation: bool = False  # the model's own answer was not a legal value (invalid JSON, off-list token)
     error: str | None = None
     extra: dict = field(default_factory=dict)
+    record: dict | None = None  # parallel: how decide made the number (score_source, temperature, calibrator, ...)
 
 
 def choice_keys(f) -> list[str]:
@@ -95,20 +97,25 @@ class ParallelTrack:
         schema = DecisionSchema.from_dict(schema_dict)
         t0 = time.perf_counter()
         d = decide_many(schema, [context], engine=self.engine, scoring=self.mode)[0]
-        dt = time.perf_counter() - t0
-        out = []
-        for f in schema.fields:
-            r = d.fields[f.name]
-            if f.type == "multi":
-                scores = {o: [ly, math.log1p(-math.exp(ly)) if ly < 0 else -math.inf] for o, ly in r.log_scores.items()}
-                pred = list(r.value) if r.value is not None else None
-            else:
-                scores = dict(r.log_scores)
-                pred = (("true" if r.value else "false") if f.type == "boolean" else r.value) if r.value is not None \
-                    else None
-            out.append(FieldAnswer(f.name, f.type, choice_keys(f), pred, dict(r.probabilities), scores,
-                                   r.legal_mass, dt))
-        return out
+        return decision_answers(schema, d, time.perf_counter() - t0)
+
+
+def decision_answers(schema: DecisionSchema, d, latency_s: float) -> list[FieldAnswer]:
+    """A Decision's fields as FieldAnswers (also used by ``typedlm bench trust`` for its variants)."""
+    out = []
+    for f in schema.fields:
+        r = d.fields[f.name]
+        if f.type == "multi":
+            scores = {o: [ly, math.log1p(-math.exp(ly)) if ly < 0 else -math.inf] for o, ly in r.log_scores.items()}
+            pred = list(r.value) if r.value is not None else None
+        else:
+            scores = dict(r.log_scores)
+            pred = (("true" if r.value else "false") if f.type == "boolean" else r.value) if r.value is not None \
+                else None
+        rec = {k: v for k, v in r.to_dict().items() if k in RECORD_KEYS}
+        out.append(FieldAnswer(f.name, f.type, choice_keys(f), pred, dict(r.probabilities), scores,
+                               r.legal_mass, latency_s, record=rec))
+    return out
 
 
 def naive_json_schema(schema: DecisionSchema) -> dict:
