@@ -92,3 +92,13 @@ def test_decide_cli_prior_and_calibration(tiny, tiny_dir, tmp_path):
     assert r.exit_code == 2 and "prior mode" in r.stderr
     r = CliRunner().invoke(app, base + ["--prior", "batch"])
     assert r.exit_code == 2 and "at least 2 contexts" in r.stderr
+
+
+def test_decide_cli_refuses_unsatisfiable_constraints_before_loading(tmp_path):
+    schema = tmp_path / "s.json"
+    bad = {"fields": {**SCHEMA["fields"], "tags": {**SCHEMA["fields"]["tags"], "min_selected": 2,
+                                                   "exclusive": [["local", "world"]]}}}
+    schema.write_text(json.dumps(bad))
+    r = CliRunner().invoke(app, ["decide", "--schema", str(schema), "--context", "x", "--model", "/nonexistent"])
+    assert r.exit_code == 2 and "constraints cannot all hold" in r.stderr
+    assert "min_selected 2" in r.stderr and "exclusive ['local', 'world']" in r.stderr
