@@ -1,11 +1,12 @@
 # Two commands do everything: `make demo` and `make test` (each creates .venv when missing).
+# `make test-fast` skips the few tests on the real default model (marker real_model).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP_BASE := $(VENV)/.installed-base
 STAMP_DEV := $(VENV)/.installed-dev
 
-.PHONY: demo test venv clean
+.PHONY: demo test test-fast venv clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -30,6 +31,9 @@ demo: $(STAMP_BASE)
 
 test: $(STAMP_DEV)
 	$(BIN)/python -m pytest -q
+
+test-fast: $(STAMP_DEV)
+	$(BIN)/python -m pytest -q -m "not real_model"
 
 clean:
 	rm -rf $(VENV) build *.egg-info

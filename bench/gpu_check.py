@@ -11,7 +11,8 @@ import time
 import jsonschema
 import torch
 
-import typedlm
+from typedlm.decide import decide, decide_many
+from typedlm.generate import generate
 from typedlm.bench.models import random_engine
 from typedlm.decide import presets
 from typedlm.generate import SamplingParams, build_sequence
@@ -36,7 +37,7 @@ bad = []
 for kind, (kw, ok) in KINDS.items():
     rows = []
     for seed in range(4):
-        r = typedlm.generate("hello", engine=engine, seed=seed, max_tokens=400, **kw)
+        r = generate("hello", engine=engine, seed=seed, max_tokens=400, **kw)
         # a random model in an unbounded JSON string may hit max_tokens: "length" is reported, while a
         # finished ("stop") output that is invalid, or any "error", is a violation
         rows.append(r.finish_reason)
@@ -64,8 +65,8 @@ for c, chk, r in zip(cs, checks, results):
 
 for name in ("content_moderation", "invoice_routing"):
     p = presets.load(name)
-    d = typedlm.decide(p["schema"], p["examples"][0], engine=engine)
-    many = typedlm.decide_many(p["schema"], p["examples"][:2], engine=engine)
+    d = decide(p["schema"], p["examples"][0], engine=engine)
+    many = decide_many(p["schema"], p["examples"][:2], engine=engine)
     same = many[0].to_dict()["value"] == d.to_dict()["value"]
     report["decide"][name] = {"fields": len(d.fields), "timings_ms": {k: round(v * 1e3, 1) for k, v in d.timings.items()},
                               "decide_many_first_equals_decide": same}

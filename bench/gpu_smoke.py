@@ -8,7 +8,7 @@ import time
 
 import torch
 
-import typedlm
+from typedlm.generate import generate
 from typedlm.bench.models import random_engine
 
 arch = sys.argv[1] if len(sys.argv) > 1 else "qwen2.5-0.5b"
@@ -19,10 +19,10 @@ schema = {"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"typ
           "maximum": 999}, "tag": {"enum": ["a", "b", "c"]}}, "required": ["ok", "n", "tag"]}
 out = []
 for seed in range(5):
-    r = typedlm.generate("hello", engine=engine, json_schema=schema, seed=seed, max_tokens=300)
+    r = generate("hello", engine=engine, json_schema=schema, seed=seed, max_tokens=300)
     out.append({"seed": seed, "finish": r.finish_reason, "valid": r.schema_valid, "tokens": r.completion_tokens,
                 "tok_per_s": r.completion_tokens / r.timings["decode"] if r.timings["decode"] else None})
     assert r.schema_valid, r.to_dict()
-r = typedlm.generate("hello", engine=engine, max_tokens=256, temperature=1.0, seed=0)
+r = generate("hello", engine=engine, max_tokens=256, temperature=1.0, seed=0)
 out.append({"free_tokens": r.completion_tokens, "tok_per_s": r.completion_tokens / r.timings["decode"]})
 print(json.dumps({"arch": arch, "device": torch.cuda.get_device_name(0), "runs": out}, indent=1))

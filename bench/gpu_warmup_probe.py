@@ -1,5 +1,6 @@
 """Diagnostic: per-forward time of the first and later generations in one process (cuDNN SDPA plan cost)."""
-import time, torch, typedlm
+import time, torch
+from typedlm.generate import generate
 from typedlm.bench.models import random_engine
 from typedlm.generate import sequence as seqmod
 from typedlm.engine import Engine
@@ -12,7 +13,7 @@ def f(self, *a, **k):
 Engine.forward = f
 def run(label, **kw):
     fw.clear(); t = time.perf_counter()
-    r = typedlm.generate("hello there, tell me a story", engine=e, max_tokens=128, **kw)
+    r = generate("hello there, tell me a story", engine=e, max_tokens=128, **kw)
     dt = time.perf_counter() - t
     print(f"{label:28s} {len(r.token_ids)/dt:6.1f} tok/s  fwd ms {1e3*sum(fw[1:])/len(fw[1:]):6.2f}  ids {r.token_ids[:6]}")
 run("greedy first", temperature=0)
@@ -20,7 +21,7 @@ run("sampled seed", temperature=1.0, seed=0)
 run("sampled no seed", temperature=1.0)
 run("greedy again", temperature=0)
 # same sampled ids replayed greedily: force tokens via a processor
-r = typedlm.generate("hello there, tell me a story", engine=e, max_tokens=128, temperature=1.0, seed=0)
+r = generate("hello there, tell me a story", engine=e, max_tokens=128, temperature=1.0, seed=0)
 ids = list(r.token_ids)
 def force(seen, logits):
     i = len(seen) - len(e.encode_prompt(prompt="hello there, tell me a story"))

@@ -16,7 +16,7 @@ def tiny():
 @pytest.fixture(scope="session")
 def real():
     """The embedded default model (SmolLM2-135M-Instruct). Use only in tests marked real_model."""
-    from typedlm import load_engine
+    from typedlm.engine import load_engine
 
     return load_engine("default", progress=False)
 
@@ -24,7 +24,15 @@ def real():
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory, tiny):
     """The tiny model saved as a HF directory (for load_engine / --model paths)."""
+    from typedlm.testing import save_tiny
+
     d = tmp_path_factory.mktemp("tiny-model")
-    tiny.model.save_pretrained(d)
-    tiny.tokenizer.save_pretrained(d)
+    save_tiny(d, tiny)
     return d
+
+
+def pytest_collection_modifyitems(config, items):
+    """`make test-fast` deselects real_model: a test on the real model must carry the marker."""
+    unmarked = [i.nodeid for i in items if "real" in getattr(i, "fixturenames", ()) and not i.get_closest_marker("real_model")]
+    if unmarked:
+        raise pytest.UsageError(f"tests use the 'real' fixture without @pytest.mark.real_model: {unmarked}")

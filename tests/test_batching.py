@@ -34,7 +34,7 @@ def constraints():
 def single(engine, prompt, params, c):
     seq = build_sequence(engine, engine.encode_prompt(prompt=prompt), params, c)
     run_sequence(engine, seq)
-    return finish_result(engine, seq)
+    return finish_result(seq)
 
 
 def check_valid(c, text):

@@ -11,7 +11,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field
 
-import typedlm
+from typedlm.generate import generate
 from typedlm.errors import ConstraintError, GrammarCompileError
 from typedlm.grammar import GrammarDisabled, make_constraint
 
@@ -32,7 +32,7 @@ class Item(BaseModel):
 def test_regex_output_fully_matches(tiny, pattern):
     py = pattern.strip("^$")
     for seed in range(3):
-        r = typedlm.generate("x", engine=tiny, regex=pattern, seed=seed, max_tokens=64)
+        r = generate("x", engine=tiny, regex=pattern, seed=seed, max_tokens=64)
         assert r.finish_reason == "stop", r
         assert re.fullmatch(py, r.text), (pattern, r.text)
 
@@ -40,14 +40,14 @@ def test_regex_output_fully_matches(tiny, pattern):
 @pytest.mark.parametrize("pattern", [r"(?=a)a", r"(a)\1", r"\bfoo", r"[a-"])
 def test_unsupported_or_bad_regex_is_a_compile_error(tiny, pattern):
     with pytest.raises(GrammarCompileError, match="regex"):
-        typedlm.generate("x", engine=tiny, regex=pattern)
+        generate("x", engine=tiny, regex=pattern)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=12),
                 min_size=1, max_size=4, unique=True), st.integers(0, 2**16))
 def test_choice_comes_out_exactly(tiny, choices, seed):
-    r = typedlm.generate("x", engine=tiny, choice=choices, seed=seed, max_tokens=128)
+    r = generate("x", engine=tiny, choice=choices, seed=seed, max_tokens=128)
     if r.finish_reason == "error":
         # only allowed when no token sequence can spell some choice (e.g. a byte the vocab lacks)
         assert "cannot produce" in r.error
@@ -59,7 +59,7 @@ def test_choice_comes_out_exactly(tiny, choices, seed):
 
 def test_unspellable_text_is_an_error_not_an_empty_answer(tiny):
     # SmolLM2's vocabulary has no byte token for 0xF1, so U+40000 cannot be produced
-    r = typedlm.generate("x", engine=tiny, choice=["\U00040000"])
+    r = generate("x", engine=tiny, choice=["\U00040000"])
     assert r.finish_reason == "error" and "cannot produce" in r.error
 
 
@@ -67,7 +67,7 @@ def test_choice_with_quotes_backslashes_newlines_unicode(tiny):
     choices = ['say "hi"', "back\\slash", "two\nlines", "naïve — 東京 🙂", "tab\tend"]
     seen = set()
     for seed in range(12):
-        r = typedlm.generate("x", engine=tiny, choice=choices, seed=seed)
+        r = generate("x", engine=tiny, choice=choices, seed=seed)
         assert r.text in choices
         seen.add(r.text)
     assert len(seen) >= 2
@@ -83,23 +83,23 @@ def test_bad_choice_lists(bad, msg):
 def test_ebnf_grammar(tiny):
     g = 'root ::= greeting " " name\ngreeting ::= "hi" | "hello"\nname ::= [a-z] [a-z]? [a-z]? "!"'
     for seed in range(4):
-        r = typedlm.generate("x", engine=tiny, grammar=g, seed=seed, max_tokens=40)
+        r = generate("x", engine=tiny, grammar=g, seed=seed, max_tokens=40)
         assert re.fullmatch(r"(hi|hello) [a-z]{1,3}!", r.text), r.text
 
 
 def test_lark_grammar(tiny):
     lark = 'start: pair ("," pair)? ("," pair)?\npair: KEY "=" NUM\nKEY: /[a-z]{1,3}/\nNUM: /[0-9]{1,2}/\n'
     for seed in range(4):
-        r = typedlm.generate("x", engine=tiny, lark=lark, seed=seed, max_tokens=60)
+        r = generate("x", engine=tiny, lark=lark, seed=seed, max_tokens=60)
         assert r.finish_reason == "stop"
         assert re.fullmatch(r"[a-z]{1,3}=[0-9]{1,2}(,[a-z]{1,3}=[0-9]{1,2}){0,2}", r.text), r.text
 
 
 def test_bad_grammars_are_compile_errors(tiny):
     with pytest.raises(GrammarCompileError, match="grammar does not compile"):
-        typedlm.generate("x", engine=tiny, grammar="root ::= undefined_rule")
+        generate("x", engine=tiny, grammar="root ::= undefined_rule")
     with pytest.raises(GrammarCompileError, match="lark"):
-        typedlm.generate("x", engine=tiny, lark="start: ((")
+        generate("x", engine=tiny, lark="start: ((")
 
 
 def test_structural_tag(tiny):
@@ -109,7 +109,7 @@ def test_structural_tag(tiny):
             "v": {"type": "integer", "minimum": 0, "maximum": 9}}, "required": ["v"],
             "additionalProperties": False}}}}
     for seed in range(3):
-        r = typedlm.generate("x", engine=tiny, structural_tag=tag, seed=seed, max_tokens=200)
+        r = generate("x", engine=tiny, structural_tag=tag, seed=seed, max_tokens=200)
         m = re.fullmatch(r"<answer>(.*)</answer>", r.text, re.S)
         assert m, r.text
         assert 0 <= json.loads(m.group(1))["v"] <= 9
@@ -119,30 +119,35 @@ def test_structural_tag_schema_goes_through_refusal(tiny):
     tag = {"type": "structural_tag", "format": {"type": "json_schema",
                                                 "json_schema": {"type": "array", "contains": {"type": "integer"}}}}
     with pytest.raises(GrammarCompileError, match="contains") as e:
-        typedlm.generate("x", engine=tiny, structural_tag=tag)
+        generate("x", engine=tiny, structural_tag=tag)
     assert e.value.pointer.startswith("/format/json_schema")
 
 
 def test_json_schema_from_pydantic_dict_and_string(tiny):
     schema = Item.model_json_schema()
     for spec in (Item, schema, json.dumps(schema)):
-        r = typedlm.generate("x", engine=tiny, json_schema=spec, seed=4, max_tokens=300)
+        r = generate("x", engine=tiny, json_schema=spec, seed=4, max_tokens=300)
         assert r.schema_valid, r.schema_errors
         Item.model_validate_json(r.text)
 
 
 def test_json_object(tiny):
+    stopped = 0
     for seed in range(4):
-        r = typedlm.generate("x", engine=tiny, json_object=True, seed=seed, max_tokens=200)
-        if r.finish_reason == "stop":
-            assert isinstance(json.loads(r.text), dict)
-            assert r.schema_valid
+        r = generate("x", engine=tiny, json_object=True, seed=seed, max_tokens=200, any_whitespace=False)
+        assert r.finish_reason in ("stop", "length") and r.constraint == "json_object"
+        if r.finish_reason == "length":  # cut at the limit: a JSON-object prefix, not yet parseable
+            assert r.completion_tokens == 200 and r.text.startswith("{") and r.schema_valid is False
+            continue
+        stopped += 1
+        assert isinstance(json.loads(r.text), dict) and r.schema_valid, r.text
+    assert stopped, "no run finished: the test checked nothing"
 
 
 def test_property_order_follows_the_schema(tiny):
     schema = {"type": "object", "properties": {"zeta": {"type": "boolean"}, "alpha": {"type": "boolean"}},
               "required": ["zeta", "alpha"], "additionalProperties": False}
-    r = typedlm.generate("x", engine=tiny, json_schema=schema, seed=0, any_whitespace=False)
+    r = generate("x", engine=tiny, json_schema=schema, seed=0, any_whitespace=False)
     assert list(json.loads(r.text)) == ["zeta", "alpha"]
 
 
@@ -157,7 +162,7 @@ def test_two_constraints_name_both():
                                 dict(repetition_penalty=0), dict(stop=[""])])
 def test_bad_sampling_values(tiny, kw):
     with pytest.raises(ConstraintError):
-        typedlm.generate("x", engine=tiny, **kw)
+        generate("x", engine=tiny, **kw)
 
 
 REFUSED = [
@@ -181,7 +186,7 @@ REFUSED = [
 @pytest.mark.parametrize("schema, keyword, pointer", REFUSED)
 def test_unenforceable_keywords_are_refused_with_pointer(tiny, schema, keyword, pointer):
     with pytest.raises(GrammarCompileError) as e:
-        typedlm.generate("x", engine=tiny, json_schema=schema)
+        generate("x", engine=tiny, json_schema=schema)
     assert e.value.keyword == keyword
     assert e.value.pointer == pointer
     assert keyword in str(e.value) and pointer in str(e.value)
@@ -193,7 +198,7 @@ def test_lenient_compiles_and_reports_validity(tiny):
               "required": ["n"]}
     verdicts = []
     for seed in range(6):
-        r = typedlm.generate("x", engine=tiny, json_schema=schema, lenient=True, seed=seed, any_whitespace=False)
+        r = generate("x", engine=tiny, json_schema=schema, lenient=True, seed=seed, any_whitespace=False)
         expected = jsonschema.Draft202012Validator(schema).is_valid(json.loads(r.text))
         assert r.schema_valid is expected
         verdicts.append(expected)
@@ -220,6 +225,6 @@ def test_compile_cache_counts_hits(tiny):
 def test_kill_switch(tiny, monkeypatch):
     monkeypatch.setenv("TYPEDLM_GRAMMAR", "0")
     with pytest.raises(GrammarDisabled, match="TYPEDLM_GRAMMAR=0"):
-        typedlm.generate("x", engine=tiny, json_object=True)
-    r = typedlm.generate("x", engine=tiny, max_tokens=3)  # free text still works
+        generate("x", engine=tiny, json_object=True)
+    r = generate("x", engine=tiny, max_tokens=3)  # free text still works
     assert r.constraint is None and len(r.token_ids) <= 3

@@ -11,14 +11,6 @@ SCHEMA = {"fields": {"spam": {"type": "boolean", "description": "Is it spam?"},
                      "tone": {"type": "enum", "description": "Tone?", "choices": ["calm", "angry"]}}}
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory, tiny):
-    d = tmp_path_factory.mktemp("tiny-model")
-    tiny.model.save_pretrained(d)
-    tiny.tokenizer.save_pretrained(d)
-    return str(d)
-
-
 @pytest.fixture()
 def schema_file(tmp_path):
     p = tmp_path / "schema.json"
@@ -27,7 +19,7 @@ def schema_file(tmp_path):
 
 
 def run(*args):
-    return CliRunner().invoke(app, list(args))
+    return CliRunner().invoke(app, [str(a) for a in args])
 
 
 def test_decide_json(tiny_dir, schema_file):

@@ -2,8 +2,7 @@
 
 import pytest
 
-import typedlm
-from typedlm.decide import TOLERANCE, presets
+from typedlm.decide import TOLERANCE, decide, decide_many, presets
 from typedlm.decide.score import resolve_packing
 from typedlm.errors import TypedLMError
 
@@ -12,8 +11,8 @@ from typedlm.errors import TypedLMError
 def test_fused_equals_packed(tiny, preset):
     p = presets.load(preset)
     ctx = p["examples"][0]
-    a = typedlm.decide(p["schema"], ctx, engine=tiny, packing="packed")
-    b = typedlm.decide(p["schema"], ctx, engine=tiny, packing="fused")
+    a = decide(p["schema"], ctx, engine=tiny, packing="packed")
+    b = decide(p["schema"], ctx, engine=tiny, packing="fused")
     assert b.usage["packing"] == "fused" and b.usage["passes"] == 1
     assert a.value_dict() == b.value_dict()
     for name in a.fields:
@@ -24,17 +23,17 @@ def test_fused_equals_packed(tiny, preset):
 def test_fused_falls_back_to_packed_when_rows_do_not_fit_one_pass(tiny):
     p = presets.load("support_triage")
     ctx = p["examples"][0]
-    d = typedlm.decide(p["schema"], ctx, engine=tiny, packing="fused", budget_bytes=1)
+    d = decide(p["schema"], ctx, engine=tiny, packing="fused", budget_bytes=1)
     assert d.usage["packing"] == "packed" and d.usage["passes"] > 1
-    ref = typedlm.decide(p["schema"], ctx, engine=tiny, packing="packed")
+    ref = decide(p["schema"], ctx, engine=tiny, packing="packed")
     assert d.value_dict() == ref.value_dict()
 
 
 def test_decide_many_fused_matches_decide(tiny):
     p = presets.load("invoice_routing")
-    many = typedlm.decide_many(p["schema"], p["examples"], engine=tiny, packing="fused")
+    many = decide_many(p["schema"], p["examples"], engine=tiny, packing="fused")
     for ctx, d in zip(p["examples"], many):
-        assert d.value_dict() == typedlm.decide(p["schema"], ctx, engine=tiny, packing="packed").value_dict()
+        assert d.value_dict() == decide(p["schema"], ctx, engine=tiny, packing="packed").value_dict()
 
 
 def test_auto_packing(tiny):

@@ -1,5 +1,6 @@
 """Decision schemas, the branch-point trie and plan compilation (tokenizer only, no model)."""
 
+import dataclasses
 import enum
 import math
 from typing import Literal
@@ -59,7 +60,7 @@ def test_schema_is_immutable_and_round_trips():
     s = DecisionSchema.from_dict(GOOD)
     assert s.names == ("priority", "spam", "topic", "tags")
     assert s["topic"].choices[0].description == "money" and s["priority"].ordered
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError, match="cannot assign to field 'name'"):
         s.fields[0].name = "x"
     assert DecisionSchema.from_dict(s.to_dict()) == s
     assert DecisionSchema.coerce('{"fields": {"b": {"type": "boolean", "description": "q"}}}').names == ("b",)

@@ -8,7 +8,8 @@ import jsonschema
 import pytest
 import torch
 
-import typedlm
+from typedlm.errors import TypedLMError
+from typedlm.generate import generate
 from typedlm.generate import sequence as seqmod
 from typedlm.grammar.controller import GrammarRow
 from typedlm.grammar.spec import MAX_WHITESPACE
@@ -41,14 +42,14 @@ def test_mask_is_applied_after_user_processors(tiny):
         return logits
 
     for seed in range(3):
-        r = typedlm.generate("x", engine=tiny, regex=r"[0-9]{2,6}", seed=seed, logits_processors=[push])
+        r = generate("x", engine=tiny, regex=r"[0-9]{2,6}", seed=seed, logits_processors=[push])
         assert re.fullmatch(r"[0-9]{2,6}", r.text), r.text
         assert banned not in r.token_ids
 
 
 def test_mask_is_applied_after_repetition_penalty(tiny):
     """A penalty < 1 boosts seen tokens (the prompt is full of letters); the mask still wins."""
-    r = typedlm.generate("abc abc abc abc", engine=tiny, regex=r"[0-9]{3}", repetition_penalty=0.01, seed=1)
+    r = generate("abc abc abc abc", engine=tiny, regex=r"[0-9]{3}", repetition_penalty=0.01, seed=1)
     assert re.fullmatch(r"[0-9]{3}", r.text)
 
 
@@ -56,7 +57,7 @@ def test_matcher_rejection_is_an_error_not_a_silent_continue(tiny, monkeypatch):
     """With the mask disabled the sampler picks tokens the grammar forbids: the row must end with
     finish_reason="error" naming the token, not continue into garbage."""
     monkeypatch.setattr(GrammarRow, "apply", lambda self, logits: None)
-    r = typedlm.generate("x", engine=tiny, regex=r"[0-9]{8}", seed=0, temperature=1.0)
+    r = generate("x", engine=tiny, regex=r"[0-9]{8}", seed=0, temperature=1.0)
     assert r.finish_reason == "error"
     assert "grammar rejected sampled token" in r.error
     assert not re.fullmatch(r"[0-9]{8}", r.text)
@@ -77,7 +78,7 @@ def test_matcher_accepts_exactly_the_sampled_tokens(tiny, monkeypatch):
 
     monkeypatch.setattr(seqmod, "sample", spy_sample)
     monkeypatch.setattr(GrammarRow, "accept", spy_accept)
-    r = typedlm.generate("x", engine=tiny, json_schema=SCHEMA, seed=3, max_tokens=300)
+    r = generate("x", engine=tiny, json_schema=SCHEMA, seed=3, max_tokens=300)
     assert sampled == accepted
     assert r.token_ids == [t for t in sampled if t not in tiny.stop_ids]
 
@@ -91,7 +92,7 @@ def test_complete_grammar_stops_without_eos_and_without_another_forward(tiny, mo
         return real_forward(self, *a, **k)
 
     monkeypatch.setattr(type(tiny), "forward", counting_forward)
-    r = typedlm.generate("x", engine=tiny, regex=r"(yes|no)!", seed=0)
+    r = generate("x", engine=tiny, regex=r"(yes|no)!", seed=0)
     assert r.text in ("yes!", "no!")
     assert r.finish_reason == "stop"
     assert not set(r.token_ids) & tiny.stop_ids
@@ -103,14 +104,14 @@ def test_max_tokens_one_emits_the_sampled_token(tiny, monkeypatch):
     sampled = []
     real_sample = seqmod.sample
     monkeypatch.setattr(seqmod, "sample", lambda *a, **k: sampled.append(real_sample(*a, **k)) or sampled[-1])
-    r = typedlm.generate("x", engine=tiny, json_schema=SCHEMA, max_tokens=1, seed=5)
+    r = generate("x", engine=tiny, json_schema=SCHEMA, max_tokens=1, seed=5)
     assert r.finish_reason == "length"
     assert r.token_ids == sampled and len(sampled) == 1
     assert r.schema_valid is False
 
 
 def test_json_truncated_mid_object_reports_length(tiny):
-    r = typedlm.generate("x", engine=tiny, json_schema=SCHEMA, max_tokens=6, seed=2, any_whitespace=False)
+    r = generate("x", engine=tiny, json_schema=SCHEMA, max_tokens=6, seed=2, any_whitespace=False)
     assert r.finish_reason == "length" and len(r.token_ids) == 6
     assert r.text.startswith("{") and r.schema_valid is False
     assert any("not JSON" in e for e in r.schema_errors)
@@ -124,9 +125,9 @@ def test_padded_vocab_ids_are_never_sampled(tiny):
         logits[pad] = 1e9
         return logits
 
-    free = typedlm.generate("x", engine=tiny, max_tokens=8, seed=0, logits_processors=[push])
+    free = generate("x", engine=tiny, max_tokens=8, seed=0, logits_processors=[push])
     assert free.token_ids and all(t < tiny.tokenizer_vocab_size for t in free.token_ids)
-    constrained = typedlm.generate("x", engine=tiny, json_object=True, max_tokens=8, seed=0, logits_processors=[push])
+    constrained = generate("x", engine=tiny, json_object=True, max_tokens=8, seed=0, logits_processors=[push])
     assert all(t < tiny.tokenizer_vocab_size for t in constrained.token_ids)
 
 
@@ -144,7 +145,7 @@ def test_grammar_bitmask_never_allows_padded_ids(tiny):
 def test_whitespace_is_bounded_20_seeds(tiny):
     """Unbounded whitespace lets a random model emit spaces forever; bounded, it always finishes."""
     for seed in range(20):
-        r = typedlm.generate("x", engine=tiny, json_schema=SCHEMA, max_tokens=1024, seed=seed)
+        r = generate("x", engine=tiny, json_schema=SCHEMA, max_tokens=1024, seed=seed)
         assert r.finish_reason == "stop", (seed, r.text[-80:])
         assert r.schema_valid, (seed, r.schema_errors)
         jsonschema.validate(json.loads(r.text), SCHEMA)
@@ -154,19 +155,19 @@ def test_whitespace_is_bounded_20_seeds(tiny):
 
 def test_compact_json_has_no_whitespace(tiny):
     for seed in range(3):
-        r = typedlm.generate("x", engine=tiny, json_schema=SCHEMA, any_whitespace=False, seed=seed, max_tokens=400)
+        r = generate("x", engine=tiny, json_schema=SCHEMA, any_whitespace=False, seed=seed, max_tokens=400)
         assert r.schema_valid
         assert not re.search(r"\s", re.sub(r'"(?:[^"\\]|\\.)*"', '""', r.text))
 
 
 def test_truncation_that_removes_every_allowed_token_falls_back_to_the_grammar(tiny):
-    r = typedlm.generate("x", engine=tiny, regex=r"[0-9]{4}", top_k=1, seed=0, temperature=1.0)
+    r = generate("x", engine=tiny, regex=r"[0-9]{4}", top_k=1, seed=0, temperature=1.0)
     assert re.fullmatch(r"[0-9]{4}", r.text)
     assert r.truncation_fallbacks >= 1
 
 
 def test_greedy_equals_argmax_of_masked_logits(tiny):
-    r = typedlm.generate("hello", engine=tiny, max_tokens=1, temperature=0)
+    r = generate("hello", engine=tiny, max_tokens=1, temperature=0)
     ids = torch.tensor([tiny.encode_prompt(prompt="hello")])
     logits, _ = tiny.forward(ids)
     row = logits[0, -1].float()
@@ -175,21 +176,21 @@ def test_greedy_equals_argmax_of_masked_logits(tiny):
 
 
 def test_same_seed_same_output(tiny):
-    a = typedlm.generate("x", engine=tiny, json_schema=SCHEMA, seed=11, max_tokens=200)
-    b = typedlm.generate("x", engine=tiny, json_schema=SCHEMA, seed=11, max_tokens=200)
-    c = typedlm.generate("x", engine=tiny, json_schema=SCHEMA, seed=12, max_tokens=200)
+    a = generate("x", engine=tiny, json_schema=SCHEMA, seed=11, max_tokens=200)
+    b = generate("x", engine=tiny, json_schema=SCHEMA, seed=11, max_tokens=200)
+    c = generate("x", engine=tiny, json_schema=SCHEMA, seed=12, max_tokens=200)
     assert a.token_ids == b.token_ids
     assert a.token_ids != c.token_ids
 
 
 def test_stop_string_cuts_text(tiny):
-    r = typedlm.generate("x", engine=tiny, choice=["hello world, again"], stop=["o w"])
+    r = generate("x", engine=tiny, choice=["hello world, again"], stop=["o w"])
     assert r.finish_reason == "stop"
     assert r.text == "hell"
 
 
 def test_result_keys(tiny):
-    r = typedlm.generate("x", engine=tiny, json_object=True, max_tokens=40, seed=0)
+    r = generate("x", engine=tiny, json_object=True, max_tokens=40, seed=0)
     d = r.to_dict()
     assert set(d) == {"text", "token_ids", "finish_reason", "usage", "timings", "constraint", "schema_valid",
                       "schema_errors", "error", "truncation_fallbacks"}
@@ -200,5 +201,5 @@ def test_result_keys(tiny):
 
 
 def test_prompt_longer_than_context_is_refused(tiny):
-    with pytest.raises(typedlm.TypedLMError, match="context"):
-        typedlm.generate("word " * (tiny.max_context + 10), engine=tiny, max_tokens=1)
+    with pytest.raises(TypedLMError, match="context"):
+        generate("word " * (tiny.max_context + 10), engine=tiny, max_tokens=1)

@@ -1,25 +1,27 @@
 """Model references, the Engine handle, device/dtype selection."""
 
+import dataclasses
+
 import pytest
 import torch
 
-import typedlm
 from typedlm import models
-from typedlm.engine import pick_device, pick_dtype
-from typedlm.errors import ModelLoadError
+from typedlm.engine import load_engine, pick_device, pick_dtype
+from typedlm.errors import ModelLoadError, TypedLMError
+from typedlm.generate import generate
 
 
 def test_load_engine_from_hf_directory(tiny_dir, tiny):
-    e = typedlm.load_engine(str(tiny_dir), progress=False)
+    e = load_engine(str(tiny_dir), progress=False)
     assert e.device.type == "cpu" and e.dtype == torch.float32
     assert e.tokenizer_vocab_size == len(e.tokenizer) == 49152
     assert e.model_vocab_size == 49152 + 64  # padded lm_head is recorded, not confused with the tokenizer
     assert e.stop_ids == tiny.stop_ids and e.stop_ids
     assert e.chat.has_template
     assert e.grammars.tokenizer_info.vocab_size == e.model_vocab_size
-    r = typedlm.generate("x", engine=e, regex=r"[0-9]{3}", seed=0)
+    r = generate("x", engine=e, regex=r"[0-9]{3}", seed=0)
     assert len(r.text) == 3 and r.text.isdigit()
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError, match="cannot assign to field 'name'"):
         e.name = "other"  # frozen handle
 
 
@@ -38,7 +40,7 @@ def test_chat_messages_use_the_template(tiny):
     ids = tiny.encode_prompt(messages=[{"role": "user", "content": "hi"}])
     text = tiny.tokenizer.decode(ids)
     assert "<|im_start|>user\nhi<|im_end|>" in text and text.rstrip().endswith("<|im_start|>assistant")
-    with pytest.raises(typedlm.TypedLMError, match="exactly one"):
+    with pytest.raises(TypedLMError, match="exactly one"):
         tiny.encode_prompt(prompt="a", messages=[{"role": "user", "content": "b"}])
 
 
@@ -58,7 +60,7 @@ def test_hub_id_offline_names_the_id_and_the_way_out(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(ModelLoadError) as e:
-        typedlm.load_engine("some-org/some-model-that-is-not-cached", progress=False)
+        load_engine("some-org/some-model-that-is-not-cached", progress=False)
     msg = str(e.value)
     assert "some-org/some-model-that-is-not-cached" in msg and "local path" in msg
 
@@ -98,12 +100,19 @@ def test_default_model_generates_valid_structured_output(real):
                                                                        "maximum": 100}},
               "required": ["city", "population_millions"], "additionalProperties": False}
     msgs = [{"role": "user", "content": "Name a large city and its population in millions, as JSON."}]
-    r = typedlm.generate(messages=msgs, engine=real, json_schema=schema, temperature=0, max_tokens=80)
+    r = generate(messages=msgs, engine=real, json_schema=schema, temperature=0, max_tokens=80)
     assert r.finish_reason == "stop" and r.schema_valid, r.to_dict()
-    code = typedlm.generate(messages=[{"role": "user", "content": "Invent a product code."}], engine=real,
+    code = generate(messages=[{"role": "user", "content": "Invent a product code."}], engine=real,
                             regex=r"[A-Z]{3}-\d{4}", temperature=0)
     import re
     assert re.fullmatch(r"[A-Z]{3}-\d{4}", code.text)
-    pick = typedlm.generate(messages=[{"role": "user", "content": "Is water wet? Answer yes or no."}], engine=real,
+    pick = generate(messages=[{"role": "user", "content": "Is water wet? Answer yes or no."}], engine=real,
                             choice=["yes", "no"], temperature=0)
     assert pick.text in ("yes", "no")
+
+
+def test_engine_sizes_resolved_once(tiny):
+    # tiny_llama: 2 layers, 2 KV heads, head_dim 64 / 4 = 16, fp32: K and V per layer
+    assert tiny.kv_bytes_per_token == 2 * 2 * 2 * 16 * 4 and tiny.attn_heads == 4
+    with pytest.raises(dataclasses.FrozenInstanceError, match="cannot assign to field 'kv_bytes_per_token'"):
+        tiny.kv_bytes_per_token = 1

@@ -1,11 +1,12 @@
-"""typedlm: typed outputs from local language models."""
+"""typedlm: typed outputs from local language models.
 
-from .engine import Engine, engine_from_model, load_engine
-from .errors import ConstraintError, GrammarCompileError, ModelLoadError, TypedLMError
-from .generate import GenerationResult, SamplingParams, generate
-from .decide import decide, decide_many
+The package root binds nothing but ``__version__``, so ``typedlm.generate`` and ``typedlm.decide`` are
+always the subpackages (a function of the same name would shadow them). Import the entry points from
+where they live::
+
+    from typedlm.engine import load_engine
+    from typedlm.generate import generate
+    from typedlm.decide import decide, decide_many
+"""
 
 __version__ = "0.1.0"
-
-__all__ = ["ConstraintError", "Engine", "GenerationResult", "GrammarCompileError", "ModelLoadError",
-           "SamplingParams", "TypedLMError", "decide", "decide_many", "engine_from_model", "generate", "load_engine"]

@@ -1,16 +1,23 @@
-"""``typedlm`` command line. Feature packages add their commands through ``register(app, bench)``."""
+"""``typedlm`` command line. Feature modules add their commands through ``register(app, bench_app)``."""
 
 from __future__ import annotations
 
-import importlib
 import platform
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from . import models
+from . import __version__, models
+from .bench import decide as bench_decide
+from .bench import gen as bench_gen
+from .bench import grammar as bench_grammar
+from .bench import jsonschema_suite as bench_jsonschema_suite
+from .bench import trust as bench_trust
 from .cliutil import fail, print_json, read_json, read_text, user_errors
+from .decide import cli as decide_cli
+from .eval import cli as eval_cli
+from .server import cli as server_cli
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="typedlm: typed outputs from local language models.")
@@ -19,20 +26,18 @@ models_app = typer.Typer(help="List cached (converted) models, or convert one.")
 app.add_typer(bench_app, name="bench")
 app.add_typer(models_app, name="models")
 
-# Each of these modules, when present, defines register(app, bench_app).
-PLUGINS = ("typedlm.bench.grammar", "typedlm.bench.gen", "typedlm.bench.decide", "typedlm.bench.jsonschema_suite",
-           "typedlm.server.cli", "typedlm.decide.cli", "typedlm.eval.cli", "typedlm.bench.trust")
 
 
-def _load_plugins() -> None:
-    for name in PLUGINS:
-        try:
-            mod = importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name and name.startswith(e.name):
-                continue  # feature not installed in this tree
-            raise
-        mod.register(app, bench_app)
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"typedlm {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                      help="print the version and exit")):
+    """typedlm: typed outputs from local language models."""
 
 
 @app.command()
@@ -175,7 +180,9 @@ def models_convert(ref: str = typer.Argument("default", help="default or a .gguf
     typer.echo(str(out))
 
 
-_load_plugins()
+for _feature in (bench_grammar, bench_gen, bench_decide, bench_jsonschema_suite, bench_trust, server_cli, decide_cli,
+                 eval_cli):
+    _feature.register(app, bench_app)
 
 if __name__ == "__main__":
     app()

@@ -1,12 +1,15 @@
-"""`make demo`: structured generation on the embedded default model (and a decision, when present)."""
+"""`make demo`: structured generation on the embedded default model and one typed decision."""
 
 from __future__ import annotations
 
-import importlib
 import sys
 
 from rich.console import Console
 from rich.markup import escape
+
+from .decide.demo import demo_decision
+from .engine import load_engine
+from .generate import generate
 
 SCHEMA = {
     "type": "object",
@@ -22,38 +25,31 @@ SCHEMA = {
 
 
 def main() -> int:
-    import typedlm
-
     console = Console()
     console.print("[bold]typedlm demo[/bold] — loading the embedded default model (SmolLM2-135M-Instruct)…")
-    engine = typedlm.load_engine("default")
+    engine = load_engine("default")
     console.print(f"loaded {engine.name} on {engine.device} in {engine.load_seconds:.1f} s")
     ok = True
 
     msgs = [{"role": "user", "content": "Maria is a 34-year-old engineer who speaks Spanish and English. "
                                         "Describe her as JSON."}]
-    r = typedlm.generate(messages=msgs, engine=engine, json_schema=SCHEMA, temperature=0, max_tokens=120)
+    r = generate(messages=msgs, engine=engine, json_schema=SCHEMA, temperature=0, max_tokens=120)
     console.print("\n[bold]json_schema[/bold] (name, age, languages, employed)")
     console.print(r.text, markup=False, highlight=False)
     console.print(f"finish={r.finish_reason} schema_valid={r.schema_valid} tokens={r.completion_tokens} "
                   f"decode={r.timings['decode']:.2f}s")
     ok &= bool(r.schema_valid)
 
-    r = typedlm.generate(messages=[{"role": "user", "content": "Invent a flight number."}], engine=engine,
-                         regex=r"[A-Z]{2}\d{3,4}", temperature=0)
+    r = generate(messages=[{"role": "user", "content": "Invent a flight number."}], engine=engine,
+                 regex=r"[A-Z]{2}\d{3,4}", temperature=0)
     console.print("\n[bold]regex[/bold]", escape(r"[A-Z]{2}\d{3,4} → " + r.text), highlight=False)
 
-    r = typedlm.generate(messages=[{"role": "user", "content": "Is Paris in France? Answer yes or no."}],
-                         engine=engine, choice=["yes", "no"], temperature=0)
+    r = generate(messages=[{"role": "user", "content": "Is Paris in France? Answer yes or no."}],
+                 engine=engine, choice=["yes", "no"], temperature=0)
     console.print("[bold]choice[/bold]", escape("yes|no → " + r.text), highlight=False)
 
-    try:
-        decide_demo = importlib.import_module("typedlm.decide.demo")
-    except ModuleNotFoundError:
-        decide_demo = None
-    if decide_demo is not None:
-        console.print()
-        decide_demo.demo_decision(engine)
+    console.print()
+    demo_decision(engine)
     return 0 if ok else 1
 
 

@@ -12,6 +12,7 @@ import torch
 from . import models
 from .errors import ModelLoadError, TypedLMError
 from .grammar.compiler import Grammars
+from .lru import LRUCache
 
 
 @dataclass(frozen=True)
@@ -19,7 +20,6 @@ class ChatProfile:
     """How chat messages become a prompt: the model's own template, or none (raw prompts only)."""
 
     template: str | None
-    bos_token: str | None
 
     @property
     def has_template(self) -> bool:
@@ -41,9 +41,12 @@ class Engine:
     grammars: Grammars
     cache_kwarg: str = "past_key_values"  # forward() keyword for the KV cache in this transformers
     keeps_logits: bool = False  # forward() takes logits_to_keep (lm_head only at the positions read)
+    kv_bytes_per_token: int = 0  # K+V bytes one token adds to the cache, all layers, at ``dtype``
+    attn_heads: int = 1  # query heads (attention-score memory per token pair)
     load_seconds: float = 0.0
     source: str = ""
-    extras: dict = field(default_factory=dict, compare=False)
+    # compiled decide plans for this tokenizer (typedlm.decide.plan.get_plan); the only mutable part
+    plans: LRUCache = field(default_factory=lambda: LRUCache(256), compare=False, repr=False)
 
     # -- prompts ---------------------------------------------------------------------------------
     def render_chat(self, messages: list[dict]) -> str:
@@ -151,7 +154,12 @@ def engine_from_model(model, tokenizer, *, name: str, device: torch.device | str
         raise ModelLoadError(f"model '{name}' declares no end-of-sequence token")
     cfg = model.config
     max_ctx = int(getattr(cfg, "max_position_embeddings", 0) or 2048)
-    chat = ChatProfile(template=getattr(tokenizer, "chat_template", None), bos_token=tokenizer.bos_token)
+    chat = ChatProfile(template=getattr(tokenizer, "chat_template", None))
+    text_cfg = cfg.get_text_config(decoder=True)
+    heads = int(text_cfg.num_attention_heads)
+    head_dim = getattr(text_cfg, "head_dim", None) or text_cfg.hidden_size // heads
+    kv_heads = getattr(text_cfg, "num_key_value_heads", None) or heads
+    kv_bytes = 2 * text_cfg.num_hidden_layers * kv_heads * head_dim * torch.finfo(dtype).bits // 8
     params = inspect.signature(model.forward).parameters
     cache_kwarg = "cache" if "cache" in params else "past_key_values"
     keeps_logits = "logits_to_keep" in params
@@ -159,4 +167,5 @@ def engine_from_model(model, tokenizer, *, name: str, device: torch.device | str
     return Engine(name=name, model=model, tokenizer=tokenizer, device=device, dtype=dtype, chat=chat,
                   tokenizer_vocab_size=tok_vocab, model_vocab_size=model_vocab,
                   stop_ids=frozenset(stops), max_context=max_ctx, grammars=grammars,
-                  cache_kwarg=cache_kwarg, keeps_logits=keeps_logits, load_seconds=load_seconds, source=source)
+                  cache_kwarg=cache_kwarg, keeps_logits=keeps_logits, kv_bytes_per_token=int(kv_bytes),
+                  attn_heads=heads, load_seconds=load_seconds, source=source)

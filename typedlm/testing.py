@@ -43,3 +43,17 @@ def tiny_engine(*, seed: int = 0, **kw) -> Engine:
     tok = default_tokenizer()
     return engine_from_model(tiny_llama(tok, seed=seed, **kw), tok, name="tiny-random-llama", device="cpu",
                              dtype=torch.float32)
+
+
+def save_tiny(directory, engine: Engine | None = None) -> str:
+    """Write the tiny model as a HF directory (what ``--model DIR`` loads); returns the directory."""
+    engine = engine or tiny_engine()
+    engine.model.save_pretrained(directory)
+    engine.tokenizer.save_pretrained(directory)
+    return str(directory)
+
+
+if __name__ == "__main__":  # python -m typedlm.testing DIR: a model for CLI / server smoke tests
+    import sys
+
+    print(save_tiny(sys.argv[1]))

@@ -24,12 +24,14 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
 OUTCOMES = ("pass", "false_negative", "false_positive", "refused", "compile_error")
 GROUPS = ("required", "optional")
-DEFAULT_SUITE = Path(__file__).resolve().parents[2] / "tests" / "data" / "json-schema-test-suite"
+# Shipped in the wheel (package data). A filesystem path: the suite is walked with pathlib (no zip installs).
+DEFAULT_SUITE = Path(str(resources.files("typedlm.bench") / "data" / "json-schema-test-suite"))
 DRAFT = "draft2020-12"
 
 
@@ -251,9 +253,6 @@ def run_suite(suite: Path = DEFAULT_SUITE, grammars=None) -> SuiteReport:
 
 # ---------------------------------------------------------------- ratchet
 
-RATCHET = Path(__file__).resolve().parents[2] / "tests" / "data" / "jsonschema_ratchet.json"
-
-
 def ratchet_of(report: SuiteReport) -> dict:
     """Expected counts per file (and totals): what the ratchet test holds the suite to."""
     return {"suite": f"JSON-Schema-Test-Suite {DRAFT}", "totals": {g: report.totals(g) for g in GROUPS},
@@ -271,7 +270,7 @@ def ratchet_problems(report: SuiteReport, ratchet: dict) -> list[str]:
             problems.append(f"{name}: {got} passes, the ratchet expects {want['pass']}")
         elif got > want["pass"]:
             problems.append(f"{name}: {got} passes > {want['pass']} in the ratchet: update it in this commit "
-                            "(typedlm bench jsonschema-suite --write-ratchet)")
+                            "(typedlm bench jsonschema-suite --write-ratchet tests/data/jsonschema_ratchet.json)")
     problems += [f"{name}: not in the ratchet" for name in now if name not in ratchet["files"]]
     return problems
 
@@ -307,8 +306,9 @@ def register(app, bench_app) -> None:
     def jsonschema_suite(
         suite: Path = typer.Option(DEFAULT_SUITE, "--suite", help="JSON-Schema-Test-Suite checkout"),
         out: Optional[Path] = typer.Option(None, "--json", help="write the totals and per-file counts here"),
-        write_ratchet: bool = typer.Option(False, "--write-ratchet",
-                                           help=f"write the per-file counts to the ratchet file ({RATCHET.name})"),
+        write_ratchet: Optional[Path] = typer.Option(
+            None, "--write-ratchet", help="write the per-file counts to this ratchet file "
+                                          "(the repo's: tests/data/jsonschema_ratchet.json)"),
     ):
         """Run the official JSON Schema suite (draft 2020-12) through the grammar path; table + JSON."""
         with user_errors():
@@ -320,9 +320,10 @@ def register(app, bench_app) -> None:
         if out is not None:
             with user_errors():
                 Path(out).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-        if write_ratchet:
+        if write_ratchet is not None:
             fps = report.totals("required")["false_positive"] + report.totals("optional")["false_positive"]
             if fps:
                 fail(f"{fps} false positives: a ratchet never records a false positive")
-            RATCHET.write_text(json.dumps(ratchet_of(report), indent=1) + "\n", encoding="utf-8")
+            with user_errors():
+                Path(write_ratchet).write_text(json.dumps(ratchet_of(report), indent=1) + "\n", encoding="utf-8")
         print_json({g: data[g] for g in GROUPS} | {"seconds": data["seconds"]})

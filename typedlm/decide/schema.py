@@ -154,11 +154,9 @@ class DecisionSchema:
 
     @classmethod
     def from_model(cls, model: type) -> "DecisionSchema":
-        try:
-            from pydantic import BaseModel
-        except ImportError:  # pragma: no cover
-            BaseModel = None
-        if BaseModel is None or not (isinstance(model, type) and issubclass(model, BaseModel)):
+        from pydantic import BaseModel
+
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
             raise SchemaError(f"{getattr(model, '__name__', model)!r} is not a Pydantic model class")
         fields: dict = {}
         for name, info in model.model_fields.items():

@@ -14,7 +14,7 @@ Rows are chunked to a memory budget; an out-of-memory error halves the chunk and
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -43,9 +43,6 @@ class ScoreStats:
     oom_retries: int = 0
     chunk_rows: int = 0  # rows per pass actually used (after OOM halving)
     packing: str = DEFAULT_PACKING
-    prefill_s: float = 0.0
-    scoring_s: float = 0.0
-    extra: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return {"rows": self.rows, "scored_tokens": self.scored_tokens, "passes": self.passes,
@@ -85,25 +82,11 @@ def prefill_batch(engine: Engine, ids_list: list[list[int]]) -> list:
                                          for lay in cache.layers]) for b, row in enumerate(ids_list)]
 
 
-def _kv_bytes_per_token(engine: Engine) -> int:
-    v = engine.extras.get("kv_bytes_per_token")
-    if v is None:
-        cfg = engine.model.config.get_text_config(decoder=True)
-        heads = cfg.num_attention_heads
-        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-        kv = getattr(cfg, "num_key_value_heads", None) or heads
-        v = engine.extras["kv_bytes_per_token"] = (2 * cfg.num_hidden_layers * kv * head_dim
-                                                   * torch.finfo(engine.dtype).bits // 8)
-        engine.extras["attn_heads"] = heads
-    return v
-
-
 def chunk_rows(engine: Engine, rows: list[Row], prefix_len: int, packing: str, budget: int) -> int:
     """How many rows fit one pass under ``budget`` bytes (at least 1)."""
     if not rows:
         return 1
-    kv = _kv_bytes_per_token(engine)
-    heads = engine.extras["attn_heads"]
+    kv, heads = engine.kv_bytes_per_token, engine.attn_heads
     L = max(len(r.ids) for r in rows)
     if packing == "expand":
         per_row = (prefix_len + L) * kv + L * engine.model_vocab_size * 4

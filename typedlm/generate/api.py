@@ -11,8 +11,9 @@ from ..engine import Engine, load_engine
 from ..errors import TypedLMError
 from ..grammar.controller import GrammarRow
 from ..grammar.spec import Constraint, make_constraint
-from .result import GenerationResult, check_schema
+from .result import GenerationResult
 from .sampling import SamplingParams
+from .scheduler import run_batch
 from .sequence import Sequence
 
 _default: dict[str, Engine] = {}
@@ -51,21 +52,6 @@ def build_sequence(engine: Engine, prompt_ids: list[int], params: SamplingParams
     return seq
 
 
-def finish_result(engine: Engine, seq: Sequence) -> GenerationResult:
-    """The one finalizer every generation path goes through: text, stop-string cut, schema check."""
-    text = engine.decode(seq.output_ids)
-    if seq.stop_text_at is not None:
-        text = text[: seq.stop_text_at]
-    c = seq.constraint
-    valid, errors = None, []
-    if c is not None and c.schema is not None:
-        valid, errors = check_schema(text, c.schema)
-    return GenerationResult(text=text, token_ids=list(seq.output_ids), finish_reason=seq.finish_reason or "abort",
-                            prompt_tokens=len(seq.prompt_ids), timings=seq.timings.as_dict(),
-                            constraint=c.kind if c else None, schema_valid=valid, schema_errors=errors,
-                            error=seq.error, truncation_fallbacks=seq.truncation_fallbacks)
-
-
 def generate(prompt: str | None = None, *, messages: list[dict] | None = None, engine: Engine | None = None,
              json_object: bool = False, json_schema: Any = None, regex: str | None = None,
              choice: list[str] | None = None, grammar: str | None = None, lark: str | None = None,
@@ -87,6 +73,5 @@ def generate(prompt: str | None = None, *, messages: list[dict] | None = None, e
     engine = engine or default_engine()
     prompt_ids = engine.encode_prompt(prompt=prompt, messages=messages)
     seq = build_sequence(engine, prompt_ids, params, constraint)
-    from .scheduler import run_batch  # the one decode loop (a batch of one here)
 
     return run_batch(engine, [seq], max_batch=1)[0]

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 import jsonschema
 
+from .sequence import Sequence
+
 
 @dataclass
 class GenerationResult:
@@ -53,3 +55,18 @@ def check_schema(text: str, schema: dict) -> tuple[bool, list[str]]:
     except Exception as e:  # noqa: BLE001 - a schema jsonschema cannot evaluate is reported, not raised
         return False, [f"schema cannot be checked: {e}"]
     return not errors, [f"{'/'.join(map(str, e.absolute_path)) or '/'}: {e.message}" for e in errors[:5]]
+
+
+def finish_result(seq: Sequence) -> GenerationResult:
+    """The one finalizer every generation path goes through: text, stop-string cut, schema check."""
+    text = seq.decode(seq.output_ids)
+    if seq.stop_text_at is not None:
+        text = text[: seq.stop_text_at]
+    c = seq.constraint
+    valid, errors = None, []
+    if c is not None and c.schema is not None:
+        valid, errors = check_schema(text, c.schema)
+    return GenerationResult(text=text, token_ids=list(seq.output_ids), finish_reason=seq.finish_reason or "abort",
+                            prompt_tokens=len(seq.prompt_ids), timings=seq.timings.as_dict(),
+                            constraint=c.kind if c else None, schema_valid=valid, schema_errors=errors,
+                            error=seq.error, truncation_fallbacks=seq.truncation_fallbacks)

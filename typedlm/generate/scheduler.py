@@ -29,9 +29,8 @@ import torch
 
 from ..engine import Engine
 from ..errors import TypedLMError
-from .api import finish_result
 from .batch_cache import BatchKV
-from .result import GenerationResult
+from .result import GenerationResult, finish_result
 from .sequence import Sequence
 
 log = logging.getLogger("typedlm.scheduler")
@@ -81,7 +80,6 @@ class Scheduler:
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stop = False
-        self.steps = 0
         self.peak_batch = 0  # most rows ever decoded together
         # prefill needs the last position's logits only (HF generate does the same): skips a
         # [prompt_len, vocab] lm_head product per admitted row
@@ -157,7 +155,6 @@ class Scheduler:
 
     @torch.inference_mode()
     def step(self) -> None:
-        self.steps += 1
         self._drop_cancelled()
         self._run_calls()
         self._admit()
@@ -262,7 +259,7 @@ class Scheduler:
             seq.timings.decode = time.perf_counter() - req.decode_t0
         seq.grammar = None  # free the matcher now, not when the client lets go of the request
         req.next_logits = None
-        req.result = finish_result(self.engine, seq)
+        req.result = finish_result(seq)
         req.done.set()
         try:
             req.on_event(DoneEvent(req.result))

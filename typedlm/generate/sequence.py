@@ -12,7 +12,6 @@ calls, so the invariants live in one place:
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -53,8 +52,6 @@ class Sequence:
     stop_text_at: int | None = None  # char offset where a stop string began
     truncation_fallbacks: int = 0
     timings: Timings = field(default_factory=Timings)
-    created: float = field(default_factory=time.perf_counter)
-    first_token_at: float | None = None
 
     @property
     def finished(self) -> bool:
@@ -101,8 +98,6 @@ class Sequence:
             self.grammar.apply(logits)  # last: nothing after this may re-allow an id
 
     def append(self, token: int) -> None:
-        if self.first_token_at is None:
-            self.first_token_at = time.perf_counter()
         if self.grammar is not None and not self.grammar.accept(token):
             self.finish("error", f"internal error: grammar rejected sampled token {token} "
                                  f"at step {len(self.output_ids)}")

@@ -18,7 +18,6 @@ class GrammarRow:
         self.vocab_size = vocab_size
         self.bitmask = xgr.allocate_token_bitmask(1, vocab_size)
         self._stop_bits = _bits_for(stop_ids, self.bitmask.shape[1])
-        self.accepted = 0
         self.filled = False  # the bitmask holds the mask for the current matcher state
 
     def fill(self) -> None:
@@ -44,12 +43,8 @@ class GrammarRow:
 
     def accept(self, token: int) -> bool:
         ok = self.matcher.accept_token(int(token))
-        self.accepted += int(ok)
         self.filled = False
         return ok
-
-    def is_terminated(self) -> bool:
-        return self.matcher.is_terminated()
 
 
 def _bits_for(ids: frozenset[int], words: int) -> torch.Tensor:

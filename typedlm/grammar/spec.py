@@ -47,11 +47,9 @@ class Constraint:
 
 def _schema_from(value: Any) -> dict:
     if isinstance(value, type):
-        try:
-            from pydantic import BaseModel
-        except ImportError:  # pragma: no cover - pydantic is a core dependency
-            BaseModel = None
-        if BaseModel is not None and issubclass(value, BaseModel):
+        from pydantic import BaseModel
+
+        if issubclass(value, BaseModel):
             return value.model_json_schema()
         raise GrammarCompileError(f"json_schema class {value.__name__} is not a pydantic model")
     if isinstance(value, (bytes, str)):

@@ -1,8 +1,7 @@
 """The FastAPI app: ``create_app(engine_or_loader, config)``.
 
 Routes: POST /v1/chat/completions, POST /v1/completions (+ SSE streaming), GET /v1/models,
-GET /health, GET /ready, GET /metrics; /v1/decide and /v1/systemone when ``typedlm.decide.http``
-is present. The model loads (or, given an Engine, just warms) in a background thread at startup;
+GET /health, GET /ready, GET /metrics; /v1/decide and /v1/systemone (:mod:`typedlm.server.decide_routes`). The model loads (or, given an Engine, just warms) in a background thread at startup;
 /ready answers 503 until that is done.
 """
 
@@ -19,6 +18,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from ..engine import Engine
 from ..generate.scheduler import DoneEvent, TokenEvent
+from .decide_routes import router as decide_router
 from .errors import APIError, install_error_handlers
 from .gate import Gate
 from .generation import Detokenizer, Job, sampling_params, submit, token_text
@@ -133,13 +133,7 @@ def create_app(engine_or_loader: Engine | Callable[[], Engine], config: ServerCo
         return JSONResponse({**meta, "object": "text_completion", "choices": choices, "usage": _usage(results)},
                             headers=job.headers)
 
-    try:
-        from ..decide.http import router as decide_router
-    except ModuleNotFoundError as e:
-        if not (e.name or "").startswith("typedlm.decide"):
-            raise
-    else:
-        app.include_router(decide_router)
+    app.include_router(decide_router)
     return app
 
 

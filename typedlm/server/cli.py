@@ -34,7 +34,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         try:
             import uvicorn
         except ImportError:
-            fail("the server needs its extra: pip install 'typedlm[server]'")
+            fail("the server needs typedlm's [server] extra (fastapi, uvicorn, prometheus_client)")
         from ..engine import load_engine
         from .app import create_app
         from .state import ServerConfig

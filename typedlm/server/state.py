@@ -1,7 +1,7 @@
 """What request handlers get from ``request.app.state.typedlm``: the Engine and a way to run model
 work without racing the decode loop.
 
-Contract (used by the generation routes and by ``typedlm.decide.http``):
+Contract (used by the generation routes and by ``typedlm.server.decide_routes``):
   ``state.engine``                          the one Engine (503 ``APIError`` while not loaded yet)
   ``await state.run_exclusive(fn, *a, **kw)`` run blocking model work ``fn`` so that it never
                                             overlaps another forward pass; returns fn's result

@@ -1,6 +1,6 @@
 """HTTP routes: ``POST /v1/decide`` (Decision JSON) and ``POST /v1/systemone`` (TypeSafe System One wire
 shape). The server includes ``router``; handlers take the engine from ``request.app.state.typedlm`` and
-run model work through its ``run_exclusive`` (see :mod:`typedlm.server.state`)."""
+run model work through its ``run_exclusive`` (see :mod:`typedlm.server.state`). The decision logic lives in :mod:`typedlm.decide`."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from typing import Any, Literal
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..decide.api import check_options, decide
+from ..decide.plan import DEFAULT_SCORING, get_plan
+from ..decide.prior import DEFAULT_PRIOR
+from ..decide.prompt import prompt_ids
+from ..decide.schema import DecisionSchema, SchemaError
 from ..grammar.spec import canonical_json
-from ..server.errors import APIError
-from .api import check_options, decide
-from .plan import DEFAULT_SCORING, get_plan
-from .prior import DEFAULT_PRIOR
-from .prompt import prompt_ids
-from .schema import DecisionSchema, SchemaError
+from .errors import APIError
 
 router = APIRouter()
 
