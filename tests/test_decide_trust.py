@@ -26,7 +26,7 @@ def _norm(d):
 
 
 def test_neutral_prior_divides_the_content_free_prior_and_is_cached(tiny):
-    pr._CACHE.clear()
+    pr._CACHE = type(pr._CACHE)(256)
     raw = decide(SCHEMA, CTXS[0], engine=tiny)
     h0, m0 = pr.stats["hits"], pr.stats["misses"]
     d = decide(SCHEMA, CTXS[0], engine=tiny, prior="neutral")
@@ -146,7 +146,7 @@ def test_dependency_waves(tiny):
         ["batched", "batched", "dependency", "dependency"]
     # wave 0 is the same scoring as without dependencies; the child is scored on the prompt with the parent given
     assert d.fields["topic"].probabilities == pytest.approx(flat.fields["topic"].probabilities, rel=1e-5)
-    sub_plan = plan_for(depends.sub_schema(DecisionSchema.from_dict(spec), ("sub",)), tiny)
+    sub_plan = plan_for(DecisionSchema.from_dict(spec).subset(("sub",)), tiny)
     given = depends.given_text(DecisionSchema.from_dict(spec), {"topic": d.fields["topic"].value}, ("sub",))
     assert given == f'Given: "topic": "{d.fields["topic"].value}".'
     ref = _score_prompts(tiny, sub_plan, [prompt_ids(tiny, sub_plan, CTXS[0], given)], "packed", 1 << 30, None)[0]

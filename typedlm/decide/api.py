@@ -9,7 +9,7 @@ from typing import Any
 
 from ..engine import Engine
 from ..errors import TypedLMError
-from . import depends
+from .depends import given_text, waves as dependency_waves
 from .calibration import load_bundle
 from .plan import DEFAULT_SCORING, NONE_OF_ABOVE, Plan, get_plan
 from .prior import DEFAULT_PRIOR, check_mode as check_prior, correct as correct_prior, fingerprint, mean_log_probs, \
@@ -88,10 +88,10 @@ def decide_many(schema: Any, contexts: list[str], *, engine: Engine | None = Non
     engine = _engine(engine)
     plan = plan_for(schema, engine, scoring, allow_none_of_above)
     bundle = check_options(engine, plan, prior, calibration, len(contexts))
-    waves = depends.waves(plan.schema)
+    waves = dependency_waves(plan.schema)
     # wave 0 is the whole plan (its prompt and scores are those of a decision without dependencies; the
     # children's first-pass scores are then replaced); later waves score their fields on "Given:" prompts
-    sub = [plan] + [get_plan(engine, depends.sub_schema(plan.schema, w), scoring, allow_none_of_above)
+    sub = [plan] + [get_plan(engine, plan.schema.subset(w), scoring, allow_none_of_above)
                     for w in waves[1:]]
     ids_all = [prompt_ids(engine, sub[0], c) for c in contexts]  # validate every context before any model work
     longest = max((len(r.ids) for r in plan.rows), default=0)
@@ -114,7 +114,7 @@ def decide_many(schema: Any, contexts: list[str], *, engine: Engine | None = Non
         if k == 0:
             ids_k = ids_all
         else:
-            ids_k = [prompt_ids(engine, wplan, c, depends.given_text(plan.schema, values[i], wave))
+            ids_k = [prompt_ids(engine, wplan, c, given_text(plan.schema, values[i], wave))
                      for i, c in enumerate(contexts)]
         scored = _score_prompts(engine, wplan, ids_k, packing, budget_bytes, max_rows)
         where = [index[(q.field, q.kind, q.option)] for q in wplan.questions]

@@ -29,7 +29,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from ..errors import TypedLMError
+from ..errors import SchemaError, TypedLMError
 
 MAX_NODES = 200_000  # search nodes per solve; past it the problem is refused, never answered greedily
 FIELD_CONSTRAINT_KEYS = ("min_selected", "max_selected", "exactly", "exclusive", "requires")
@@ -165,9 +165,7 @@ def merge_specs(specs: Iterable[dict]) -> dict:
 
 
 # -- parsing (called by schema.py while it builds a Field / DecisionSchema) -------------------------
-def _err(msg: str):
-    from .schema import SchemaError
-
+def _err(msg: str) -> SchemaError:
     return SchemaError(msg)
 
 

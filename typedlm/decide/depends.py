@@ -3,7 +3,8 @@
 Wave 0 is every field without parents. The first batched pass scores the whole plan on the usual prompt
 (so wave-0 fields get exactly the scores of a decision without dependencies). Wave k holds the fields
 whose parents are all in earlier waves; they are re-scored in one more batched pass over a plan of those
-fields alone, whose prompt adds a "Given:" line with the parents' decided values (:func:`given_text`;
+fields alone, whose prompt adds a "Given:" line with the parents' decided values (:func:`given_text`, sub-plans from
+:meth:`DecisionSchema.subset`;
 wave-0 parents as decided from the first pass, constraints included). Their first-pass scores are
 discarded and their record says ``score_source="dependency"``. Cycles and unknown parents are refused
 when the schema is built.
@@ -13,11 +14,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import SchemaError
+from ..grammar.spec import canonical_json
+
 
 def waves(schema) -> list[tuple[str, ...]]:
     """Topological waves of field names (schema order inside a wave); raises SchemaError on bad parents."""
-    from .schema import SchemaError
-
     names = set(schema.names)
     deps = {f.name: set(f.depends_on) for f in schema.fields}
     for f in schema.fields:
@@ -49,8 +51,6 @@ def _cycle(deps: dict[str, set[str]]) -> list[str]:
 
 def given_text(schema, values: dict[str, Any], fields: tuple[str, ...]) -> str:
     """The "Given:" line for a wave: every parent of ``fields`` with its decided value (JSON)."""
-    from ..grammar.spec import canonical_json
-
     parents: list[str] = []
     for n in fields:
         for p in schema[n].depends_on:
@@ -59,17 +59,3 @@ def given_text(schema, values: dict[str, Any], fields: tuple[str, ...]) -> str:
     parts = [f'"{p}": {canonical_json(values[p])}' for p in parents]
     return "Given: " + "; ".join(parts) + "."
 
-
-def sub_schema(schema, names: tuple[str, ...]):
-    """The fields ``names`` alone (no dependencies, no constraints): what one wave scores. Questions are
-    compiled per field, so the sub-plan's questions are the full plan's questions for these fields."""
-    from .schema import DecisionSchema
-
-    spec = schema.to_dict()
-    fields = {}
-    for n in names:
-        fs = {k: v for k, v in spec["fields"][n].items()
-              if k not in ("depends_on", "min_selected", "max_selected", "exclusive", "requires")}
-        fields[n] = fs
-    return DecisionSchema.from_dict({"fields": fields, **({"description": schema.description}
-                                                           if schema.description else {})})

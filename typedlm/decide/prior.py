@@ -18,10 +18,10 @@ from __future__ import annotations
 import hashlib
 import math
 import weakref
-from collections import OrderedDict
 
 from ..engine import Engine
 from ..errors import TypedLMError
+from ..lru import LRUCache
 from .result import QuestionScore
 
 PRIOR_MODES = ("none", "neutral", "batch")
@@ -29,8 +29,7 @@ DEFAULT_PRIOR = "none"  # off until measured (docs/ARCHITECTURE.md, "Trustworthy
 CONTENT_FREE = ("N/A", "", "[MASK]")
 MIN_BATCH = 2
 
-_CACHE: OrderedDict = OrderedDict()  # (fingerprint, plan key, prompt version) -> per question log prior
-_CACHE_MAX = 256
+_CACHE = LRUCache(256)  # (fingerprint, plan key, prompt version) -> per question log prior
 stats = {"hits": 0, "misses": 0}  # neutral prior cache counters (tests, bench)
 _FINGERPRINTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -68,18 +67,13 @@ def neutral(engine: Engine, plan, score_prompts, prompt_version: str) -> list[tu
     the plan on token-id prompts and returns per-context question scores."""
     from .prompt import content_free_ids
 
-    key = (fingerprint(engine), plan_key(plan), prompt_version)
-    hit = _CACHE.get(key)
-    if hit is not None:
-        stats["hits"] += 1
-        _CACHE.move_to_end(key)
-        return hit
-    stats["misses"] += 1
-    scored = score_prompts([content_free_ids(engine, plan, c) for c in CONTENT_FREE])
-    logs = mean_log_probs(scored)
-    _CACHE[key] = logs
-    if len(_CACHE) > _CACHE_MAX:
-        _CACHE.popitem(last=False)
+    def build():
+        stats["misses"] += 1
+        return mean_log_probs(score_prompts([content_free_ids(engine, plan, c) for c in CONTENT_FREE]))
+
+    misses = stats["misses"]
+    logs = _CACHE.get_or_build((fingerprint(engine), plan_key(plan), prompt_version), build)
+    stats["hits"] += stats["misses"] == misses
     return logs
 
 

@@ -15,8 +15,10 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import TypedLMError
+from ..errors import SchemaError
 from ..grammar.spec import canonical_json
+from .constraints import MARKERS, check as check_constraints, merge_specs, parse_cross, parse_field_constraints
+from .depends import waves
 
 FIELD_TYPES = ("boolean", "enum", "multi")
 FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
@@ -25,10 +27,6 @@ FIELD_KEYS = {"type", "description", "choices", "ordered", "nullable", "depends_
 TOP_KEYS = {"fields", "description", "title", "constraints"}
 MAX_CHOICES = 256
 MAX_CHOICE_CHARS = 200
-
-
-class SchemaError(TypedLMError, ValueError):
-    """A decision schema is malformed; the message names the field and the problem."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +103,15 @@ class DecisionSchema:
             out["constraints"] = [c.to_dict() for c in self.constraints]
         return out
 
+    def subset(self, names: tuple[str, ...]) -> "DecisionSchema":
+        """The fields ``names`` alone, without dependencies and constraints (what one ``depends_on`` wave
+        scores; questions are compiled per field, so its plan's questions are the full plan's)."""
+        spec = self.to_dict()
+        drop = ("depends_on", "min_selected", "max_selected", "exclusive", "requires")
+        fields = {n: {k: v for k, v in spec["fields"][n].items() if k not in drop} for n in names}
+        return DecisionSchema.from_dict({"fields": fields, **({"description": self.description}
+                                                               if self.description else {})})
+
     @property
     def constrained(self) -> bool:
         return bool(self.constraints) or any(
@@ -143,12 +150,10 @@ class DecisionSchema:
             raise SchemaError("schema 'description' must be a string")
         built = tuple(_field(name, fs) for name, fs in fields.items())
         by_name = {f.name: f for f in built}
-        from . import constraints, depends
-
-        cross = constraints.parse_cross(spec.get("constraints"), by_name)
+        cross = parse_cross(spec.get("constraints"), by_name)
         tmp = cls(fields=built, description=desc or None, constraints=cross, model=model)
-        depends.waves(tmp)  # unknown parents and cycles are refused here
-        constraints.check(tmp)  # unsatisfiable sets are refused here, naming the conflicting constraints
+        waves(tmp)  # unknown parents and cycles are refused here
+        check_constraints(tmp)  # unsatisfiable sets are refused here, naming the conflicting constraints
         return cls(fields=built, description=desc or None, constraints=cross, model=model,
                    key=canonical_json(tmp.to_dict()))
 
@@ -198,8 +203,6 @@ def _field(name: Any, fs: Any) -> Field:
             raise SchemaError(f"{where}: '{k}' must be true or false")
     if ordered and ftype != "enum":
         raise SchemaError(f"{where}: 'ordered' applies to enum fields only")
-    from .constraints import parse_field_constraints
-
     if ftype == "boolean":
         if "choices" in fs:
             raise SchemaError(f"{where}: boolean fields take no 'choices' (they are true / false)")
@@ -257,8 +260,6 @@ def _field_from_annotation(name: str, info: Any) -> dict:
         ann, nullable = args[0], True
     extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
     desc = info.description or name.replace("_", " ")
-    from .constraints import MARKERS, merge_specs
-
     spec: dict = {"description": desc, "nullable": nullable,
                   **merge_specs(m.spec() for m in info.metadata if isinstance(m, MARKERS))}
     if "depends_on" in extra:
