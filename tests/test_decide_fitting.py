@@ -62,6 +62,7 @@ def _cases_file(tmp_path):
 def test_calibrate_cli_writes_only_a_bundle_that_helps(tiny_dir, tmp_path):
     out = tmp_path / "bundle.json"
     r = CliRunner().invoke(app, ["calibrate", "--data", str(_cases_file(tmp_path)), "--model", str(tiny_dir),
+                                 "--prior", "none",
                                  "--out", str(out), "--limit", "8", "--test-limit", "8", "--json"])
     assert r.exit_code in (0, 1), r.output
     rep = json.loads(r.stdout)["report"]
@@ -88,7 +89,7 @@ def test_decide_cli_prior_and_calibration(tiny, tiny_dir, tmp_path):
     assert r.exit_code == 0, r.output
     f = json.loads(r.stdout)["fields"]["topic"]
     assert (f["prior"], f["calibrator"], f["temperature"]) == ("neutral", bundle.id, 2.0)
-    r = CliRunner().invoke(app, base + ["--calibration", str(bpath)])  # made for prior neutral, used with none
+    r = CliRunner().invoke(app, base + ["--prior", "none", "--calibration", str(bpath)])  # made for neutral
     assert r.exit_code == 2 and "prior mode" in r.stderr
     r = CliRunner().invoke(app, base + ["--prior", "batch"])
     assert r.exit_code == 2 and "at least 2 contexts" in r.stderr

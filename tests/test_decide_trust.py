@@ -27,7 +27,7 @@ def _norm(d):
 
 def test_neutral_prior_divides_the_content_free_prior_and_is_cached(tiny):
     pr._CACHE = type(pr._CACHE)(256)
-    raw = decide(SCHEMA, CTXS[0], engine=tiny)
+    raw = decide(SCHEMA, CTXS[0], engine=tiny, prior="none")
     h0, m0 = pr.stats["hits"], pr.stats["misses"]
     d = decide(SCHEMA, CTXS[0], engine=tiny, prior="neutral")
     assert (pr.stats["hits"], pr.stats["misses"]) == (h0, m0 + 1)
@@ -50,7 +50,7 @@ def test_neutral_prior_divides_the_content_free_prior_and_is_cached(tiny):
 
 
 def test_batch_prior_uses_the_batch(tiny):
-    raw = decide_many(SCHEMA, CTXS, engine=tiny)
+    raw = decide_many(SCHEMA, CTXS, engine=tiny, prior="none")
     got = decide_many(SCHEMA, CTXS, engine=tiny, prior="batch")
     keys = list(raw[0].fields["topic"].probabilities)
     q = {k: sum(r.fields["topic"].probabilities[k] for r in raw) / len(raw) for k in keys}
@@ -74,11 +74,11 @@ def _bundle(tiny, **over):
 
 
 def test_calibration_bundle_applies_and_records(tiny, tmp_path):
-    raw = decide(SCHEMA, CTXS[0], engine=tiny)
+    raw = decide(SCHEMA, CTXS[0], engine=tiny, prior="none")
     b = _bundle(tiny)
     path = tmp_path / "b.json"
     path.write_text(b.model_dump_json())
-    d = decide(SCHEMA, CTXS[0], engine=tiny, calibration=str(path))
+    d = decide(SCHEMA, CTXS[0], engine=tiny, prior="none", calibration=str(path))
     logs = raw.fields["topic"].log_scores
     want = _norm({k: math.exp(v / 2.0) for k, v in logs.items()})
     assert d.fields["topic"].probabilities == pytest.approx(want, rel=1e-6)
@@ -100,7 +100,7 @@ def test_calibration_bundle_applies_and_records(tiny, tmp_path):
 ])
 def test_calibration_bundle_mismatch_is_refused(tiny, over, what):
     with pytest.raises(cal.CalibrationMismatch, match=what):
-        decide(SCHEMA, CTXS[0], engine=tiny, calibration=_bundle(tiny, **over))
+        decide(SCHEMA, CTXS[0], engine=tiny, prior="none", calibration=_bundle(tiny, **over))
 
 
 def test_fitting_recovers_temperature_and_logistic_and_lowers_ece():
@@ -134,12 +134,12 @@ def test_dependency_waves(tiny):
                 "depends_on": "topic"},
         "urgent": {"type": "boolean", "description": "Urgent?", "depends_on": ["sub"]},
         "spam": {"type": "boolean", "description": "Spam?"}}}
-    ds = decide_many(spec, CTXS[:2], engine=tiny)
+    ds = decide_many(spec, CTXS[:2], engine=tiny, prior="none")
     from typedlm.decide import depends
 
     assert depends.waves(DecisionSchema.from_dict(spec)) == [("topic", "spam"), ("sub",), ("urgent",)]
     flat = decide({"fields": {k: {kk: vv for kk, vv in v.items() if kk != "depends_on"}
-                              for k, v in spec["fields"].items()}}, CTXS[0], engine=tiny)
+                              for k, v in spec["fields"].items()}}, CTXS[0], engine=tiny, prior="none")
     d = ds[0]
     assert d.usage["waves"] == 3
     assert [d.fields[n].score_source for n in ("topic", "spam", "sub", "urgent")] == \
@@ -153,15 +153,16 @@ def test_dependency_waves(tiny):
     want = _norm({k: math.exp(v) for k, v in zip(sub_plan.questions[0].keys, ref.scores[0].log_scores)})
     assert d.fields["sub"].probabilities == pytest.approx(want, rel=1e-5)
     assert d.fields["sub"].probabilities != pytest.approx(flat.fields["sub"].probabilities, rel=1e-3)
-    single = decide(spec, CTXS[1], engine=tiny)
+    single = decide(spec, CTXS[1], engine=tiny, prior="none")
     assert single.fields["urgent"].probabilities == pytest.approx(ds[1].fields["urgent"].probabilities, rel=1e-5)
 
 
 def test_record_keys_and_summary(tiny):
-    d = decide(SCHEMA, CTXS[0], engine=tiny)
+    d = decide(SCHEMA, CTXS[0], engine=tiny)  # the default prior is recorded
     for f in d.to_dict()["fields"].values():
         assert tuple(f) == FIELD_KEYS
         assert (f["score_source"], f["prior"], f["calibrator"], f["temperature"], f["constraint_changed"]) == \
-            ("batched", "none", None, None, False)
-    s = d.to_dict()["summary"]
+            ("batched", pr.DEFAULT_PRIOR, None, None, False)
+    s = decide(SCHEMA, CTXS[0], engine=tiny, prior="none").to_dict()["summary"]
     assert s.count(";") == len(d.fields) - 1 and "topic=" in s and "(batched)" in s
+    assert "prior neutral" in decide(SCHEMA, CTXS[0], engine=tiny, prior="neutral").summary()

@@ -15,6 +15,7 @@ import platform
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -23,7 +24,8 @@ from ..cliutil import fail, user_errors
 VARIANTS = ("none", "neutral", "batch")
 
 
-def run_dataset(engine, name: str, cases_all: list, out: Path, fit_n: int, test_n: int, batch: int) -> dict:
+def run_dataset(engine, name: str, cases_all: list, out: Path, fit_n: int, test_n: int, batch: int,
+                reuse: Path | None = None) -> dict:
     from ..decide import constraints, fitting
     from ..decide.api import plan_for
     from ..decide.schema import DecisionSchema
@@ -36,7 +38,7 @@ def run_dataset(engine, name: str, cases_all: list, out: Path, fit_n: int, test_
     plan = plan_for(schema, engine)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    scored = fitting.collect(engine, plan.schema, fit_cases + test_cases, out / "scores.jsonl")
+    scored = fitting.collect(engine, plan.schema, fit_cases + test_cases, out / "scores.jsonl", reuse=reuse)
     fit_s, test_s = scored[:len(fit_cases)], scored[len(fit_cases):]
     neutral = fitting.neutral_logs(engine, plan)
     by_id = {c.id: c for c in test_cases}
@@ -93,12 +95,15 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     def trust(
         data: str = typer.Option("tweets,bbc,bbc-multi", "--data", help="comma list of eval datasets"),
         out: Path = typer.Option(Path("bench/results/trust"), "--out", help="folder: one run folder per dataset"),
-        fit_limit: int = typer.Option(60, "--fit-limit", help="calibration-split cases to fit on"),
-        test_limit: int = typer.Option(200, "--test-limit", help="test-split cases"),
+        fit_limit: str = typer.Option("60", "--fit-limit", help="calibration-split cases to fit on: N or "
+                                      "dataset=N,... (per dataset)"),
+        test_limit: str = typer.Option("200", "--test-limit", help="test-split cases: N or dataset=N,..."),
         batch: int = typer.Option(32, "--batch", help="contexts per decide_many call for prior='batch'"),
         model: str = typer.Option("default", "--model", "-m"),
         device: str = typer.Option("auto", "--device"),
         bootstrap: int = typer.Option(1000, "--bootstrap"),
+        reuse: Optional[Path] = typer.Option(None, "--reuse", help="folder of `typedlm eval` runs (eval-<dataset>/): "
+                                             "cases they scored with the same prompt are not scored again"),
     ):
         """Raw vs prior vs calibrated decisions on labelled data; writes run folders + one eval report."""
         from ..engine import load_engine
@@ -108,15 +113,60 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         names = [d.strip() for d in data.split(",") if d.strip()]
         if not names:
             fail("--data is empty")
+        fits, tests = _limits(fit_limit, names, "--fit-limit"), _limits(test_limit, names, "--test-limit")
         with user_errors():
             engine = load_engine(model, device=device, progress=False)
             sums, folders = [], []
             for n in names:
                 name, cases = load_cases(n)
                 folders.append(out / Path(name).stem)  # a dataset name, or a cases file's stem
-                sums.append(run_dataset(engine, name, cases, folders[-1], fit_limit, test_limit, batch))
+                prev = reuse / f"eval-{Path(name).stem}" / "predictions.jsonl" if reuse else None
+                sums.append(run_dataset(engine, name, cases, folders[-1], fits[n], tests[n], batch, prev))
             (out / "summary.json").write_text(json.dumps(sums, indent=2) + "\n")
             paths = write_report(folders, out, n_boot=bootstrap)
-        typer.echo(json.dumps(sums, indent=2))
+            table = summary_table(sums, json.loads((out / "report.json").read_text()))
+            (out / "trust.md").write_text(table)
+        typer.echo(table)
         for p in paths[:2]:
             typer.echo(str(p), err=True)
+
+
+def _limits(spec: str, names: list[str], opt: str) -> dict[str, int]:
+    """"N" (every dataset) or "name=N,..." (each dataset named) -> {dataset: N}."""
+    try:
+        if "=" not in spec:
+            out = {n: int(spec) for n in names}
+        else:
+            out = {k.strip(): int(v) for k, v in (p.split("=", 1) for p in spec.split(",") if p.strip())}
+    except ValueError:
+        fail(f"{opt} must be N or dataset=N,...; got {spec!r}")
+    missing = [n for n in names if n not in out]
+    if missing or any(v < 2 for v in out.values()):
+        fail(f"{opt}: give every dataset ({', '.join(names)}) at least 2 cases; got {spec!r}")
+    return out
+
+
+def summary_table(sums: list[dict], report: dict) -> str:
+    """One markdown table: per dataset and variant, test metrics (95 % intervals in report.md) and the
+    held-out ECE of the bundle fitted for that prior mode."""
+    rows = {(r["dataset"], r["mode"]): r["metrics"] for r in report["rows"]}
+    lines = ["| dataset | variant | n test | n fit | accuracy | macro-F1 | ECE | Δ macro-F1 vs raw | note |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    for s in sums:
+        base = rows[(s["dataset"], "labels")]["macro_f1"]["value"]
+        for mode, v in s["variants"].items():
+            m = rows.get((s["dataset"], mode))
+            if m is None:
+                continue
+            note = []
+            if "heldout_ece_before" in v:
+                worse = v["heldout_ece_after"] > v["heldout_ece_before"]
+                note.append(f"+cal: held-out ECE {v['heldout_ece_before']:.3f} → {v['heldout_ece_after']:.3f}"
+                            + (" (calibrate refuses: worse)" if worse else ""))
+            if "cases_outside_1_3_topics" in v:
+                note.append(f"outside 1–3 topics: {v['cases_outside_1_3_topics']}, changed by solver: "
+                            f"{v['constraint_changed']}")
+            lines.append(f"| {s['dataset']} | {mode} | {m['n']} | {s['n_fit']} | {m['accuracy']['value']:.3f} | "
+                         f"{m['macro_f1']['value']:.3f} | {m['ece']['value']:.3f} | "
+                         f"{100 * (m['macro_f1']['value'] - base):+.1f} | {'; '.join(note)} |")
+    return "\n".join(lines) + "\n"

@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from ..cliutil import fail, print_json, read_json, read_text, user_errors
+from .prior import DEFAULT_PRIOR
 from .result import format_value
 
 
@@ -38,7 +39,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         scoring: str = typer.Option("labels", "--scoring", help="labels | slots"),
         none_of_above: bool = typer.Option(False, "--none-of-above", help="offer 'none of the above' on enum fields"),
         abstain_below: Optional[float] = typer.Option(None, "--abstain-below", help="abstain when margin < this"),
-        prior: str = typer.Option("none", "--prior", help="none | neutral (divide out the content-free prior)"),
+        prior: str = typer.Option(DEFAULT_PRIOR, "--prior", help="neutral (divide out the content-free prior) | none"),
         calibration: Optional[Path] = typer.Option(None, "--calibration", help="bundle from `typedlm calibrate`"),
         device: str = typer.Option("auto", "--device"),
         as_json: bool = typer.Option(False, "--json", help="print the Decision as JSON"),
@@ -106,7 +107,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     def calibrate(
         data: str = typer.Option(..., "--data", help="bbc | tweets | bbc-multi | FILE.jsonl (eval cases)"),
         out: Path = typer.Option(..., "--out", help="where to write the bundle (JSON)"),
-        prior: str = typer.Option("none", "--prior", help="none | neutral | batch: the prior mode it is fitted for"),
+        prior: str = typer.Option(DEFAULT_PRIOR, "--prior", help="neutral | none | batch: the prior mode it is fitted for"),
         limit: int = typer.Option(200, "--limit", help="cases of the calibration split to fit on"),
         test_limit: int = typer.Option(200, "--test-limit", help="cases of the test split for the held-out ECE"),
         scores: Optional[Path] = typer.Option(None, "--scores", help="scores.jsonl to reuse / extend (resumable)"),

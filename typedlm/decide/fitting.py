@@ -109,7 +109,7 @@ def collect(engine: Engine, schema: Any, cases: list, path: Path | None = None, 
     for i in range(0, len(todo), CHUNK):
         part = todo[i:i + CHUNK]
         t0 = time.perf_counter()
-        ds = decide_many(plan.schema, [c.context for c in part], engine=engine)
+        ds = decide_many(plan.schema, [c.context for c in part], engine=engine, prior="none")
         dt = (time.perf_counter() - t0) / len(part)
         lines = []
         for c, d in zip(part, ds):

@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..decide.prior import DEFAULT_PRIOR
 from ..decide.result import RECORD_KEYS
 from ..decide.schema import DecisionSchema
 from ..errors import TypedLMError
@@ -85,18 +86,18 @@ def permuted_schema(schema: dict, case_id: str) -> tuple[dict, dict]:
 class ParallelTrack:
     name = "parallel"
 
-    def __init__(self, engine, mode: str = "labels"):
-        self.engine, self.mode = engine, mode
+    def __init__(self, engine, mode: str = "labels", prior: str = DEFAULT_PRIOR):
+        self.engine, self.mode, self.prior = engine, mode, prior
 
-    def config(self) -> dict:
-        return {"track": self.name, "mode": self.mode}
+    def config(self) -> dict:  # the prior is part of the settings: a resumed run with another prior is refused
+        return {"track": self.name, "mode": self.mode, "prior": self.prior}
 
     def answer(self, schema_dict: dict, context: str) -> list[FieldAnswer]:
         from ..decide.api import decide_many
 
         schema = DecisionSchema.from_dict(schema_dict)
         t0 = time.perf_counter()
-        d = decide_many(schema, [context], engine=self.engine, scoring=self.mode)[0]
+        d = decide_many(schema, [context], engine=self.engine, scoring=self.mode, prior=self.prior)[0]
         return decision_answers(schema, d, time.perf_counter() - t0)
 
 
