@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import platform
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -134,6 +135,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                 tracks.append(NaiveTrack(engine))
             if "openai" in names:
                 tracks.append(OpenAITrack(base_url, model=openai_model, api_key=api_key))
+                tracks[-1].model()  # the served model's name goes into the manifest; a dead server: exit 2 now
             manifest = {"dataset": dataset, "data_sha256": data_sha256(cases), "split": split, "limit": limit,
                         "cases": len(cases), "tracks": [t.config() for t in tracks], "flip": flip,
                         "model": engine.name if engine else None,
@@ -141,6 +143,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                         "prompts": prompt_hashes(tracks, cases[0].schema, engine) if engine else None}
             run = Run(out, manifest, tracks, provenance=provenance())
             out.mkdir(parents=True, exist_ok=True)
+            signal.signal(signal.SIGTERM, _interrupt)  # `kill PID` stops as cleanly as Ctrl-C
             try:
                 with RunLock(out):
                     summary = _execute(run, cases, run.open(resume), quiet)
@@ -150,6 +153,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         if summary["status"] == "circuit_open":
             typer.echo(f"error: run stopped: {summary['reason']} (resume with --resume)", err=True)
             raise typer.Exit(3)
+        if summary["status"] == "interrupted":
+            raise typer.Exit(130)
 
     @app.command("report")
     def report_cmd(
@@ -169,6 +174,10 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             paths = write_report(list(runs), Path(out), n_boot=bootstrap, seed=seed)
         for p in paths:
             typer.echo(str(p))
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def _execute(run, cases, done, quiet: bool) -> dict:

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import TypedLMError
+
 ECE_BINS = 15
 METRICS = ("accuracy", "balanced_accuracy", "macro_f1", "majority_baseline", "ece", "brier", "flip_rate",
            "violation_rate", "latency_p50_s", "latency_p95_s", "decisions_per_s")
@@ -71,6 +73,9 @@ def groups_from_lines(lines: list[dict]) -> dict[tuple, Group]:
     out = {}
     for key, rows in base.items():
         choices = rows[0]["choices"]
+        if any(r["choices"] != choices for r in rows):
+            raise TypedLMError(f"field '{key[2]}' ({key[0]}/{key[1]}) has different choices across cases: "
+                               "metrics pool a field over cases, so its choices must be the same")
         k = len(choices)
         index = {c: i for i, c in enumerate(choices)}
         multi = rows[0]["field_type"] == "multi"

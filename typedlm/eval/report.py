@@ -110,8 +110,34 @@ def _markdown(runs, rows, comps, pngs, out: Path, n_boot: int) -> str:
         for c in comps:
             lines.append(f"| {c['run']} | {c['field']} | {c['a']} | {c['b']} | {c['cases']} | "
                          f"{_fmt(c['accuracy_diff'], 3)} | {_fmt(c['speedup'], 1)} |")
+    lines += _targets(rows, comps)
     lines += ["", "## Plots", ""] + [f"![{p.stem}]({p.relative_to(out)})" for p in pngs]
     return "\n".join(lines) + "\n"
+
+
+def _targets(rows, comps) -> list[str]:
+    """The issue's targets, judged on the interval: met (whole interval on the right side), not met (whole
+    interval on the wrong side) or undecided."""
+    def judge(m: dict, ok) -> str:
+        if m.get("value") is None:
+            return "–"
+        if m.get("lo") is None:
+            return "met" if ok(m["value"]) else "not met"
+        return "met" if ok(m["lo"]) and ok(m["hi"]) else "not met" if not ok(m["lo"]) and not ok(m["hi"]) else \
+            "undecided (interval straddles)"
+    out = ["", "## Targets", "", "| run | target | value [95 % interval] | verdict |", "|---|---|---|---|"]
+    for c in comps:
+        if c["a"] != "parallel/labels":
+            continue
+        out.append(f"| {c['run']} | parallel accuracy ≥ naive (difference ≥ 0) | {_fmt(c['accuracy_diff'], 3)} "
+                   f"| {judge(c['accuracy_diff'], lambda x: x >= 0)} |")
+        out.append(f"| {c['run']} | parallel ≥ 5× faster | {_fmt(c['speedup'], 2)} | {judge(c['speedup'], lambda x: x >= 5)} |")
+    for r in rows:
+        if (r["track"], r["mode"]) == ("parallel", "labels") and r["metrics"]["flip_rate"]["value"] is not None:
+            m = r["metrics"]["flip_rate"]
+            out.append(f"| {r['run']} | flip rate ≤ 5 % (labels, {r['field']}) | {_fmt(m, 3)} "
+                       f"| {judge(m, lambda x: x <= 0.05)} |")
+    return out if len(out) > 5 else []
 
 
 def _plots(groups_all: list[tuple[str, Group]], rows, out: Path) -> list[Path]:

@@ -5,7 +5,8 @@ Files (contracts in docs/ARCHITECTURE.md, "Decision evaluation"):
   run.lock           one writer: ``{"pid"}``; a lock whose process is dead is broken, a live one refuses
   predictions.jsonl  one line per field decision (``PREDICTION_KEYS``)
   journal.jsonl      one line per finished case: ``{"case_id", "status": "done"|"skipped", "reason"}``
-  run.json           manifest + provenance + status (``running`` / ``done`` / ``circuit_open``), counts,
+  run.json           manifest + provenance + status (``running`` / ``done`` / ``circuit_open`` /
+                     ``interrupted``: SIGINT or SIGTERM, resumable), counts,
                      skipped cases with reasons, the circuit breaker's reason
   timing.json        per track/mode: cases, field decisions, seconds, p50/p95 case latency, decisions/s
 
@@ -31,7 +32,7 @@ from typing import Callable
 
 from ..errors import TypedLMError
 from .cases import Case, check_case
-from .tracks import FieldAnswer, InfraError, permuted_schema
+from .tracks import FieldAnswer, InfraError, choice_keys, permuted_schema
 
 BREAKER_LIMIT = 5
 PREDICTION_KEYS = ("run_id", "track", "mode", "case_id", "group_id", "dataset", "split", "field", "field_type",
@@ -207,17 +208,31 @@ class Run:
 
     def execute(self, cases: list[Case], done: set[str], *,
                 on_case: Callable[[int, int, dict], None] | None = None) -> dict:
-        run_id, dataset, flip = self.manifest["run_id"], self.manifest["dataset"], self.manifest["flip"]
         skipped = [e for e in read_jsonl(self.journal) if e.get("status") == "skipped"]
         n_done = len(done)
         acc: dict = {}
-        streak, reason, status = 0, None, "done"
         started = time.time()
         self.write_status(status="running", started=started)
         todo = [c for c in cases if c.id not in done]
-        self._warm_up(todo)
         if on_case:
             on_case(n_done, len(cases), acc)
+        try:
+            self._warm_up(todo)
+            n_done, reason, status = self._loop(todo, cases, acc, skipped, n_done, on_case)
+        except KeyboardInterrupt:  # SIGINT (and SIGTERM, via the CLI): stop cleanly, resumable
+            status, reason = "interrupted", "interrupted (SIGINT/SIGTERM); continue with --resume"
+            n_done = len(read_jsonl(self.journal))
+        timing = timing_summary(read_jsonl(self.preds))
+        _write_json(self.folder / "timing.json", timing)
+        summary = {"status": status, "reason": reason if status != "done" else None, "started": started,
+                   "finished": time.time(), "cases_total": len(cases), "cases_finished": n_done,
+                   "skipped": skipped, "recovered": getattr(self, "recovered", None)}
+        self.write_status(**summary)
+        return summary
+
+    def _loop(self, todo, cases, acc, skipped, n_done, on_case):
+        run_id, dataset, flip = self.manifest["run_id"], self.manifest["dataset"], self.manifest["flip"]
+        streak, reason, status = 0, None, "done"
         for case in todo:
             lines: list[dict] = []
             try:
@@ -236,6 +251,9 @@ class Run:
                             if order is not None and a.field not in order:
                                 continue  # a boolean in a permuted variant: not a permuted decision
                             perm = order.get(a.field) if order is not None else None
+                            a.choices = choice_keys(schema[a.field])  # the schema's order; ``permutation`` = shown
+                            if a.field_type == "multi" and a.pred is not None:
+                                a.pred = [c for c in a.choices if c in a.pred]
                             lines.append(prediction_line(run_id=run_id, track=track.name, mode=track.mode, case=case,
                                                          dataset=dataset, gold=gold, answer=a, case_latency_s=dt,
                                                          permutation=perm))
@@ -266,13 +284,7 @@ class Run:
                     acc[k] = (c + ln["correct"], n + 1)
             if on_case:
                 on_case(n_done, len(cases), acc)
-        timing = timing_summary(read_jsonl(self.preds))
-        _write_json(self.folder / "timing.json", timing)
-        summary = {"status": status, "reason": reason if status != "done" else None, "started": started,
-                   "finished": time.time(), "cases_total": len(cases), "cases_finished": n_done,
-                   "skipped": skipped, "recovered": getattr(self, "recovered", None)}
-        self.write_status(**summary)
-        return summary
+        return n_done, reason, status
 
 
 def timing_summary(lines: list[dict]) -> dict:

@@ -24,7 +24,7 @@ import json
 import math
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..decide.prior import DEFAULT_PRIOR
@@ -55,7 +55,6 @@ class FieldAnswer:
     truncated: bool = False
     violation: bool = False  # the model's own answer was not a legal value (invalid JSON, off-list token)
     error: str | None = None
-    extra: dict = field(default_factory=dict)
     record: dict | None = None  # parallel: how decide made the number (score_source, temperature, calibrator, ...)
 
 
@@ -181,8 +180,7 @@ class NaiveTrack:
             else:
                 pred = ("true" if v else "false") if f.type == "boolean" else v
                 probs = {k: float(k == pred) for k in keys}
-            out.append(FieldAnswer(f.name, f.type, keys, pred, probs, None, None, dt,
-                                   extra={"completion_tokens": r.completion_tokens}))
+            out.append(FieldAnswer(f.name, f.type, keys, pred, probs, None, None, dt))
         return out
 
 

@@ -9,25 +9,28 @@ from typing import Any, Literal
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..decide.api import check_options, decide
+from ..decide.api import check_options, decide, decide_many
 from ..decide.plan import DEFAULT_SCORING, get_plan
 from ..decide.prior import DEFAULT_PRIOR
 from ..decide.prompt import prompt_ids
 from ..decide.schema import DecisionSchema, SchemaError
+from ..errors import TypedLMError
 from ..grammar.spec import canonical_json
 from .errors import APIError
 
 router = APIRouter()
+MAX_CONTEXTS = 64  # contexts in one /v1/decide request
 
 
 class DecideRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     schema_: dict = Field(alias="schema")
-    context: str
+    context: str | None = None
+    contexts: list[str] | None = Field(default=None, min_length=1, max_length=MAX_CONTEXTS)  # -> a list of results
     scoring: Literal["labels", "slots"] = DEFAULT_SCORING
     allow_none_of_above: bool = False
     abstain_below_margin: float | None = Field(default=None, ge=0.0, le=1.0)
-    prior: Literal["none", "neutral"] = DEFAULT_PRIOR  # "batch" needs many contexts (decide_many)
+    prior: Literal["none", "neutral", "batch"] = DEFAULT_PRIOR  # "batch": from the request's own contexts (>= 2)
     calibration: dict | None = None  # a CalibrationBundle made for this server's model (typedlm calibrate)
     model: str | None = None  # informational: the server has one engine
 
@@ -47,24 +50,32 @@ class SystemOneRequest(BaseModel):
     scoring: Literal["labels", "slots"] = DEFAULT_SCORING
 
 
-def _check(engine, schema: DecisionSchema, scoring: str, nota: bool, context: str, prior: str = DEFAULT_PRIOR,
-           calibration: dict | None = None) -> None:
-    """Everything that can be wrong with the request, before queueing model work."""
-    plan = get_plan(engine, schema, scoring, nota)
-    prompt_ids(engine, plan, context)
-    check_options(engine, plan, prior, calibration, 1)
+def _check(engine, schema: DecisionSchema, scoring: str, nota: bool, context: str) -> None:
+    """Everything that can be wrong with one context, before queueing model work."""
+    prompt_ids(engine, get_plan(engine, schema, scoring, nota), context)
 
 
 @router.post("/v1/decide")
 async def v1_decide(body: DecideRequest, request: Request):
     state = request.app.state.typedlm
+    if (body.context is None) == (body.contexts is None):
+        raise APIError(400, "give exactly one of 'context' (a string) or 'contexts' (a list of strings)",
+                       param="context")
     schema = DecisionSchema.from_dict(body.schema_)  # SchemaError -> 400
-    _check(state.engine, schema, body.scoring, body.allow_none_of_above, body.context, body.prior, body.calibration)
-    d = await state.run_exclusive(decide, schema, body.context, engine=state.engine, scoring=body.scoring,
-                                  allow_none_of_above=body.allow_none_of_above,
-                                  abstain_below_margin=body.abstain_below_margin, prior=body.prior,
-                                  calibration=body.calibration)
-    return d.to_dict()
+    texts = [body.context] if body.context is not None else body.contexts
+    for i, text in enumerate(texts):
+        try:
+            _check(state.engine, schema, body.scoring, body.allow_none_of_above, text)
+        except TypedLMError as e:
+            raise APIError(400, f"contexts[{i}]: {e}" if body.contexts is not None else str(e),
+                           param="contexts" if body.contexts is not None else "context") from e
+    check_options(state.engine, get_plan(state.engine, schema, body.scoring, body.allow_none_of_above), body.prior,
+                  body.calibration, len(texts))
+    ds = await state.run_exclusive(decide_many, schema, texts, engine=state.engine, scoring=body.scoring,
+                                   allow_none_of_above=body.allow_none_of_above,
+                                   abstain_below_margin=body.abstain_below_margin, prior=body.prior,
+                                   calibration=body.calibration)
+    return ds[0].to_dict() if body.context is not None else [d.to_dict() for d in ds]
 
 
 def systemone_schema(questions: dict[str, SystemOneQuestion]) -> tuple[DecisionSchema, dict[str, str]]:
