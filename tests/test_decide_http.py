@@ -137,7 +137,10 @@ def test_decide_route_constraints_prior_calibration(base, tiny):
     assert len(f["tags"]["value"]) == 1 and (not f["spam"]["value"] or f["tags"]["value"] == ["ads"])
     assert (f["tone"]["calibrator"], f["tone"]["temperature"], f["tone"]["prior"]) == (bundle.id, 1.5, "neutral")
     assert isinstance(out["summary"], str) and "tone=" in out["summary"]
-    for bad, needle in ((dict(body, prior="none"), "prior mode"), (dict(body, prior="batch"), "prior"),
+    r = httpx.post(f"{base}/v1/decide", json={"schema": schema, "contexts": ["Buy now!!!", "Hi, my invoice is wrong."],
+                                              "prior": "batch"}, timeout=120)
+    assert r.status_code == 200 and [d["fields"]["tone"]["prior"] for d in r.json()] == ["batch", "batch"], r.text
+    for bad, needle in ((dict(body, prior="none"), "prior mode"), (dict(body, prior="batch"), "at least 2 contexts"),
                         (dict(body, schema={**schema, "constraints": [{"if": {"spam": True},
                                                                         "then": {"tags": "nope"}}]}), "no choice 'nope'"),
                         (dict(body, calibration={"model": "x"}), "calibration bundle")):
