@@ -17,10 +17,12 @@ from ..cliutil import fail, user_errors
 
 def model_sha256(engine) -> str:
     """sha256 over the model's parameters (names, shapes, dtypes, bytes): the exact weights evaluated."""
+    import torch
+
     h = hashlib.sha256()
     for name, t in sorted(engine.model.state_dict().items()):
         h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
-        h.update(t.detach().cpu().contiguous().view(-1).view(dtype=__import__("torch").uint8).numpy().tobytes())
+        h.update(t.detach().cpu().contiguous().view(-1).view(dtype=torch.uint8).numpy().tobytes())
     return h.hexdigest()
 
 
