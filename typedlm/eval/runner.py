@@ -1,6 +1,6 @@
 """A resumable evaluation run in one folder.
 
-Files (contracts in docs/ARCHITECTURE.md, "Decision evaluation"):
+Files:
   manifest.json      the settings, written FIRST; ``--resume`` refuses a run whose settings differ
   run.lock           one writer: ``{"pid"}``; a lock whose process is dead is broken, a live one refuses
   predictions.jsonl  one line per field decision (``PREDICTION_KEYS``)
@@ -18,6 +18,22 @@ Failures: a bad case (empty context, labels outside the schema, a request the se
 journaled ``skipped`` with its reason and the run goes on. An infrastructure failure (connection refused,
 timeout, 5xx) leaves the case unjournaled (a resume retries it); after ``BREAKER_LIMIT`` consecutive ones the
 run stops with ``status: circuit_open`` and the reason in run.json.
+
+``predictions.jsonl``, one line per field decision (``PREDICTION_KEYS``, pinned by
+``tests/test_eval_run.py::test_prediction_lines_contract``; issue 10's calibrators read it):
+
+| key | meaning |
+|---|---|
+| `run_id`, `track`, `mode`, `dataset`, `split`, `case_id`, `group_id` | origin; `mode`: `labels`/`slots`/`json`/`logprobs` |
+| `field`, `field_type`, `choices` | `boolean` (choices `true`, `false`) / `enum` / `multi`; choices in schema order |
+| `gold`, `pred`, `correct` | choice keys (multi: lists in schema order; `pred` null = no legal answer) |
+| `probabilities` | scalar `{choice: p}`; multi `{option: P(yes)}`; naive: 1.0 on its answer |
+| `scores` | probabilities = their softmax: scalar `{choice: log-score}`, multi `{option: [yes, no]}` (parallel: constrained log-probs; openai: log top-k mass; naive: null) |
+| `legal_mass`, `truncated`, `violation`, `error` | a choice got the top-k floor; the model's own answer was illegal |
+| `latency_s`, `case_latency_s`, `permutation` | the answering call; all calls of the case for this track; shown choice order (null = schema order) |
+
+Decision: the committed CPU runs (``bench/eval_cpu.sh``) use ``OMP_NUM_THREADS=1``: one decide on a 202-token
+prompt took 3.9 s with 1 torch thread vs 40 s with 2 on the shared 2-core machine at load ~10.
 """
 
 from __future__ import annotations

@@ -29,6 +29,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         device: str = typer.Option("auto", "--device"),
         dtype: Optional[str] = typer.Option(None, "--dtype", help="float32 | bfloat16 | float16"),
         log_level: str = typer.Option("info", "--log-level"),
+        jump_forward: bool = typer.Option(False, "--jump-forward/--no-jump-forward",
+                                          help="append grammar-forced text without sampling (requests may override)"),
     ):
         """Serve /v1/chat/completions, /v1/completions, /v1/models, /health, /ready, /metrics."""
         try:
@@ -46,7 +48,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         names = tuple(served_name or ()) + ((model,) if model else ())
         config = ServerConfig(api_key=api_key or None, max_batch=max_batch, max_queue=max_queue,
                               max_tokens_cap=max_tokens_cap, max_prompt_tokens=max_prompt_tokens,
-                              max_body_bytes=max_body_bytes, model_names=names)
+                              max_body_bytes=max_body_bytes, model_names=names,
+                              jump_forward=jump_forward)
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         app = create_app(lambda: load_engine(model, device=device, dtype=dtype, progress=True), config)
         uvicorn.run(app, host=host, port=port, log_level=log_level)

@@ -38,6 +38,7 @@ class ServerConfig:
     retry_after_s: int = 1
     model_names: tuple[str, ...] = ()  # extra names /v1/models lists and requests may use
     warmup: bool = True
+    jump_forward: bool = False  # default for requests that do not set ``jump_forward``
 
 
 @dataclass
