@@ -14,6 +14,7 @@ from .bench import gen as bench_gen
 from .bench import grammar as bench_grammar
 from .bench import jsonschema_suite as bench_jsonschema_suite
 from .bench import jump_forward as bench_jump_forward
+from .bench import trust as bench_trust
 from .cliutil import fail, print_json, read_json, read_text, user_errors
 from .decide import cli as decide_cli
 from .eval import cli as eval_cli
@@ -184,8 +185,8 @@ def models_convert(ref: str = typer.Argument("default", help="default or a .gguf
     typer.echo(str(out))
 
 
-for _feature in (bench_grammar, bench_gen, bench_jump_forward, bench_decide, bench_jsonschema_suite, server_cli,
-                 decide_cli, eval_cli):
+for _feature in (bench_grammar, bench_gen, bench_jump_forward, bench_decide, bench_jsonschema_suite, bench_trust,
+                 server_cli, decide_cli, eval_cli):
     _feature.register(app, bench_app)
 
 if __name__ == "__main__":
