@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 from typing import Optional
 
-import torch
 import typer
 
 from ..cliutil import fail, print_json, user_errors
@@ -76,6 +75,8 @@ def run_typedlm(engine, ids: list[int], batch: int, max_tokens: int, constraint)
 
 
 def run_hf(engine, ids: list[int], batch: int, max_tokens: int, constraint) -> dict:
+    import torch
+
     model = engine.model
     input_ids = torch.tensor([ids] * batch, device=engine.device)
     kwargs = dict(max_new_tokens=max_tokens, do_sample=False, pad_token_id=engine.tokenizer.pad_token_id
@@ -106,6 +107,8 @@ def run_hf(engine, ids: list[int], batch: int, max_tokens: int, constraint) -> d
 
 
 def bench_gen(engine, *, batches=(1, 8), max_tokens: int = 256, hf: bool = True, progress=None) -> dict:
+    import torch
+
     from ..grammar import make_constraint
 
     ids = engine.encode_prompt(messages=[{"role": "user", "content": PROMPT}]) if engine.chat.has_template \

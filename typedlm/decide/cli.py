@@ -8,7 +8,6 @@ from typing import Optional
 import typer
 
 from ..cliutil import fail, print_json, read_json, read_text, user_errors
-from .result import format_value
 
 
 def _schema_from(schema: Optional[Path], preset: Optional[str]):
@@ -76,6 +75,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             return
         from rich.console import Console
         from rich.table import Table
+
+        from .result import format_value
 
         table = Table(title=f"decision ({d.model}, {d.scoring})")
         for col in ("field", "value", "p", "alternatives", "legal mass"):

@@ -11,6 +11,7 @@ Contract (used by the generation routes and by ``typedlm.server.decide_routes``)
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import threading
 import time
@@ -22,6 +23,7 @@ from ..generate.api import build_sequence
 from ..generate.sampling import SamplingParams
 from ..generate.scheduler import Request, Scheduler
 from ..grammar.spec import make_constraint
+from .config import REDACTED
 from .errors import APIError
 
 log = logging.getLogger("typedlm.server")
@@ -38,6 +40,13 @@ class ServerConfig:
     retry_after_s: int = 1
     model_names: tuple[str, ...] = ()  # extra names /v1/models lists and requests may use
     warmup: bool = True
+    settings: Any = None  # typedlm.server.config.ServeSettings under `typedlm serve` (/v1/config, the ready line)
+
+    def redacted(self) -> dict:
+        """The limits as /v1/config shows them: the API key is never returned."""
+        d = {k: v for k, v in dataclasses.asdict(self).items() if k != "settings"}
+        d["api_key"] = REDACTED if self.api_key else None
+        return d
 
 
 @dataclass
@@ -88,7 +97,9 @@ class ServerState:
             if self.config.warmup:
                 _warm(engine, sched)
             self.ready = True
-            log.info("model %s ready", engine.name)
+            where = f" at {self.config.settings.url} (playground: {self.config.settings.url}/)" \
+                if self.config.settings is not None else ""
+            log.info("typedlm ready: model %s on %s%s", engine.name, engine.device, where)
         except Exception as e:  # noqa: BLE001 - written down, served as 503 on /ready
             log.exception("model load failed")
             self.load_error = f"{type(e).__name__}: {e}"
