@@ -12,6 +12,7 @@ from ..cliutil import fail, print_json, read_json, read_text, user_errors
 
 def _schema_from(schema: Optional[Path], preset: Optional[str]):
     from . import presets
+    from .check import unwrap
     from .schema import DecisionSchema
 
     if (schema is None) == (preset is None):
@@ -19,10 +20,8 @@ def _schema_from(schema: Optional[Path], preset: Optional[str]):
     if preset is not None:
         p = presets.load(preset)
         return p["schema"], p["examples"]
-    raw = read_json(schema, "schema")
-    if isinstance(raw, dict) and "schema" in raw and "fields" not in raw:  # a preset-shaped file
-        return DecisionSchema.from_dict(raw["schema"]), list(raw.get("examples") or [])
-    return DecisionSchema.from_dict(raw), []
+    raw, examples = unwrap(read_json(schema, "schema"))
+    return DecisionSchema.from_dict(raw), examples
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
@@ -102,26 +101,21 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json"),
     ):
         """Check a decision schema and lint it (errors exit 2; warnings are printed)."""
-        from .plan import SCORING_MODES, compile_plan
-        from .schema import lint
+        from .check import check_schema
 
         with user_errors():
-            sch, _ = _schema_from(file, None)
-            warnings = lint(sch)
-            rows = {}
+            tok = None
             if model:
                 from transformers import AutoTokenizer
 
                 from .. import models
 
-                resolved = models.resolve(model)
-                tok = AutoTokenizer.from_pretrained(models.local_dir(resolved, progress=False))
-                for mode in SCORING_MODES:
-                    rows[mode] = len(compile_plan(tok, sch, mode).rows)
-        out = {"valid": True, "fields": len(sch.fields), "warnings": warnings, "rows": rows or None}
+                tok = AutoTokenizer.from_pretrained(models.local_dir(models.resolve(model), progress=False))
+            _, out = check_schema(read_json(file, "schema"), tok)
+        sch_fields, warnings, rows = out["fields"], out["warnings"], out["rows"]
         if as_json:
             print_json(out)
             return
-        typer.echo(f"ok: {len(sch.fields)} fields" + (f", rows {rows}" if rows else ""))
+        typer.echo(f"ok: {sch_fields} fields" + (f", rows {rows}" if rows else ""))
         for w in warnings:
             typer.echo(f"warning: {w}")

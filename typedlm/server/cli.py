@@ -47,8 +47,6 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             import uvicorn
         except ImportError:
             fail("the server needs typedlm's [server] extra (fastapi, uvicorn, prometheus_client)")
-        from click.core import ParameterSource
-
         from ..engine import load_engine
         from .app import create_app
         from .config import ConfigError, resolve_settings
@@ -56,7 +54,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         from .state import ServerConfig
 
         given = {name: value for name, value in ctx.params.items()
-                 if name != "config" and ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE}
+                 if name != "config" and getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"}
         try:
             s = resolve_settings(given, config_file=config)
         except ConfigError as e:
