@@ -17,6 +17,7 @@ from . import __version__, models
 from .bench import decide as bench_decide
 from .bench import gen as bench_gen
 from .bench import grammar as bench_grammar
+from .bench import itl as bench_itl
 from .bench import jsonschema_suite as bench_jsonschema_suite
 from .cliutil import EXIT_INCOMPLETE, fail, print_json, read_json, read_text, user_errors
 from .decide import cli as decide_cli
@@ -187,7 +188,7 @@ def models_convert(ref: str = typer.Argument("default", help="default or a .gguf
     typer.echo(str(out))
 
 
-for _feature in (bench_grammar, bench_gen, bench_decide, bench_jsonschema_suite, server_cli, decide_cli):
+for _feature in (bench_grammar, bench_gen, bench_decide, bench_itl, bench_jsonschema_suite, server_cli, decide_cli):
     _feature.register(app, bench_app)
 
 if __name__ == "__main__":

@@ -211,10 +211,12 @@ class Scheduler:
             self.kv.keep(keep)
 
     def _run_calls(self) -> None:
-        while True:
+        """Run the calls queued before this step; one queued meanwhile waits for the next step, so a
+        caller that queues forward after forward (stepwise decide) lets a decode step run between them."""
+        with self._cond:
+            n = len(self._calls)
+        for _ in range(n):
             with self._cond:
-                if not self._calls:
-                    return
                 fut, fn, args, kwargs = self._calls.popleft()
             if not fut.set_running_or_notify_cancel():
                 continue

@@ -6,6 +6,9 @@ Contract (used by the generation routes and by ``typedlm.server.decide_routes``)
   ``await state.run_exclusive(fn, *a, **kw)`` run blocking model work ``fn`` so that it never
                                             overlaps another forward pass; returns fn's result
                                             (it runs on the engine thread, between decode steps)
+  ``await state.run_stepwise(fn, *a, **kw)``  ``fn(*a, engine=..., **kw)`` for decide work: its forwards
+                                            interleave with decode steps instead of stalling them
+                                            (:mod:`typedlm.server.interleave`)
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from ..generate.scheduler import Request, Scheduler
 from ..grammar.spec import make_constraint
 from .config import REDACTED
 from .errors import APIError
+from .interleave import run_stepwise
 
 log = logging.getLogger("typedlm.server")
 
@@ -40,6 +44,9 @@ class ServerConfig:
     retry_after_s: int = 1
     model_names: tuple[str, ...] = ()  # extra names /v1/models lists and requests may use
     warmup: bool = True
+    interleave_decide: bool = True  # False: a decision runs as one block between steps (bench baseline)
+    decide_chunk_tokens: int = 16  # while streams decode: decide prefill tokens per forward ...
+    decide_chunk_rows: int = 2  # ... and decision rows per scoring pass (typedlm.server.interleave)
     settings: Any = None  # typedlm.server.config.ServeSettings under `typedlm serve` (/v1/config, the ready line)
 
     def redacted(self) -> dict:
@@ -82,6 +89,14 @@ class ServerState:
         if not self.ready:
             raise self.not_ready()
         return await asyncio.wrap_future(self.scheduler.call(fn, *args, **kwargs))
+
+    async def run_stepwise(self, fn: Callable[..., Any], *args, **kwargs) -> Any:
+        if not self.ready:
+            raise self.not_ready()
+        if not self.config.interleave_decide:
+            return await self.run_exclusive(fn, *args, engine=self.engine, **kwargs)
+        return await run_stepwise(self.engine, self.scheduler, fn, *args, prefill_chunk=self.config.decide_chunk_tokens,
+                                  row_chunk=self.config.decide_chunk_rows, **kwargs)
 
     # -- lifecycle --------------------------------------------------------------------------------
     def start_loading(self) -> threading.Thread:
