@@ -57,13 +57,14 @@ def streaming(tiny):
 def test_every_stepwise_forward_waits_for_a_decode_step(tiny, streaming):
     sched, times = streaming
     p = presets.load(PRESET)
-    stepped = SteppedEngine(tiny, sched, prefill_chunk=32)
+    stepped = SteppedEngine(tiny, sched, max_chunk=32)
     assert stepped.busy()
     t0 = time.perf_counter()
     got = decide(p["schema"], context(p), engine=stepped, max_rows=2).to_dict()
     t1 = time.perf_counter()
     during = sum(t0 < t < t1 for t in times)
     assert got["usage"]["prompt_tokens"] > 4 * 32 and stepped.forwards > 8
+    assert stepped.step_s > 0 and stepped.token_s > 0 and 1 <= stepped.chunk() <= 32
     assert during >= stepped.forwards - 1, (during, stepped.forwards)
     same_decision(got, decide(p["schema"], context(p), engine=tiny).to_dict())
 
@@ -77,14 +78,14 @@ def test_control_exclusive_decision_stalls_the_stream(tiny, streaming):
     assert sum(t0 < t < t1 for t in times) <= 2
 
 
-def test_run_stepwise_chunks_only_while_streams_run(tiny):
-    """No stream: forwards go through whole (one prefill, one packed pass), the decision is unchanged."""
+def test_run_stepwise_without_streams(tiny):
+    """No stream: the prefill goes whole, rows go `row_chunk` per pass; the decision is unchanged."""
     sched = Scheduler(tiny).start()
     try:
         p = presets.load(PRESET)
         got = asyncio.run(run_stepwise(tiny, sched, decide, p["schema"], context(p), prefill_chunk=32, row_chunk=2))
         alone = decide(p["schema"], context(p), engine=tiny)
-        assert got.usage["passes"] == alone.usage["passes"]
+        assert got.usage["passes"] == -(-got.usage["rows"] // 2) > alone.usage["passes"]
         same_decision(got.to_dict(), alone.to_dict())
     finally:
         sched.stop()

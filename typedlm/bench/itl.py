@@ -99,7 +99,7 @@ def run_mode(engine, mode: str, *, streams: int, max_tokens: int, decide_clients
 
 
 def bench_itl(engine, *, modes=MODES, streams: int = 4, max_tokens: int = 64, decide_clients: int = 1,
-              preset: str = "support_triage", chunk_tokens: int = 16, chunk_rows: int = 2, progress=None) -> dict:
+              preset: str = "support_triage", chunk_tokens: int = 256, chunk_rows: int = 1, progress=None) -> dict:
     import torch
 
     runs = []
@@ -135,6 +135,21 @@ def print_table(res: dict) -> None:
     Console(stderr=True).print(t)
 
 
+def to_markdown(res: dict) -> str:
+    lines = [f"# Inter-token latency beside decide traffic ({res['model']}, {res['machine']})", "",
+             f"`{res['command']}`", "",
+             f"{res['streams']} streams x {res['max_tokens']} tokens, {res['decide_clients']} decide client(s) "
+             f"(preset `{res['preset']}`), torch threads {res['torch_threads']}, decide chunks: at most "
+             f"{res['decide_chunk_tokens']} prefill tokens, {res['decide_chunk_rows']} rows per pass.", "",
+             "| run | p50 ms | p90 ms | p99 ms | max ms | p99 vs alone | decisions | decide p50 s |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in res["runs"]:
+        i = r["itl_ms"]
+        lines.append(f"| {r['mode']} | {i['p50']} | {i['p90']} | {i['p99']} | {i['max']} | {r['p99_vs_alone']} | "
+                     f"{r['decisions']} | {r['decide_p50_s'] if r['decide_p50_s'] is not None else ''} |")
+    return "\n".join(lines) + "\n"
+
+
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     @bench_app.command("itl")
     def itl(
@@ -144,8 +159,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         max_tokens: int = typer.Option(64, "--max-tokens"),
         decide_clients: int = typer.Option(1, "--decide-clients"),
         preset: str = typer.Option("support_triage", "--preset"),
-        chunk_tokens: int = typer.Option(16, "--chunk-tokens", help="decide prefill tokens per forward"),
-        chunk_rows: int = typer.Option(2, "--chunk-rows", help="decision rows per scoring pass"),
+        chunk_tokens: int = typer.Option(256, "--chunk-tokens", help="at most this many decide prefill tokens per forward"),
+        chunk_rows: int = typer.Option(1, "--chunk-rows", help="decision rows per scoring pass"),
         threads: Optional[int] = typer.Option(None, "--threads", help="torch intra-op threads"),
         mode: Optional[list[str]] = typer.Option(None, "--mode", help="alone | interleaved | exclusive (repeatable)"),
         out: Optional[Path] = typer.Option(None, "--json", help="write the results JSON here"),
@@ -184,3 +199,4 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         if out:
             Path(out).parent.mkdir(parents=True, exist_ok=True)
             Path(out).write_text(json.dumps(res, indent=2) + "\n", encoding="utf-8")
+            Path(out).with_suffix(".md").write_text(to_markdown(res), encoding="utf-8")

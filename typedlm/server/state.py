@@ -45,8 +45,8 @@ class ServerConfig:
     model_names: tuple[str, ...] = ()  # extra names /v1/models lists and requests may use
     warmup: bool = True
     interleave_decide: bool = True  # False: a decision runs as one block between steps (bench baseline)
-    decide_chunk_tokens: int = 16  # while streams decode: decide prefill tokens per forward ...
-    decide_chunk_rows: int = 2  # ... and decision rows per scoring pass (typedlm.server.interleave)
+    decide_chunk_tokens: int = 256  # while streams decode: at most this many decide prefill tokens per forward ...
+    decide_chunk_rows: int = 1  # ... and decision rows per scoring pass (typedlm.server.interleave)
     settings: Any = None  # typedlm.server.config.ServeSettings under `typedlm serve` (/v1/config, the ready line)
 
     def redacted(self) -> dict:
