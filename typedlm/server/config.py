@@ -107,6 +107,7 @@ def resolve_settings(flags: Mapping[str, Any], *, config_file: Path | None = Non
     except ValidationError as e:
         err = e.errors()[0]
         name = str(err["loc"][0]) if err["loc"] else "?"
-        where = source.get(name, "default")
-        hint = f" ({ENV_PREFIX}{name.upper()})" if where == "environment" else ""
-        raise ConfigError(f"{name} from the {where}{hint}: {err['msg']} (got {err.get('input')!r})") from None
+        where, got = source.get(name, "default"), err.get("input")
+        what = {"flag": f"--{name.replace('_', '-')} {got}", "environment": f"{ENV_PREFIX}{name.upper()}={got!r}",
+                "config file": f"{name} = {got!r} in config file '{config_file}'"}.get(where, f"{name} {got!r}")
+        raise ConfigError(f"{what}: {err['msg']}") from None
