@@ -81,6 +81,21 @@ def test_bad_schema_file_content(tiny_dir, tmp_path):
     assert r.exit_code == 2 and "multipleOf" in r.stderr and "/multipleOf" in r.stderr
 
 
+def test_schema_refusal_comes_before_the_model_load(tmp_path, monkeypatch):
+    """A refused schema exits 2 naming keyword and pointer without loading any model."""
+    import typedlm.engine
+
+    def no_load(*a, **k):
+        raise AssertionError("the model was loaded before the schema was checked")
+
+    monkeypatch.setattr(typedlm.engine, "load_engine", no_load)
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps({"type": "object", "properties": {"a": {"type": "string", "format": "hostname"}}}))
+    r = run("generate", "--json-schema", str(f), "q")
+    assert r.exit_code == 2, r.output
+    assert "keyword 'format' at '/properties/a/format'" in r.stderr
+
+
 def test_doctor_json():
     r = run("doctor", "--json")
     assert r.exit_code == 0, r.output

@@ -1,8 +1,8 @@
-"""The soundness ratchet: the official JSON-Schema-Test-Suite (draft 2020-12) through the grammar path.
+"""The soundness ratchet: the official JSON-Schema-Test-Suite, every draft, through the grammar path.
 
 Fails on any false positive (an instance the schema forbids accepted by the grammar) and on any change
-of passes per file versus tests/data/jsonschema_ratchet.json (a rise must be written into the ratchet
-in the same commit: ``typedlm bench jsonschema-suite --write-ratchet tests/data/jsonschema_ratchet.json``).
+of passes per file versus tests/data/jsonschema_ratchet/<draft>.json (a rise must be written into the
+ratchet in the same commit: ``typedlm bench jsonschema-suite --draft all --write-ratchet tests/data/jsonschema_ratchet``).
 """
 
 import json
@@ -13,7 +13,10 @@ from pathlib import Path
 
 from typedlm.bench import jsonschema_suite as suite
 
-RATCHET = Path(__file__).parent / "data" / "jsonschema_ratchet.json"
+RATCHETS = Path(__file__).parent / "data" / "jsonschema_ratchet"
+
+
+REQUIRED_TESTS = {"draft4": 618, "draft6": 839, "draft7": 927, "draft2019-09": 1259, "draft2020-12": 1299}
 
 
 @pytest.fixture(scope="module")
@@ -26,28 +29,44 @@ def report(grammars):
     return suite.run_suite(suite.DEFAULT_SUITE, grammars)
 
 
+@pytest.fixture(scope="module", params=suite.DRAFTS)
+def draft_report(request):
+    return request.param, suite.run_suite(suite.DEFAULT_SUITE, draft=request.param)
+
+
 def test_suite_copy_is_complete():
     root = suite.DEFAULT_SUITE
     assert (root / "LICENSE").is_file() and (root / "SOURCE.md").is_file()
-    cases = suite.load_suite(root)
-    assert {c.group for c in cases} == {"required", "optional"}
-    assert sum(len(c.tests) for c in cases if c.group == "required") == 1299
+    for draft, n in REQUIRED_TESTS.items():
+        cases = suite.load_suite(root, draft)
+        assert {c.group for c in cases} == {"required", "optional"}
+        assert sum(len(c.tests) for c in cases if c.group == "required") == n
 
 
-def test_zero_false_positives(report):
-    fps = [f"{r.file} | {r.case} | {r.test}" for r in report.results if r.outcome == "false_positive"]
+def test_zero_false_positives(draft_report):
+    draft, report = draft_report
+    fps = [f"{draft} {r.file} | {r.case} | {r.test}" for r in report.results if r.outcome == "false_positive"]
     assert fps == []
 
 
-def test_ratchet(report):
-    ratchet = json.loads(RATCHET.read_text())
+def test_ratchet(draft_report):
+    draft, report = draft_report
+    ratchet = json.loads((RATCHETS / f"{draft}.json").read_text())
     assert suite.ratchet_problems(report, ratchet) == []
     req = report.totals("required")
     assert req["pass"] / req["total"] >= 0.60
 
 
+def test_older_drafts_are_read_in_their_own_meaning():
+    cases = suite.load_suite(suite.DEFAULT_SUITE, "draft4")
+    assert all(c.schema["$schema"] == "http://json-schema.org/draft-04/schema#" for c in cases
+               if isinstance(c.schema, dict))
+    # draft 4: 1.0 is not an integer, so it is not rendered as "1"
+    assert suite.renderings(1.0, {}, int_floats=False) == ["1.0"]
+
+
 def test_ratchet_catches_a_drop_and_a_false_positive(report):
-    ratchet = json.loads(RATCHET.read_text())
+    ratchet = json.loads((RATCHETS / "draft2020-12.json").read_text())
     worse = json.loads(json.dumps(ratchet))
     worse["files"]["type.json"]["pass"] += 1
     assert any("type.json" in p for p in suite.ratchet_problems(report, worse))
@@ -88,10 +107,19 @@ def test_cli_writes_json(tmp_path):
     from typedlm.cli import app
 
     out = tmp_path / "r.json"
-    res = CliRunner().invoke(app, ["bench", "jsonschema-suite", "--json", str(out)])
+    res = CliRunner().invoke(app, ["bench", "jsonschema-suite", "--draft", "draft6", "--json", str(out)])
     assert res.exit_code == 0, res.output
     data = json.loads(out.read_text())
+    assert list(data) == ["draft6"]
     for g in ("required", "optional"):
-        assert set(data[g]) == {"total", "pass", "false_positive", "false_negative", "refused", "compile_error"}
+        assert set(data["draft6"][g]) == {"total", "pass", "false_positive", "false_negative", "refused",
+                                          "compile_error"}
     bad = CliRunner().invoke(app, ["bench", "jsonschema-suite", "--suite", str(tmp_path)])
     assert bad.exit_code == 2
+    ratchets = tmp_path / "ratchets"
+    res = CliRunner().invoke(app, ["bench", "jsonschema-suite", "--draft", "draft6", "--no-table",
+                                   "--write-ratchet", str(ratchets)])
+    assert res.exit_code == 0, res.output
+    assert json.loads((ratchets / "draft6.json").read_text()) == json.loads((RATCHETS / "draft6.json").read_text())
+    bad = CliRunner().invoke(app, ["bench", "jsonschema-suite", "--draft", "draft5"])
+    assert bad.exit_code == 2 and "draft5" in bad.output

@@ -88,7 +88,11 @@ def generate(
         from .generate.sampling import SamplingParams
         from .grammar.spec import make_constraint
 
-        make_constraint(**kwargs)
+        constraint = make_constraint(**kwargs, lenient=lenient)
+        if constraint is not None and constraint.kind == "json_schema" and not lenient:
+            from .grammar.schema import prepare_schema
+
+            prepare_schema(constraint.value)  # a refusal (keyword + pointer) comes before the model load
         SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
                        stop=tuple(stop or ()), repetition_penalty=repetition_penalty)
         engine = load_engine(model, device=device)

@@ -1,4 +1,7 @@
-"""The official JSON-Schema-Test-Suite (draft 2020-12) run through typedlm's own schema path.
+"""The official JSON-Schema-Test-Suite (drafts 4, 6, 7, 2019-09, 2020-12) run through typedlm's schema path.
+
+Cases of the older drafts carry no ``$schema``; the runner adds the draft's meta-schema URI to each
+object schema (what a user of that draft writes), so the draft is detected as in production.
 
 For every case the schema goes through ``make_constraint(json_schema=..., strict=False,
 any_whitespace=False)`` and ``Grammars.compile`` (refusal layer and rewrites included). Every test
@@ -32,7 +35,7 @@ OUTCOMES = ("pass", "false_negative", "false_positive", "refused", "compile_erro
 GROUPS = ("required", "optional")
 # Shipped in the wheel (package data). A filesystem path: the suite is walked with pathlib (no zip installs).
 DEFAULT_SUITE = Path(str(resources.files("typedlm.bench") / "data" / "json-schema-test-suite"))
-DRAFT = "draft2020-12"
+DRAFTS = ("draft4", "draft6", "draft7", "draft2019-09", "draft2020-12")
 
 
 # ---------------------------------------------------------------- rendering
@@ -85,7 +88,7 @@ def _render(value: Any, order: dict[str, int] | None, int_floats: bool) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def renderings(instance: Any, schema: Any) -> list[str]:
+def renderings(instance: Any, schema: Any, int_floats: bool = True) -> list[str]:
     """The texts that stand for ``instance`` under ``schema``'s grammar (canonical one first).
 
     Rule: compact separators (``,`` and ``:``), non-ASCII characters kept (not ``\\u`` escaped),
@@ -93,13 +96,14 @@ def renderings(instance: Any, schema: Any) -> list[str]:
     that is compiled, i.e. the core form from ``prepare_schema``, or as a key inside an ``enum`` /
     ``const`` value, in document order) followed by the remaining keys in instance order. Alternatives (an instance is
     accepted when any of them is): keys in instance order, and floats with an integral value written
-    as integers (``1.0`` -> ``1``: the same JSON Schema value).
+    as integers (``1.0`` -> ``1``: the same JSON Schema value; not in draft 4, where ``1.0`` is
+    no integer: ``int_floats=False``).
     """
     order = {k: i for i, k in enumerate(_schema_key_order(schema))}
     out: list[str] = []
     for o in (order, None):
-        for int_floats in (False, True):
-            text = _render(instance, o, int_floats)
+        for as_int in (False, True) if int_floats else (False,):
+            text = _render(instance, o, as_int)
             if text not in out:
                 out.append(text)
     return out
@@ -114,18 +118,27 @@ class Case:
     description: str
     schema: Any
     tests: list[dict]
+    draft: str = "draft2020-12"
 
 
-def load_suite(suite: Path) -> list[Case]:
-    root = Path(suite) / "tests" / DRAFT
+def _with_draft(schema: Any, draft: str) -> Any:
+    from ..grammar.schema.drafts import DRAFTS as KNOWN
+
+    if isinstance(schema, dict) and "$schema" not in schema:
+        return {"$schema": KNOWN[draft].validator.META_SCHEMA["$schema"], **schema}
+    return schema
+
+
+def load_suite(suite: Path, draft: str = "draft2020-12") -> list[Case]:
+    root = Path(suite) / "tests" / draft
     if not root.is_dir():
-        raise FileNotFoundError(f"no {DRAFT} tests under '{suite}' (expected {root})")
+        raise FileNotFoundError(f"no {draft} tests under '{suite}' (expected {root})")
     cases = []
     for path in sorted(root.rglob("*.json")):
         rel = path.relative_to(root).as_posix()
         group = "optional" if rel.startswith("optional/") else "required"
         for c in json.loads(path.read_text(encoding="utf-8")):
-            cases.append(Case(group, rel, c["description"], c["schema"], c["tests"]))
+            cases.append(Case(group, rel, c["description"], _with_draft(c["schema"], draft), c["tests"], draft))
     return cases
 
 
@@ -179,27 +192,35 @@ class SuiteReport:
 REMOTE_BASE = "http://localhost:1234/"  # where the suite's remote $refs point
 
 
-def remotes_registry(suite: Path = DEFAULT_SUITE):
-    """The suite's ``remotes/`` folder as a ``referencing.Registry`` (never the network)."""
+def remotes_registry(suite: Path = DEFAULT_SUITE, draft: str = "draft2020-12"):
+    """The suite's ``remotes/`` folder as a ``referencing.Registry`` (never the network); a document
+    without a ``$schema`` is read as the draft of its folder (``remotes/draft7/``), else as ``draft``."""
     import referencing
-    from referencing.jsonschema import DRAFT202012
+
+    from ..grammar.schema.drafts import DRAFTS as KNOWN
 
     resources = []
     root = Path(suite) / "remotes"
     for path in sorted(root.rglob("*.json")) if root.is_dir() else []:
         contents = json.loads(path.read_text(encoding="utf-8"))
-        resources.append((REMOTE_BASE + path.relative_to(root).as_posix(),
-                          referencing.Resource.from_contents(contents, default_specification=DRAFT202012)))
+        rel = path.relative_to(root).as_posix()
+        res = referencing.Resource.from_contents(
+            contents, default_specification=KNOWN.get(rel.split("/")[0], KNOWN[draft]).spec)
+        try:
+            referencing.Registry().with_resource(REMOTE_BASE + rel, res).crawl()
+        except TypeError:  # a later draft's document (boolean subschemas) read as draft 4
+            res = referencing.Resource.from_contents(contents, default_specification=KNOWN["draft2020-12"].spec)
+        resources.append((REMOTE_BASE + rel, res))
     return referencing.Registry().with_resources(resources)
 
 
-def default_grammars(suite: Path = DEFAULT_SUITE):
+def default_grammars(suite: Path = DEFAULT_SUITE, draft: str = "draft2020-12"):
     from ..grammar.compiler import Grammars
     from ..testing import default_tokenizer
 
     tok = default_tokenizer()
     return Grammars.for_tokenizer(tok, model_vocab_size=len(tok), stop_ids=[tok.eos_token_id],
-                                  schema_registry=remotes_registry(suite))
+                                  schema_registry=remotes_registry(suite, draft))
 
 
 def accepts(compiled, text: str) -> bool:
@@ -235,17 +256,17 @@ def run_case(case: Case, grammars) -> Iterator[TestResult]:
         elif compiled is None:
             out = outcome
         else:
-            ok = any(accepts(compiled, text) for text in renderings(t["data"], core))
+            ok = any(accepts(compiled, text) for text in renderings(t["data"], core, case.draft != "draft4"))
             out = "pass" if ok == t["valid"] else ("false_negative" if t["valid"] else "false_positive")
         yield TestResult(case.group, case.file, case.description, t["description"], t["valid"], out, detail,
                          keyword)
 
 
-def run_suite(suite: Path = DEFAULT_SUITE, grammars=None) -> SuiteReport:
-    grammars = grammars or default_grammars(suite)
+def run_suite(suite: Path = DEFAULT_SUITE, grammars=None, draft: str = "draft2020-12") -> SuiteReport:
+    grammars = grammars or default_grammars(suite, draft)
     t0 = time.perf_counter()
     report = SuiteReport()
-    for case in load_suite(suite):
+    for case in load_suite(suite, draft):
         report.results.extend(run_case(case, grammars))
     report.seconds = time.perf_counter() - t0
     return report
@@ -253,9 +274,9 @@ def run_suite(suite: Path = DEFAULT_SUITE, grammars=None) -> SuiteReport:
 
 # ---------------------------------------------------------------- ratchet
 
-def ratchet_of(report: SuiteReport) -> dict:
+def ratchet_of(report: SuiteReport, draft: str) -> dict:
     """Expected counts per file (and totals): what the ratchet test holds the suite to."""
-    return {"suite": f"JSON-Schema-Test-Suite {DRAFT}", "totals": {g: report.totals(g) for g in GROUPS},
+    return {"suite": f"JSON-Schema-Test-Suite {draft}", "totals": {g: report.totals(g) for g in GROUPS},
             "files": report.by_file()}
 
 
@@ -270,18 +291,18 @@ def ratchet_problems(report: SuiteReport, ratchet: dict) -> list[str]:
             problems.append(f"{name}: {got} passes, the ratchet expects {want['pass']}")
         elif got > want["pass"]:
             problems.append(f"{name}: {got} passes > {want['pass']} in the ratchet: update it in this commit "
-                            "(typedlm bench jsonschema-suite --write-ratchet tests/data/jsonschema_ratchet.json)")
+                            "(typedlm bench jsonschema-suite --draft all --write-ratchet tests/data/jsonschema_ratchet)")
     problems += [f"{name}: not in the ratchet" for name in now if name not in ratchet["files"]]
     return problems
 
 
 # ---------------------------------------------------------------- CLI
 
-def _table(report: SuiteReport) -> None:
+def _table(report: SuiteReport, draft: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="JSON-Schema-Test-Suite draft 2020-12 through typedlm")
+    table = Table(title=f"JSON-Schema-Test-Suite {draft} through typedlm")
     table.add_column("file")
     for col in ("total", *OUTCOMES):
         table.add_column(col.replace("_", " "), justify="right")
@@ -305,25 +326,38 @@ def register(app, bench_app) -> None:
     @bench_app.command("jsonschema-suite")
     def jsonschema_suite(
         suite: Path = typer.Option(DEFAULT_SUITE, "--suite", help="JSON-Schema-Test-Suite checkout"),
+        draft: str = typer.Option("all", "--draft", help=f"one of {', '.join(DRAFTS)}, or all"),
         out: Optional[Path] = typer.Option(None, "--json", help="write the totals and per-file counts here"),
         write_ratchet: Optional[Path] = typer.Option(
-            None, "--write-ratchet", help="write the per-file counts to this ratchet file "
-                                          "(the repo's: tests/data/jsonschema_ratchet.json)"),
+            None, "--write-ratchet", help="write the per-file counts to <this folder>/<draft>.json "
+                                          "(the repo's ratchets: tests/data/jsonschema_ratchet/)"),
+        tables: bool = typer.Option(True, "--table/--no-table", help="print a per-file table per draft"),
     ):
-        """Run the official JSON Schema suite (draft 2020-12) through the grammar path; table + JSON."""
+        """Run the official JSON Schema suite through the grammar path, per draft; table + JSON."""
+        drafts = DRAFTS if draft == "all" else (draft,)
+        if draft != "all" and draft not in DRAFTS:
+            fail(f"--draft must be one of {', '.join(DRAFTS)} or all, not {draft!r}")
+        reports = {}
         with user_errors():
-            if not (Path(suite) / "tests" / DRAFT).is_dir():
-                fail(f"--suite '{suite}' has no tests/{DRAFT} folder")
-            report = run_suite(suite)
-        data = report.to_dict()
-        _table(report)
+            for d in drafts:
+                if not (Path(suite) / "tests" / d).is_dir():
+                    fail(f"--suite '{suite}' has no tests/{d} folder")
+            for d in drafts:
+                reports[d] = run_suite(suite, draft=d)
+        data = {d: r.to_dict() for d, r in reports.items()}
+        for d, r in reports.items():
+            if tables:
+                _table(r, d)
         if out is not None:
             with user_errors():
                 Path(out).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
         if write_ratchet is not None:
-            fps = report.totals("required")["false_positive"] + report.totals("optional")["false_positive"]
-            if fps:
-                fail(f"{fps} false positives: a ratchet never records a false positive")
+            fps = {d: sum(r.totals(g)["false_positive"] for g in GROUPS) for d, r in reports.items()}
+            if any(fps.values()):
+                fail(f"false positives {fps}: a ratchet never records a false positive")
             with user_errors():
-                Path(write_ratchet).write_text(json.dumps(ratchet_of(report), indent=1) + "\n", encoding="utf-8")
-        print_json({g: data[g] for g in GROUPS} | {"seconds": data["seconds"]})
+                Path(write_ratchet).mkdir(parents=True, exist_ok=True)
+                for d, r in reports.items():
+                    (Path(write_ratchet) / f"{d}.json").write_text(json.dumps(ratchet_of(r, d), indent=1) + "\n",
+                                                                   encoding="utf-8")
+        print_json({d: {g: data[d][g] for g in GROUPS} | {"seconds": data[d]["seconds"]} for d in data})

@@ -3,8 +3,9 @@
 xgrammar silently ignores many keywords (``not``, ``if``, ``dependentRequired``, ``contains``,
 type-specific keywords without ``type``, ...). A grammar that ignores a keyword accepts instances the
 schema forbids, so :mod:`.rewrites` either rewrites a keyword exactly into what xgrammar enforces or
-raises :class:`Refuse`, which becomes ``GrammarCompileError(keyword=, pointer=)``. The vocabulary is an
-allow-list: an unknown keyword is refused.
+raises :class:`Refuse`, which becomes ``GrammarCompileError(keyword=, pointer=)``. Which keywords
+validate (and so must be enforced or refused) is decided per draft in :mod:`.drafts`; every other
+keyword is an annotation and ignored, as validators do.
 """
 
 from __future__ import annotations
@@ -12,44 +13,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-ANNOTATIONS = {"$schema", "$comment", "title", "description", "default", "examples", "deprecated",
-               "readOnly", "writeOnly", "contentMediaType", "contentEncoding", "contentSchema", "$defs",
-               "definitions", "$id", "$anchor", "$dynamicAnchor"}
-# formats whose xgrammar grammar accepts exactly the RFC format (measured on the suite's optional
-# format tests: 0 false positives); every other format is refused.
-ENFORCED_FORMATS = {"email", "uuid", "ipv4", "uri"}
-# formats typedlm checks with its own whole-match regex (exact for the RFC grammar; checked against
-# the suite's optional format tests)
-_LEAP = r"([0-9]{2}(0[48]|[2468][048]|[13579][26])|(0[48]|[2468][048]|[13579][26])00|0000)"
-_D = "[0-9]+"
-_DUR_TIME = f"T({_D}H({_D}M({_D}S)?)?|{_D}M({_D}S)?|{_D}S)"
-_DUR_DATE = f"({_D}D|{_D}M({_D}D)?|{_D}Y({_D}M({_D}D)?)?)({_DUR_TIME})?"
-_POINTER = r"(/([^~/]|~[01])*)*"
-_H16 = "[0-9a-fA-F]{1,4}"
-_V4 = r"((25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
-
-
-def _ipv6() -> str:
-    """RFC 4291 text forms: 8 groups, or a '::' with at most 7 groups around it, optionally ending
-    in a dotted IPv4 address that stands for the last two groups."""
-    alts = [f"({_H16}:){{7}}{_H16}", f"({_H16}:){{6}}{_V4}"]
-    for a in range(8):
-        left = "" if a == 0 else f"({_H16}:){{{a - 1}}}{_H16}"
-        right = f"({_H16}(:{_H16}){{0,{6 - a}}})?" if a <= 6 else ""
-        alts.append(f"{left}::{right}")
-        if a <= 5:
-            alts.append(f"{left}::({_H16}:){{0,{5 - a}}}{_V4}")
-    return "(" + "|".join(alts) + ")"
-
-
-FORMAT_PATTERNS = {
-    "ipv6": _ipv6(),
-    "date": (r"([0-9]{4}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)"
-             r"|02-(0[1-9]|1[0-9]|2[0-8]))|" + _LEAP + r"-02-29)"),
-    "json-pointer": _POINTER,
-    "duration": f"P({_DUR_DATE}|{_DUR_TIME}|{_D}W)",  # RFC 3339 appendix A
-    "relative-json-pointer": r"(0|[1-9][0-9]*)(#|" + _POINTER + ")",
-}
 TYPES = ("null", "boolean", "number", "string", "array", "object")  # integer is a kind of number
 JSON_TYPES = set(TYPES) | {"integer"}
 

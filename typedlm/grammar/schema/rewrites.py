@@ -41,22 +41,20 @@ from fractions import Fraction
 import jsonschema
 import referencing
 import referencing.exceptions
-from referencing.jsonschema import DRAFT202012
 
 from ...errors import EmptySchemaError, GrammarCompileError
-from .refusal import ANNOTATIONS, ENFORCED_FORMATS, FORMAT_PATTERNS, JSON_TYPES, TYPES, Refusal, Refuse, ptr, rewrite_pattern
+from .drafts import DEFAULT, draft_of, translate
+from .formats import LENGTHS as FORMAT_LENGTHS, NOT_EXACT, PATTERNS as FORMAT_PATTERNS, XGRAMMAR, known
+from .refusal import JSON_TYPES, TYPES, Refusal, Refuse, ptr, rewrite_pattern
 
 MAX_BRANCHES = 64  # a rewrite that needs more alternatives than this is refused (size, compile time)
 MAX_ENUM = 256
 INTERNAL = "the schema could not be analysed (a typedlm bug; please report it)"  # the most arrays uniqueItems may enumerate
 NOTHING = {"anyOf": []}  # xgrammar: accepts no value (as a property: the key must be absent)
-APPLICATORS = ("allOf", "anyOf", "oneOf", "not", "if", "$ref", "dependentSchemas")
-KNOWN = {"type", "enum", "const", "allOf", "anyOf", "oneOf", "not", "if", "then", "else", "$ref",
-         "properties", "patternProperties", "additionalProperties", "required", "minProperties",
-         "maxProperties", "propertyNames", "dependentRequired", "dependentSchemas", "items", "prefixItems",
-         "minItems", "maxItems", "uniqueItems", "contains", "minContains", "maxContains", "unevaluatedItems",
-         "unevaluatedProperties", "minLength", "maxLength", "pattern", "format", "minimum", "maximum",
-         "exclusiveMinimum", "exclusiveMaximum", "multipleOf"} | ANNOTATIONS
+APPLICATORS = ("allOf", "anyOf", "oneOf", "not", "if", "$ref", "$dynamicRef", "$recursiveRef", "dependentSchemas")
+# validating keywords (2020-12 form, see drafts.translate) the normalizer handles; any other
+# validating keyword is refused by name, and annotations never reach it
+HANDLED = DEFAULT.validating | {"$recursiveRef"}
 
 
 def _any() -> list[dict]:
@@ -103,15 +101,19 @@ class Normalizer:
     def __init__(self, root, registry: referencing.Registry | None = None, deadline: float | None = None):
         self.root = root
         self.deadline = deadline
-        base = root.get("$id", "") if isinstance(root, dict) and isinstance(root.get("$id"), str) else ""
+        self.draft = draft_of(root)
         try:
-            resource = referencing.Resource.from_contents(root, default_specification=DRAFT202012)
+            resource = referencing.Resource.from_contents(root, default_specification=self.draft.spec)
+            base = resource.id() or ""
             self.registry = (registry or referencing.Registry()).with_resource(base, resource).crawl()
         except Exception as e:
             raise Refuse("$id", "", f"the schema's identifiers are invalid: {e}") from e
         self.res = self.registry.resolver(base_uri=base)
-        self.validator = jsonschema.Draft202012Validator(root, registry=self.registry,
-                                                         format_checker=jsonschema.FormatChecker())
+        self.root_res = self.res
+        # the draft's validator judges the user's schema objects; the 2020-12 one judges core forms
+        self.validators = {}
+        self.core_validator = jsonschema.Draft202012Validator(
+            {}, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
         self.memo: dict[int, list] = {}  # $ref target (by identity) -> branches
         self.active: set[int] = set()
         self.cyclic: set[int] = set()
@@ -137,20 +139,27 @@ class Normalizer:
     def def_name(self, key: int) -> str:
         return self.names.setdefault(key, f"typedlm_{len(self.names)}")
 
-    def valid(self, value, schema, p) -> bool:
+    def valid(self, value, schema, p, core=False) -> bool:
+        """Whether jsonschema accepts ``value`` under a schema object of the user's (its draft, the
+        current base URI) or, with ``core``, under an emitted core-form schema (2020-12)."""
         try:
-            return self.validator.evolve(schema=schema, _resolver=self.res).is_valid(value)
+            if core:
+                return self.core_validator.evolve(schema=schema).is_valid(value)
+            v = self.validators.get(self.draft.name)
+            if v is None:
+                v = self.validators[self.draft.name] = self.draft.validator(
+                    {}, registry=self.registry, format_checker=self.draft.validator.FORMAT_CHECKER)
+            return v.evolve(schema=schema, _resolver=self.res).is_valid(value)
         except Exception as e:  # unresolvable $ref, bad regex, ...
             raise Refuse("$ref" if "ref" in type(e).__name__.lower() else "(schema)", p,
                          f"cannot evaluate the schema here: {type(e).__name__}") from e
 
     # ------------------------------------------------------------ schema -> branches
     def norm(self, s, p) -> list:
-        if isinstance(s, dict) and "$id" in s and p != "":
+        if isinstance(s, dict) and p != "" and self.draft.spec.id_of(s) is not None:
             old = self.res
             try:
-                self.res = self.res.in_subresource(referencing.Resource.from_contents(
-                    s, default_specification=DRAFT202012))
+                self.res = self.res.in_subresource(self.draft.spec.create_resource(s))
                 return self._norm(s, p)
             finally:
                 self.res = old
@@ -164,12 +173,13 @@ class Normalizer:
             return []
         if not isinstance(s, dict):
             raise Refuse("(schema)", p, f"a subschema must be an object or boolean, got {type(s).__name__}")
+        raw, s = s, translate(s, self.draft)
         for kw in s:
-            if kw not in KNOWN:
-                raise Refuse(kw, ptr(p, kw), "unknown keyword (or one the grammar cannot enforce)")
+            if kw not in HANDLED:
+                raise Refuse(kw, ptr(p, s.written(kw)), f"'{kw}' is not enforced by the grammar")
         values = self.enum_values(s, p)
         if values is not None:
-            kept = [v for v in values if self.valid(v, s, p)]
+            kept = [v for v in values if self.valid(v, raw, p)]
             return [{"enum": kept}] if kept else []
         d = self.applicators(self.typed(s, p), s, p)
         if any(k in s for k in APPLICATORS):
@@ -237,24 +247,59 @@ class Normalizer:
             return s["enum"]
         for part in s.get("allOf", []) if isinstance(s.get("allOf"), list) else []:
             seen = 0
-            while isinstance(part, dict) and set(part) - ANNOTATIONS == {"$ref"} and seen < 16:
+            part = translate(part, self.draft) if isinstance(part, dict) else part
+            while isinstance(part, dict) and set(part) == {"$ref"} and seen < 16:
                 part, seen = self.lookup(part["$ref"], ptr(p, "allOf")).contents, seen + 1
+                part = translate(part, self.draft) if isinstance(part, dict) else part
             if isinstance(part, dict) and ("enum" in part or "const" in part):
                 return self.enum_values(part, p)
         return None
 
-    def lookup(self, ref, p):
+    def lookup(self, ref, p, kw="$ref"):
         """Resolve ``ref`` (found at pointer ``p``) against the current base URI."""
         if not isinstance(ref, str):
-            raise Refuse("$ref", p, "$ref must be a string")
+            raise Refuse(kw, p, f"{kw} must be a string")
         try:
             return self.res.lookup(ref)
         except referencing.exceptions.Unresolvable as e:
-            raise Refuse("$ref", p,
+            raise Refuse(kw, p,
                          f"reference {ref!r} does not resolve (remote references are never fetched)") from e
 
-    def ref(self, ref, p) -> list:
-        resolved = self.lookup(ref, p)
+    def dynamic(self, kw, ref, p):
+        """``$dynamicRef`` (2020-12) / ``$recursiveRef`` (2019-09) resolved statically where that is
+        exact: the initial target has no dynamic anchor (a plain ``$ref``); or the root resource (with
+        an id), the outermost of every dynamic scope, defines the anchor (it wins); or only one resource in the
+        schema and the registry defines it (the initial target, whatever the scope). Else refused."""
+        resolved = self.lookup(ref, p, kw)
+        node = resolved.contents
+        if kw == "$dynamicRef":
+            name = ref.rpartition("#")[2] if "#" in ref else None
+            anchored = bool(name) and "/" not in name and isinstance(node, dict) and node.get("$dynamicAnchor") == name
+            hit = (lambda x: x.get("$dynamicAnchor") == name)
+            at_root = "#" + (name or "")
+        else:
+            anchored = isinstance(node, dict) and node.get("$recursiveAnchor") is True
+            hit = (lambda x: x.get("$recursiveAnchor") is True)
+            at_root = "#"
+        if not anchored:
+            return resolved
+        try:
+            root = self.root_res.lookup(at_root)
+        except referencing.exceptions.Unresolvable:
+            root = None
+        # measured: jsonschema leaves a root without an id out of the dynamic scope, so the root rule
+        # needs one (else the count below decides)
+        if root is not None and isinstance(root.contents, dict) and hit(root.contents) \
+                and self.draft.spec.id_of(self.root) and _owner(self.root, root.contents, self.draft):
+            return root
+        docs = [self.root] + [self.registry[u].contents for u in self.registry if self.registry[u].contents
+                              is not self.root]
+        if sum(_count_nodes(doc, hit) for doc in docs) == 1:
+            return resolved
+        raise Refuse(kw, p, "the target depends on the dynamic scope (several resources define the anchor)")
+
+    def ref(self, ref, p, resolved=None) -> list:
+        resolved = resolved or self.lookup(ref, p)
         node, key = resolved.contents, id(resolved.contents)
         if key in self.memo:
             return self.memo[key]
@@ -264,10 +309,11 @@ class Normalizer:
         self.active.add(key)
         self._keep = getattr(self, "_keep", []) + [node]
         old, self.res = self.res, resolved.resolver
+        old_draft, self.draft = self.draft, draft_of(node, self.draft)  # a resource may name its own
         try:
             d = self.norm(node, p)
         finally:
-            self.res = old
+            self.res, self.draft = old, old_draft
             self.active.discard(key)
         self.memo[key] = d
         return d
@@ -299,7 +345,7 @@ class Normalizer:
                                ("maximum", "hi", False), ("exclusiveMaximum", "hi", True)):
             if kw in s:
                 if not _is_num(s[kw]):
-                    raise Refuse(kw, ptr(p, kw), f"{kw} must be a number")
+                    raise Refuse(kw, _at(s, p, kw), f"{kw} must be a number")
                 b = _bound(b, side, (s[kw], excl))
         if "multipleOf" in s:
             m = s["multipleOf"]
@@ -324,28 +370,37 @@ class Normalizer:
                 raise Refuse("pattern", ptr(p, "pattern"),
                              "pattern uses anchors, lookaround or escapes that cannot be enforced exactly")
             b["pattern"] = rw
-        if "format" in s and not isinstance(s["format"], str):
+        f = s.get("format")
+        if "format" in s and not isinstance(f, str):
             raise Refuse("format", ptr(p, "format"), "format must be a string")
-        if "format" in s and s["format"] in FORMAT_PATTERNS:
+        if f is None or not known(f, self.draft):
+            pass  # an unknown format is an annotation: the validator ignores it
+        elif f in FORMAT_PATTERNS:
             if "pattern" in b:
                 raise Refuse("format", ptr(p, "format"), "format beside pattern is not enforced by the grammar")
-            b["pattern"] = FORMAT_PATTERNS[s["format"]]
-        elif "format" in s:
-            if s["format"] not in ENFORCED_FORMATS:
-                raise Refuse("format", ptr(p, "format"), f"format {s['format']!r} is not checked exactly")
-            b["format"] = s["format"]
+            b["pattern"] = FORMAT_PATTERNS[f]
+        elif f in XGRAMMAR:
+            b["format"] = f
+        else:
+            raise Refuse("format", ptr(p, "format"), f"format {f!r} {NOT_EXACT}")
+        if f is not None and f in FORMAT_LENGTHS and ("pattern" in b or "format" in b):
+            lo, hi = FORMAT_LENGTHS[f]
+            if b.get("minLength", 0) <= lo:  # implied by the format: Pydantic's AnyUrl has minLength 1
+                b.pop("minLength", None)
+            if hi is not None and b.get("maxLength", math.inf) >= hi:
+                b.pop("maxLength", None)
         return _check_string(b)
 
     def b_array(self, s, p):
         b = {"type": "array", "@": p}
         if "prefixItems" in s:
             if not isinstance(s["prefixItems"], list):
-                raise Refuse("prefixItems", ptr(p, "prefixItems"), "prefixItems must be an array")
-            b["prefixItems"] = [self.norm(x, ptr(p, "prefixItems", i)) for i, x in enumerate(s["prefixItems"])]
+                raise Refuse("prefixItems", _at(s, p, "prefixItems"), "prefixItems must be an array")
+            b["prefixItems"] = [self.norm(x, _at(s, p, "prefixItems", i)) for i, x in enumerate(s["prefixItems"])]
         b["evi"] = len(b.get("prefixItems", []))
         alone = not any(k in s for k in APPLICATORS)  # else unevaluated_items() applies it afterwards
         if "items" in s:
-            b["items"], b["evi"] = self.norm(s["items"], ptr(p, "items")), True
+            b["items"], b["evi"] = self.norm(s["items"], _at(s, p, "items")), True
         elif "unevaluatedItems" in s and "contains" in s:
             raise Refuse("unevaluatedItems", ptr(p, "unevaluatedItems"), "unevaluatedItems beside contains")
         elif "unevaluatedItems" in s and alone:
@@ -465,6 +520,10 @@ class Normalizer:
     def applicators(self, d, s, p) -> list:
         if "$ref" in s:
             d = self.intersect(d, self.ref(s["$ref"], ptr(p, "$ref")), p, "$ref")
+        for kw in ("$dynamicRef", "$recursiveRef"):
+            if kw in s:
+                target = self.dynamic(kw, s[kw], ptr(p, kw))
+                d = self.intersect(d, self.ref(s[kw], ptr(p, kw), target), p, kw)
         for kw in ("allOf", "anyOf", "oneOf"):
             if kw in s and (not isinstance(s[kw], list) or not s[kw]):
                 raise Refuse(kw, ptr(p, kw), "must be a non-empty array of schemas")
@@ -492,9 +551,9 @@ class Normalizer:
         for kw in ("dependentRequired", "dependentSchemas"):
             deps = s.get(kw, {})
             if not isinstance(deps, dict):
-                raise Refuse(kw, ptr(p, kw), f"{kw} must be an object")
+                raise Refuse(kw, _at(s, p, kw), f"{kw} must be an object")
             for key, dep in deps.items():
-                q = ptr(p, kw, key)
+                q = _at(s, p, kw, key)
                 if kw == "dependentRequired":
                     dep = {"required": dep}
                 need = self.intersect([{"type": "object", "@": q, "properties": {key: _any()}, "required": [key]}],
@@ -559,8 +618,8 @@ class Normalizer:
             if "enum" in other:
                 kept = [v for v in e["enum"] if any(_same(v, w) for w in other["enum"])]
             else:
-                probe = self.emit_standalone([other])
-                kept = [v for v in e["enum"] if self.valid(v, probe, p)]
+                probe = _whole_match(self.emit_standalone([other]))
+                kept = [v for v in e["enum"] if self.valid(v, probe, p, core=True)]
             return [{"enum": kept}] if kept else []
         ta, tb = a["type"], b["type"]
         if ta != tb and {ta, tb} != {"number", "integer"}:
@@ -744,6 +803,19 @@ class Normalizer:
                                              if c in self.memo}}
         return out
 
+    def bounded_multiples(self, b):
+        """Integer ``multipleOf`` between bounds (measured: xgrammar accepts -4 for multipleOf 3,
+        minimum -10): the enum of the multiples, when both bounds are given and there are few."""
+        m = b["multipleOf"]
+        if "lo" not in b or "hi" not in b:
+            raise Refuse("multipleOf", b.get("@", ""), "multipleOf beside only one bound is not enforced")
+        first, last = -(-b["lo"][0] // m) * m, b["hi"][0] // m * m  # bounds are whole and inclusive here
+        if (last - first) // m + 1 > MAX_ENUM:
+            raise Refuse("multipleOf", b.get("@", ""),
+                         f"multipleOf between bounds is enforced as an enum of at most {MAX_ENUM} values")
+        values = list(range(first, last + 1, m))
+        return {"enum": values} if values else dict(NOTHING)
+
     def emit_branch(self, b):
         if "$ref" in b:
             return {"$ref": "#/$defs/" + self.def_name(b["$ref"])}
@@ -752,7 +824,7 @@ class Normalizer:
         t, out = b["type"], {"type": b["type"]}
         if t in ("number", "integer"):
             if "multipleOf" in b and ("lo" in b or "hi" in b):
-                raise Refuse("multipleOf", b.get("@", ""), "multipleOf beside minimum/maximum is not enforced")
+                return self.bounded_multiples(b)
             for side, (inc, exc) in (("lo", ("minimum", "exclusiveMinimum")), ("hi", ("maximum", "exclusiveMaximum"))):
                 if side in b:
                     v, excl = b[side]
@@ -810,6 +882,57 @@ class Normalizer:
 
 
 # ---------------------------------------------------------------- helpers
+
+def _whole_match(core):
+    """A core-form schema for jsonschema: its patterns match whole strings (as in xgrammar), where
+    jsonschema searches. Without this a probe's ``(...){0,1}`` matched every string."""
+    if isinstance(core, list):
+        return [_whole_match(x) for x in core]
+    if not isinstance(core, dict):
+        return core
+    out = {}
+    for k, v in core.items():
+        if k == "pattern":
+            out[k] = f"^(?:{v})\\Z"
+        elif k == "patternProperties":
+            out[k] = {f"^(?:{pat})\\Z": _whole_match(x) for pat, x in v.items()}
+        elif k in ("properties", "$defs"):
+            out[k] = {name: _whole_match(x) for name, x in v.items()}
+        elif k in ("anyOf", "allOf", "prefixItems", "items", "additionalProperties"):
+            out[k] = _whole_match(v)
+        else:
+            out[k] = v
+    return out
+
+
+def _count_nodes(doc, hit) -> int:
+    """How many schema objects in ``doc`` (any depth) satisfy ``hit``."""
+    if isinstance(doc, dict):
+        return int(hit(doc)) + sum(_count_nodes(v, hit) for v in doc.values())
+    if isinstance(doc, list):
+        return sum(_count_nodes(v, hit) for v in doc)
+    return 0
+
+
+def _owner(root, node, draft) -> bool:
+    """Whether ``node`` belongs to the root resource (no subresource with its own id on the way)."""
+    def walk(x, inside_root):
+        if x is node:
+            return inside_root
+        if isinstance(x, dict):
+            here = inside_root and (x is root or draft.spec.id_of(x) is None)
+            return any(walk(v, here) for v in x.values())
+        if isinstance(x, list):
+            return any(walk(v, inside_root) for v in x)
+        return False
+
+    return walk(root, True)
+
+
+def _at(s, p, kw, *rest) -> str:
+    """The pointer of keyword ``kw`` of translated schema object ``s`` as the user wrote it."""
+    return ptr(p, s.written(kw) if hasattr(s, "written") else kw, *rest)
+
 
 def _regex_safe(text: str) -> bool:
     """Characters a JSON string holds unescaped and a regex can name as \\uXXXX."""

@@ -1,0 +1,152 @@
+"""Formats as regular languages, through the real compiled grammar, against jsonschema's checker.
+
+hypothesis draws a well-formed seed (or a generated date/time/address) and applies up to three edits
+(replace, insert, delete) from the format's alphabet: near misses. For the exact formats the grammar
+accepts a string iff the draft 2020-12 format checker does; for the others every accepted string is
+accepted by the checker (stricter, never looser). See typedlm/grammar/schema/formats.py.
+"""
+
+import datetime
+import json
+
+import jsonschema
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from typedlm.grammar.schema import prepare_schema
+from typedlm.grammar.schema.formats import LENGTHS, PATTERNS, XGRAMMAR
+from typedlm.grammar.spec import make_constraint
+
+CHECKER = jsonschema.Draft202012Validator.FORMAT_CHECKER
+SETTINGS = settings(max_examples=300, deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+ALPHABET = {
+    "date": "0123456789-", "time": "0123456789:.+-Zz", "date-time": "0123456789:.+-ZzTt",
+    "duration": "PYMWDTHS0123456789.", "ipv4": "0123456789.", "ipv6": "0123456789abcdefABCDEF:.",
+    "json-pointer": "/~01a", "relative-json-pointer": "/~01a#",
+    "uuid": "0123456789abcdefABCDEF-", "email": "ab@.-_+", "uri": "ab:/?#[]@%._~-09", "uri-reference": "ab:/?#[]@%._~-09 ",
+}
+SEEDS = {
+    "date": st.one_of(st.dates().map(datetime.date.isoformat),
+                      st.sampled_from(["2024-02-29", "2100-02-29", "2000-02-29", "0001-01-01", "1999-04-31"])),
+    "time": st.one_of(st.times().map(lambda t: t.isoformat() + "Z"),
+                      st.sampled_from(["23:59:59+23:59", "12:30:45.123-05:00", "08:00:00z"])),
+    "date-time": st.one_of(st.datetimes().map(lambda d: d.isoformat() + "+01:00"),
+                           st.sampled_from(["1985-04-12T23:20:50.52Z", "2000-01-01t00:00:00z"])),
+    "duration": st.sampled_from(["P1D", "PT1H", "P1Y2M3DT4H5M6S", "P4W", "PT0S", "P1M", "PT1M2S"]),
+    "ipv4": st.one_of(st.ip_addresses(v=4).map(str), st.sampled_from(["0.0.0.0", "255.255.255.255"])),
+    "ipv6": st.one_of(st.ip_addresses(v=6).map(str), st.ip_addresses(v=6).map(lambda a: a.exploded),
+                      st.sampled_from(["::", "::ffff:1.2.3.4", "1::2:3:4:5:6:7"])),
+    "json-pointer": st.sampled_from(["", "/a~0/b", "/~1", "/0/a"]),
+    "relative-json-pointer": st.sampled_from(["0", "1/a", "2#", "10/~0"]),
+    "uuid": st.uuids().map(str),
+    "email": st.sampled_from(["a@b.co", "joe.bloggs@example.com", "a+b@c.org"]),
+    "uri": st.sampled_from(["http://a.b/c?d#e", "urn:isbn:0451450523", "mailto:a@b.co", "ftp://x:1/y",
+                            "http://[::1]:80/", "http://[v1.x]/", "http://[::ffff:1.2.3.4]/"]),
+    "uri-reference": st.sampled_from(["http://a.b/c?d#e", "//x/y", "#f", "../a?b", "a:b", "", "/p%20q"]),
+}
+EXACT = set(PATTERNS) - {"duration"}
+CHECKER_BUGS = {  # the checker accepts, the suite (and RFC 3339) does not: Python's '$' before a final '\n'
+    "date-time": lambda s: s.endswith("\n"), "time": lambda s: s.endswith("\n"),
+    "uri": lambda s: s.endswith("\n") or _zero_in_literal(s),
+    "uri-reference": lambda s: s.endswith("\n") or _zero_in_literal(s),
+}
+
+
+def _zero_in_literal(s):
+    """A leading zero in an IPv4 part of an IPv6 literal ('[::1.02.3.4]'): rfc3986-validator accepts
+    it, the suite and RFC 3986 do not."""
+    import re
+
+    return any(re.search(r"(^|[.:])0[0-9]", part) for part in re.findall(r"\[([^\]]*)\]", s))
+
+
+def _mutated(fmt):
+    edit = st.tuples(st.sampled_from("rid"), st.integers(0, 40), st.sampled_from(ALPHABET[fmt]))
+
+    def apply(seed, edits):
+        s = list(seed)
+        for op, i, c in edits:
+            i = min(i, len(s))
+            if op == "r" and s:
+                s[min(i, len(s) - 1)] = c
+            elif op == "i":
+                s.insert(i, c)
+            elif s:
+                del s[min(i, len(s) - 1)]
+        return "".join(s)
+
+    return st.builds(apply, SEEDS[fmt], st.lists(edit, max_size=3))
+
+
+@pytest.fixture(scope="module")
+def grammars():
+    from typedlm.bench.jsonschema_suite import default_grammars
+
+    return default_grammars()
+
+
+_COMPILED = {}
+
+
+def _accepts(grammars, fmt, text):
+    from typedlm.bench.jsonschema_suite import accepts
+
+    if fmt not in _COMPILED:
+        _COMPILED[fmt] = grammars.compile(make_constraint(json_schema={"type": "string", "format": fmt},
+                                                          strict=False, any_whitespace=False))[0]
+    return accepts(_COMPILED[fmt], json.dumps(text, ensure_ascii=False))
+
+
+@pytest.mark.parametrize("fmt", sorted(EXACT | XGRAMMAR | {"duration"}))
+def test_format_grammar_agrees_with_the_checker(grammars, fmt):
+    @SETTINGS
+    @given(text=_mutated(fmt))
+    def check(text):
+        ok = CHECKER.conforms(text, fmt)
+        got = _accepts(grammars, fmt, text)
+        if got:
+            assert ok, f"grammar accepts {text!r}, the {fmt} checker does not"
+            lo, hi = LENGTHS.get(fmt, (0, None))
+            assert lo <= len(text) and (hi is None or len(text) <= hi), (fmt, text)
+        elif fmt in EXACT and not CHECKER_BUGS.get(fmt, lambda s: False)(text):
+            assert not ok, f"the {fmt} checker accepts {text!r}, the grammar does not"
+
+    check()
+
+
+def test_every_pattern_avoids_the_optional_group_quirk():
+    for name, rx in PATTERNS.items():
+        assert ")?" not in rx, name
+
+
+@pytest.mark.parametrize("fmt,text,valid", [
+    ("date", "2024-02-29", True), ("date", "2023-02-29", False), ("date", "0000-01-01", False),
+    ("date", "2100-02-29", False), ("date", "2000-02-29", True),
+    ("time", "23:59:59.5+05:30", True), ("time", "24:00:00Z", False), ("time", "12:00:00", False),
+    ("date-time", "2024-02-29t23:59:59z", True), ("date-time", "2023-02-29T00:00:00Z", False),
+    ("duration", "P1Y2M3DT4H5M6S", True), ("duration", "P1Y2M3DT4H5M6", False),  # the '(..)?' quirk
+    ("ipv4", "192.168.0.1", True), ("ipv4", "09.0.0.0", False),  # xgrammar's own ipv4 accepted "09"
+    ("uri", "htt0://a", True),  # xgrammar's own uri rejected digits in the scheme
+    ("uri-reference", "../a?b#c", True), ("uri-reference", "a b", False),
+])
+def test_format_examples(grammars, fmt, text, valid):
+    assert CHECKER.conforms(text, fmt) == valid
+    assert _accepts(grammars, fmt, text) == valid
+
+
+def test_unknown_formats_are_annotations_and_undecidable_ones_are_refused():
+    from typedlm.errors import GrammarCompileError
+
+    assert prepare_schema({"type": "string", "format": "binary"}) == {"type": "string"}  # Pydantic's bytes
+    with pytest.raises(GrammarCompileError, match="format 'hostname' is not checked exactly"):
+        prepare_schema({"type": "string", "format": "hostname"})
+    # a length the format implies is dropped; one it does not imply is refused
+    assert prepare_schema({"type": "string", "format": "uri", "minLength": 1}) == \
+        prepare_schema({"type": "string", "format": "uri"})
+    with pytest.raises(GrammarCompileError, match="maxLength"):
+        prepare_schema({"type": "string", "format": "uri", "maxLength": 2083})  # Pydantic's HttpUrl
+    # draft 4 knows no 'date' format: an annotation there
+    assert prepare_schema({"$schema": "http://json-schema.org/draft-04/schema#", "format": "date"}) == {}

@@ -1,0 +1,99 @@
+"""``format`` as an exact regular language, checked against jsonschema's format checker.
+
+A format is *known* when the draft's jsonschema ``FORMAT_CHECKER`` decides it (its optional
+dependencies are runtime dependencies: ``jsonschema[format-nongpl]``); an unknown format (Pydantic's
+``binary``, ``password``, ...) is an annotation, ignored as the validator ignores it. A known format
+is enforced by a whole-match regex (:data:`PATTERNS`), or by xgrammar's own format grammar
+(:data:`XGRAMMAR`), or refused (``hostname``: a 253-character limit over 63-character labels is
+regular but far too large; ``idn-*``, ``iri*``, ``uri-template``, ``regex``: not regular or not decided
+exactly).
+
+Exactness (``tests/test_formats.py``, hypothesis through the compiled grammar, generated strings and
+near misses): ``date``, ``time``, ``date-time``, ``ipv4``, ``ipv6``, ``json-pointer``,
+``relative-json-pointer``, ``uri``, ``uri-reference`` (rfc3986-validator's own regexes, converted):
+the grammar accepts a string iff the checker does, except the checker accepting a trailing newline
+(Python's ``$``) on ``date-time``/``time``/``uri*`` and leading zeros in an IPv4 part inside an IPv6
+literal of a ``uri*``, which the suite calls invalid.
+``duration`` (RFC 3339 appendix A), ``email``, ``uuid`` (xgrammar's grammars): every accepted string
+is accepted by the checker (and the suite), but the checker also takes some the grammar does not
+(isoduration's fractions and signs, an ``@`` anywhere, UUIDs with extra dashes): stricter, never
+looser.
+
+Every pattern is written with ``{0,1}`` instead of ``(...)?``: measured, xgrammar 0.2.9 compiles
+``(ab+)?`` as if ``a?b*`` (the duration pattern accepted ``P1Y2M3DT4H5M6``).
+"""
+
+from __future__ import annotations
+
+import re
+
+import rfc3986_validator
+
+_YEAR = "([0-9]{3}[1-9]|[0-9]{2}[1-9][0-9]|[0-9][1-9][0-9]{2}|[1-9][0-9]{3})"  # Python's date: no year 0
+_LEAP = "([0-9]{2}(0[48]|[2468][048]|[13579][26])|(0[48]|[2468][048]|[13579][26])00)"  # minus 0000
+_DATE = (f"({_YEAR}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)"
+         f"|02-(0[1-9]|1[0-9]|2[0-8]))|{_LEAP}-02-29)")
+# rfc3339-validator (what jsonschema's date-time and time use), after jsonschema upper-cases the text:
+# no leap second, hours 00-23, offsets up to 23:59
+_TIME = "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]+){0,1}([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"
+_D = "[0-9]+"
+_DUR_TIME = f"T({_D}H({_D}M({_D}S){{0,1}}){{0,1}}|{_D}M({_D}S){{0,1}}|{_D}S)"
+_DUR_DATE = f"({_D}D|{_D}M({_D}D){{0,1}}|{_D}Y({_D}M({_D}D){{0,1}}){{0,1}})({_DUR_TIME}){{0,1}}"
+_POINTER = "(/([^~/]|~[01])*)*"
+_H16 = "[0-9a-fA-F]{1,4}"
+_OCTET = "(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9][0-9]|[0-9])"
+_V4 = f"({_OCTET}\\.){{3}}{_OCTET}"
+
+
+def _ipv6() -> str:
+    """RFC 4291 text forms: 8 groups, or a '::' with at most 7 groups around it, optionally ending
+    in a dotted IPv4 address that stands for the last two groups."""
+    alts = [f"({_H16}:){{7}}{_H16}", f"({_H16}:){{6}}{_V4}"]
+    for a in range(8):
+        left = "" if a == 0 else f"({_H16}:){{{a - 1}}}{_H16}"
+        right = f"({_H16}(:{_H16}){{0,{6 - a}}}){{0,1}}" if a <= 6 else ""
+        alts.append(f"{left}::{right}")
+        if a <= 5:
+            alts.append(f"{left}::({_H16}:){{0,{5 - a}}}{_V4}")
+    return "(" + "|".join(alts) + ")"
+
+
+def _from_verbose(rx: str) -> str:
+    """A ``re.VERBOSE`` regex of rfc3986-validator (what jsonschema's uri checkers run) in xgrammar's
+    syntax: comments and blanks dropped, ``{,n}`` -> ``{0,n}``, ``(...)?`` -> ``(...){0,1}``."""
+    rx = re.sub(r"(?<!\\)#[^\n]*", "", rx)
+    return re.sub(r"\s+", "", rx).replace("{,", "{0,").replace(")?", "){0,1}").replace("\\#", "#")
+
+
+def _rfc3986(rx: str) -> str:
+    """rfc3986-validator's regex with its IPv6 literal replaced by :func:`_ipv6` (the validator allows
+    leading zeros in an embedded IPv4 part, which the suite and RFC 3986 call invalid)."""
+    head, *rest = rx.split(rfc3986_validator.IPv6_RE)
+    return _ipv6().join([_from_verbose(head)] + [_from_verbose(r) for r in rest])
+
+_URI = _rfc3986(rfc3986_validator.URI_RE)
+
+PATTERNS = {
+    "date": _DATE,
+    "time": _TIME,
+    "date-time": f"{_DATE}[Tt]{_TIME}",
+    "duration": f"P({_DUR_DATE}|{_DUR_TIME}|{_D}W)",  # RFC 3339 appendix A
+    "ipv4": _V4,
+    "ipv6": _ipv6(),
+    "json-pointer": _POINTER,
+    "relative-json-pointer": f"(0|[1-9][0-9]*)(#|{_POINTER})",
+    "uri": _URI,
+    "uri-reference": f"({_URI}|{_rfc3986(rfc3986_validator.RELATIVE_REF_RE)})",
+}
+# the shortest and longest string of each format (None: unbounded); a minLength/maxLength that these
+# already imply is dropped beside the format (tests/test_formats.py checks every accepted string)
+LENGTHS = {"date": (10, 10), "time": (9, None), "date-time": (20, None), "duration": (3, None),
+           "ipv4": (7, 15), "ipv6": (2, 45), "uuid": (36, 36), "uri": (2, None), "email": (3, None),
+           "uri-reference": (0, None)}
+XGRAMMAR = {"email", "uuid"}  # xgrammar's own format grammars: accepted => checker accepts
+NOT_EXACT = "is not checked exactly by the grammar"
+
+
+def known(name: str, draft) -> bool:
+    """Whether the draft's jsonschema format checker decides ``name`` (else: an annotation)."""
+    return name in draft.validator.FORMAT_CHECKER.checkers
