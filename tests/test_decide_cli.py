@@ -56,6 +56,26 @@ def test_decide_bad_input_exits_2(args, needle, schema_file, tmp_path):
     assert err.startswith("error: ") and needle in err and "\n" not in err
 
 
+def test_decide_input_file_jsonl(tiny_dir, schema_file, tmp_path):
+    inp = tmp_path / "in.jsonl"
+    inp.write_text('"Buy cheap watches!!!"\n\n{"id": "t2", "context": "Thank you for the help."}\n"Calm down."\n')
+    out = tmp_path / "out.jsonl"
+    r = run("decide", "--schema", schema_file, "--input", str(inp), "--output", str(out), "--model", tiny_dir)
+    assert r.exit_code == 0, r.output
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [x["id"] for x in lines] == [1, "t2", 4]
+    single = json.loads(run("decide", "--schema", schema_file, "--context", "Thank you for the help.",
+                            "--model", tiny_dir, "--json").stdout)
+    assert lines[1]["value"] == single["value"] and set(lines[1]) == {"id", *single}
+    for bad, needle in (('{"text": "x"}\n', "needs 'context'"), ('"  "\n', "empty"), ("{oops\n", "not valid JSON"),
+                        ("\n", "no contexts")):
+        inp.write_text(bad)
+        r = run("decide", "--schema", schema_file, "--input", str(inp), "--model", tiny_dir)
+        assert r.exit_code == 2 and needle in r.stderr, r.output
+    r = run("decide", "--schema", schema_file, "--input", str(inp), "--context", "x")
+    assert r.exit_code == 2 and "only one of --input" in r.stderr
+
+
 def test_validate(schema_file, tmp_path):
     r = run("validate", schema_file, "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["valid"] is True

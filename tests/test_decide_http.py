@@ -54,7 +54,25 @@ def test_decide_route(base):
     assert set(out["fields"]["tags"]["probabilities"]) == {"ads", "link"}
 
 
+def test_decide_route_takes_a_list_of_contexts(base):
+    texts = ["BUY NOW www.x.example", "Thanks, all good.", "I am SO angry!!"]
+    r = httpx.post(f"{base}/v1/decide", json={"schema": SCHEMA, "contexts": texts}, timeout=60)
+    assert r.status_code == 200, r.text
+    many = r.json()
+    assert isinstance(many, list) and len(many) == 3
+    for text, got in zip(texts, many):
+        one = httpx.post(f"{base}/v1/decide", json={"schema": SCHEMA, "context": text}, timeout=60).json()
+        assert got["value"] == one["value"]
+        for name, f in one["fields"].items():
+            for k, p in f["probabilities"].items():
+                assert got["fields"][name]["probabilities"][k] == pytest.approx(p, abs=0.02)
+
+
 @pytest.mark.parametrize("body,needle", [
+    ({"schema": SCHEMA, "context": "x", "contexts": ["y"]}, "exactly one of 'context'"),
+    ({"schema": SCHEMA}, "exactly one of 'context'"),
+    ({"schema": SCHEMA, "contexts": []}, "contexts"),
+    ({"schema": SCHEMA, "contexts": ["ok", "  "]}, "contexts[1]: context is empty"),
     ({"schema": {"fields": {"tone": {"type": "enum", "description": "d", "choices": ["a", "a"]}}}, "context": "x"},
      "field 'tone': duplicate choice 'a'"),
     ({"schema": SCHEMA, "context": ""}, "context is empty"),

@@ -193,7 +193,8 @@ def test_result_keys(tiny):
     r = generate("x", engine=tiny, json_object=True, max_tokens=40, seed=0)
     d = r.to_dict()
     assert set(d) == {"text", "token_ids", "finish_reason", "usage", "timings", "constraint", "schema_valid",
-                      "schema_errors", "error", "truncation_fallbacks"}
+                      "schema_errors", "error", "truncation_fallbacks", "reasoning", "reasoning_tokens",
+                      "forced_tokens"}
     assert set(d["usage"]) == {"prompt_tokens", "completion_tokens", "total_tokens"}
     assert set(d["timings"]) == {"compile", "prefill", "decode", "total"}
     assert d["usage"]["completion_tokens"] == len(d["token_ids"])

@@ -19,8 +19,10 @@ from .bench import gen as bench_gen
 from .bench import grammar as bench_grammar
 from .bench import itl as bench_itl
 from .bench import jsonschema_suite as bench_jsonschema_suite
+from .bench import jump_forward as bench_jump_forward
 from .cliutil import EXIT_INCOMPLETE, fail, print_json, read_json, read_text, user_errors
 from .decide import cli as decide_cli
+from .eval import cli as eval_cli
 from .server import cli as server_cli
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
@@ -192,7 +194,8 @@ def models_convert(ref: str = typer.Argument("default", help="default or a .gguf
     typer.echo(str(out))
 
 
-for _feature in (bench_grammar, bench_gen, bench_decide, bench_itl, bench_jsonschema_suite, server_cli, decide_cli):
+for _feature in (bench_grammar, bench_gen, bench_jump_forward, bench_decide, bench_itl, bench_jsonschema_suite,
+                 server_cli, decide_cli, eval_cli):
     _feature.register(app, bench_app)
 
 if __name__ == "__main__":

@@ -43,16 +43,19 @@ class Engine:
     keeps_logits: bool = False  # forward() takes logits_to_keep (lm_head only at the positions read)
     kv_bytes_per_token: int = 0  # K+V bytes one token adds to the cache, all layers, at ``dtype``
     attn_heads: int = 1  # query heads (attention-score memory per token pair)
+    reasoning: Any = None  # generate.reasoning.ReasoningFormat: <think> markers of a reasoning model
     load_seconds: float = 0.0
     source: str = ""
     # compiled decide plans for this tokenizer (typedlm.decide.plan.get_plan); the only mutable part
     plans: LRUCache = field(default_factory=lambda: LRUCache(256), compare=False, repr=False)
 
     # -- prompts ---------------------------------------------------------------------------------
-    def render_chat(self, messages: list[dict]) -> str:
+    def render_chat(self, messages: list[dict], **template_kwargs) -> str:
+        """The chat template's text; ``template_kwargs`` (``tools``, ``enable_thinking``, ...) go to the template."""
         if not self.chat.has_template:
             raise TypedLMError(f"model '{self.name}' has no chat template: pass a raw prompt instead")
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                                  **template_kwargs)
 
     def encode_prompt(self, *, prompt: str | None = None, messages: list[dict] | None = None) -> list[int]:
         """Token ids of a raw prompt (tokenizer adds its specials) or of rendered chat messages."""
@@ -165,8 +168,11 @@ def engine_from_model(model, tokenizer, *, name: str, device: torch.device | str
     cache_kwarg = "cache" if "cache" in params else "past_key_values"
     keeps_logits = "logits_to_keep" in params
     grammars = Grammars.for_tokenizer(tokenizer, model_vocab_size=model_vocab, stop_ids=sorted(stops))
+    from .generate.reasoning import detect as detect_reasoning  # generate imports this module
+
+    reasoning = detect_reasoning(tokenizer, chat.template)
     return Engine(name=name, model=model, tokenizer=tokenizer, device=device, dtype=dtype, chat=chat,
                   tokenizer_vocab_size=tok_vocab, model_vocab_size=model_vocab,
                   stop_ids=frozenset(stops), max_context=max_ctx, grammars=grammars,
                   cache_kwarg=cache_kwarg, keeps_logits=keeps_logits, kv_bytes_per_token=int(kv_bytes),
-                  attn_heads=heads, load_seconds=load_seconds, source=source)
+                  attn_heads=heads, reasoning=reasoning, load_seconds=load_seconds, source=source)

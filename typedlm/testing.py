@@ -53,6 +53,69 @@ def save_tiny(directory, engine: Engine | None = None) -> str:
     return str(directory)
 
 
+# A Qwen3-style chat template: tools rendered by the template (Hermes <tool_call> format), tool
+# results as <tool_response>, and ``enable_thinking: false`` closing an empty <think> block.
+QWEN3_STYLE_TEMPLATE = """
+{%- if tools %}<|im_start|>system
+{% if messages[0].role == 'system' %}{{ messages[0].content }}
+
+{% endif %}# Tools
+
+You may call one or more functions to assist with the user query.
+
+You are provided with function signatures within <tools></tools> XML tags:
+<tools>{% for tool in tools %}
+{{ tool | tojson }}{% endfor %}
+</tools>
+
+For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:
+<tool_call>
+{"name": <function-name>, "arguments": <args-json-object>}
+</tool_call><|im_end|>
+{% elif messages[0].role == 'system' %}<|im_start|>system
+{{ messages[0].content }}<|im_end|>
+{% endif %}
+{%- for message in messages %}
+{%- if message.role == 'user' %}<|im_start|>user
+{{ message.content }}<|im_end|>
+{% elif message.role == 'assistant' %}<|im_start|>assistant
+{% if message.content %}{{ message.content }}{% endif %}{% for tc in message.tool_calls or [] %}
+<tool_call>
+{"name": "{{ tc.function.name }}", "arguments": {{ tc.function.arguments | tojson }}}
+</tool_call>{% endfor %}<|im_end|>
+{% elif message.role == 'tool' %}<|im_start|>user
+<tool_response>
+{{ message.content }}
+</tool_response><|im_end|>
+{% endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}<|im_start|>assistant
+{% if enable_thinking is defined and enable_thinking is false %}<think>
+
+</think>
+
+{% endif %}{% endif %}"""
+
+REASONING_TOKENS = ("<think>", "</think>", "<tool_call>", "</tool_call>")
+
+
+def reasoning_tokenizer():
+    """The default tokenizer + Qwen3's added (non-special) tokens and a Qwen3-style template."""
+    from tokenizers import AddedToken
+
+    tok = default_tokenizer()
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in REASONING_TOKENS])
+    tok.chat_template = QWEN3_STYLE_TEMPLATE
+    return tok
+
+
+def tiny_reasoning_engine(*, seed: int = 0, **kw) -> Engine:
+    """A tiny random-weight model that looks like a Qwen3 reasoning model to typedlm (mechanics only)."""
+    tok = reasoning_tokenizer()
+    return engine_from_model(tiny_llama(tok, seed=seed, **kw), tok, name="tiny-reasoning", device="cpu",
+                             dtype=torch.float32)
+
+
 if __name__ == "__main__":  # python -m typedlm.testing DIR: a model for CLI / server smoke tests
     import sys
 

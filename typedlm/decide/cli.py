@@ -24,6 +24,70 @@ def _schema_from(schema: Optional[Path], preset: Optional[str]):
     return DecisionSchema.from_dict(raw), examples
 
 
+INPUT_CHUNK = 8  # contexts per decide_many call (one progress step)
+
+
+def read_contexts(path: Path) -> list[tuple]:
+    """(id, context) per line of a JSONL file: a JSON string, or an object with "context" (and optional "id")."""
+    import json
+
+    out = []
+    for n, line in enumerate(read_text(path, "input").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as e:
+            fail(f"{path}:{n}: not valid JSON: {e}")
+        if isinstance(item, dict):
+            extra = sorted(set(item) - {"context", "id"})
+            if extra or "context" not in item:
+                fail(f"{path}:{n}: an object line needs 'context' (and may have 'id'), got keys {sorted(item)}")
+            cid, text = item.get("id", n), item["context"]
+        else:
+            cid, text = n, item
+        if not isinstance(text, str) or not text.strip():
+            fail(f"{path}:{n}: the context is empty or not a string")
+        out.append((cid, text))
+    if not out:
+        fail(f"input file '{path}' has no contexts")
+    return out
+
+
+def _decide_file(sch, path: Path, output: Optional[Path], *, model, device, scoring, none_of_above, abstain_below):
+    """--input: decide_many over the file in chunks, a progress bar on stderr, one JSON line per context."""
+    import json
+    import sys
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from ..engine import load_engine
+    from .api import decide_many
+    from .plan import SCORING_MODES
+
+    if scoring not in SCORING_MODES:
+        fail(f"--scoring must be one of {', '.join(SCORING_MODES)}, got {scoring!r}")
+    items = read_contexts(path)
+    engine = load_engine(model, device=device, progress=False)
+    sink = open(output, "w", encoding="utf-8") if output else sys.stdout
+    try:
+        with Progress(TextColumn("[bold]decide"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                      console=Console(stderr=True)) as bar:
+            task = bar.add_task("contexts", total=len(items))
+            for i in range(0, len(items), INPUT_CHUNK):
+                chunk = items[i:i + INPUT_CHUNK]
+                ds = decide_many(sch, [t for _, t in chunk], engine=engine, scoring=scoring,
+                                 allow_none_of_above=none_of_above, abstain_below_margin=abstain_below)
+                sink.write("".join(json.dumps({"id": cid, **d.to_dict()}, ensure_ascii=False) + "\n"
+                                   for (cid, _), d in zip(chunk, ds)))
+                sink.flush()
+                bar.advance(task, len(chunk))
+    finally:
+        if output:
+            sink.close()
+
+
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     @app.command()
     def decide(
@@ -38,6 +102,9 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         device: str = typer.Option("auto", "--device"),
         as_json: bool = typer.Option(False, "--json", help="print the Decision as JSON"),
         list_presets: bool = typer.Option(False, "--list-presets", help="list bundled presets and exit"),
+        input_file: Optional[Path] = typer.Option(None, "--input", help="JSONL: one context per line (a JSON string "
+                                                  "or {\"context\", \"id\"}); JSONL decisions out"),
+        output: Optional[Path] = typer.Option(None, "--output", help="with --input: write JSONL here (default stdout)"),
     ):
         """Decide every field of a schema about a context: one prefill, all candidates scored in batch."""
         from . import presets as presets_mod
@@ -48,6 +115,12 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             return
         with user_errors():
             sch, examples = _schema_from(schema, preset)
+            if input_file is not None:
+                if context is not None or context_file is not None:
+                    fail("give only one of --input, --context or --context-file")
+                _decide_file(sch, input_file, output, model=model, device=device, scoring=scoring,
+                             none_of_above=none_of_above, abstain_below=abstain_below)
+                return
             if context is not None and context_file is not None:
                 fail("give only one of --context or --context-file")
             text = context if context is not None else (read_text(context_file, "context") if context_file else None)

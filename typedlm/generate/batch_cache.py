@@ -6,7 +6,7 @@ zeros that ``mask[i]`` (``[B, T]``, 1 = real token) hides from attention. Each r
 next position id, so RoPE sees the positions a single-row run would see.
 
   ``add(cache, length)``  merge rows prefilled without padding (same length) into the batch
-  ``step(tokens)``        one batched forward of one token per row -> logits ``[B, V]``
+  ``step(tokens)``        one batched forward of each row's new tokens -> logits ``[B, V]``
   ``keep(indices)``       evict every other row (index_select), then drop all-padding columns
 
 A prefill alone + a left-padded, masked decode gives the same logits as a single-row run (up to
@@ -55,16 +55,24 @@ class BatchKV:
         self.mask = torch.cat([_left_pad(self.mask, width, dim=1), _left_pad(row_mask, width, dim=1)], dim=0)
         self.positions = torch.cat([self.positions, torch.full((rows,), length, dtype=torch.long, device=dev)])
 
-    def step(self, tokens: list[int]) -> torch.Tensor:
-        """Feed one token per row (in row order); returns the float32 logits ``[B, V]`` of the next ids."""
+    def step(self, tokens: list[list[int]]) -> torch.Tensor:
+        """Feed each row its tokens (in row order, at least one each); returns the float32 logits
+        ``[B, V]`` after each row's last token. Rows given fewer tokens than the longest are
+        right-padded; the padding columns stay masked (0) for the rest of the row's life."""
         dev = self.engine.device
-        ids = torch.tensor(tokens, dtype=torch.long, device=dev).view(-1, 1)
-        self.mask = torch.cat([self.mask, torch.ones(self.size, 1, dtype=torch.long, device=dev)], dim=1)
+        k = max(len(t) for t in tokens)
+        lens = torch.tensor([len(t) for t in tokens], dtype=torch.long, device=dev)
+        ids = torch.tensor([t + [0] * (k - len(t)) for t in tokens], dtype=torch.long, device=dev)
+        cols = torch.arange(k, device=dev)
+        new = (cols.view(1, -1) < lens.view(-1, 1)).long()
+        self.mask = torch.cat([self.mask, new], dim=1)
         logits, cache = self.engine.forward(ids, self.cache, attention_mask=self.mask,
-                                            position_ids=self.positions.view(-1, 1))
+                                            position_ids=self.positions.view(-1, 1) + cols.view(1, -1))
         self.cache = cache
-        self.positions = self.positions + 1
-        return logits[:, -1].float()
+        self.positions = self.positions + lens
+        if k == 1:
+            return logits[:, -1].float()
+        return logits[torch.arange(len(tokens), device=dev), lens - 1].float()
 
     def keep(self, indices: list[int]) -> None:
         """Keep only these rows (in this order); free the rest and any all-padding leading columns."""

@@ -22,6 +22,9 @@ class GenerationResult:
     schema_errors: list[str] = field(default_factory=list)
     error: str | None = None
     truncation_fallbacks: int = 0
+    reasoning: str | None = None  # the text of the reasoning block (reasoning models), None without one
+    reasoning_tokens: int = 0  # output tokens of the block, its end marker included
+    forced_tokens: int = 0  # output tokens appended without sampling (jump-forward, forced end of reasoning)
 
     @property
     def completion_tokens(self) -> int:
@@ -40,7 +43,9 @@ class GenerationResult:
         return {"text": self.text, "token_ids": self.token_ids, "finish_reason": self.finish_reason,
                 "usage": self.usage, "timings": self.timings, "constraint": self.constraint,
                 "schema_valid": self.schema_valid, "schema_errors": self.schema_errors,
-                "error": self.error, "truncation_fallbacks": self.truncation_fallbacks}
+                "error": self.error, "truncation_fallbacks": self.truncation_fallbacks,
+                "reasoning": self.reasoning, "reasoning_tokens": self.reasoning_tokens,
+                "forced_tokens": self.forced_tokens}
 
 
 def check_schema(text: str, schema: dict) -> tuple[bool, list[str]]:
@@ -61,7 +66,11 @@ def check_schema(text: str, schema: dict) -> tuple[bool, list[str]]:
 
 def finish_result(seq: Sequence) -> GenerationResult:
     """The one finalizer every generation path goes through: text, stop-string cut, schema check."""
-    text = seq.decode(seq.output_ids)
+    answer, reasoning = seq.output_ids, None
+    if seq.reasoning is not None:
+        thought, answer = seq.reasoning.split(seq.output_ids)
+        reasoning = seq.decode(thought)
+    text = seq.decode(answer)
     if seq.stop_text_at is not None:
         text = text[: seq.stop_text_at]
     c = seq.constraint
@@ -71,4 +80,6 @@ def finish_result(seq: Sequence) -> GenerationResult:
     return GenerationResult(text=text, token_ids=list(seq.output_ids), finish_reason=seq.finish_reason or "abort",
                             prompt_tokens=len(seq.prompt_ids), timings=seq.timings.as_dict(),
                             constraint=c.kind if c else None, schema_valid=valid, schema_errors=errors,
-                            error=seq.error, truncation_fallbacks=seq.truncation_fallbacks)
+                            error=seq.error, truncation_fallbacks=seq.truncation_fallbacks, reasoning=reasoning,
+                            reasoning_tokens=len(seq.output_ids) - len(answer) if reasoning is not None else 0,
+                            forced_tokens=seq.forced_tokens)

@@ -1,7 +1,7 @@
 """Sampling parameters and the per-row logits pipeline.
 
 Order, for every row and every step (the invariant the tests pin):
-  repetition penalty -> user logits processors -> temperature -> top-k -> top-p
+  repetition penalty -> user logits processors -> logit_bias -> temperature -> top-k -> top-p
   -> padded-vocab ids to -inf -> grammar mask (always last) -> sample.
 If top-k/top-p removed every token the grammar allows, the row is re-derived without truncation
 (still penalized, scaled and grammar-masked) and the event is counted on the sequence.
@@ -28,6 +28,7 @@ class SamplingParams:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     repetition_penalty: float = 1.0
+    logit_bias: tuple[tuple[int, float], ...] = ()  # sparse (token id, bias) pairs, OpenAI's logit_bias
     logits_processors: tuple[LogitsProcessor, ...] = field(default=(), compare=False)
 
     def __post_init__(self):
@@ -36,6 +37,8 @@ class SamplingParams:
         else:
             object.__setattr__(self, "stop", tuple(self.stop or ()))
         object.__setattr__(self, "logits_processors", tuple(self.logits_processors or ()))
+        bias = self.logit_bias.items() if isinstance(self.logit_bias, dict) else (self.logit_bias or ())
+        object.__setattr__(self, "logit_bias", tuple(sorted((int(t), float(b)) for t, b in bias)))
         checks = [
             (isinstance(self.max_tokens, int) and self.max_tokens >= 1, "max_tokens must be an integer >= 1"),
             (0.0 <= self.temperature <= 100.0, "temperature must be in [0, 100]"),
@@ -44,6 +47,8 @@ class SamplingParams:
             (self.repetition_penalty > 0.0, "repetition_penalty must be > 0"),
             (all(isinstance(s, str) and s for s in self.stop), "stop strings must be non-empty strings"),
             (self.seed is None or isinstance(self.seed, int), "seed must be an integer"),
+            (all(t >= 0 and -100.0 <= b <= 100.0 for t, b in self.logit_bias),
+             "logit_bias maps token ids >= 0 to biases in [-100, 100]"),
         ]
         for ok, msg in checks:
             if not ok:
@@ -62,6 +67,16 @@ def apply_repetition_penalty(logits: torch.Tensor, seen: Seq[int], penalty: floa
     idx = idx[idx < logits.shape[-1]]
     vals = logits[idx]
     logits[idx] = torch.where(vals > 0, vals / penalty, vals * penalty)
+
+
+def apply_logit_bias(logits: torch.Tensor, bias: tuple[tuple[int, float], ...]) -> None:
+    """Add a sparse per-row bias in place (before the grammar mask, so it can never re-allow an id the
+    grammar forbids). A batched stage can stack the pairs of all rows into one ``index_put_``."""
+    if not bias:
+        return
+    ids = torch.tensor([t for t, _ in bias], dtype=torch.long, device=logits.device)
+    vals = torch.tensor([b for _, b in bias], dtype=logits.dtype, device=logits.device)
+    logits.index_add_(0, ids, vals)
 
 
 def truncate(logits: torch.Tensor, top_k: int, top_p: float) -> None:

@@ -8,8 +8,10 @@ One ``step()``:
   2. admit waiting rows up to ``max_batch``: prefill each alone, merge its KV into the batch
   3. every row: ``begin_step`` (a complete grammar finishes the row here, before any sampling)
      -> optional logprobs of the raw logits -> ``select`` -> ``append`` -> a ``token`` event
+     -> ``more`` (forced tokens: jump-forward, end of a reasoning budget) -> a ``token`` event each
   4. evict finished rows (their matcher and KV columns are freed), send ``done`` events
-  5. one batched forward of the tokens just appended -> each remaining row's next logits
+  5. one batched forward of the tokens just appended (rows with forced tokens feed several; the
+     shorter rows are right-padded and masked) -> each remaining row's next logits
 
 ``Scheduler.start()`` runs ``step()`` in one background thread; ``run_batch`` drives it inline
 (tests, benchmarks). Events are delivered by calling ``Request.on_event`` on the engine thread.
@@ -45,6 +47,7 @@ class TokenEvent:
     token: int
     logprob: float | None = None
     top_logprobs: list[tuple[int, float]] = field(default_factory=list)
+    forced: bool = False  # appended without sampling (no logprob)
 
 
 @dataclass
@@ -160,11 +163,11 @@ class Scheduler:
         self._admit()
         if not self.running:
             return
-        tokens: list[int] = []
+        tokens: list[list[int]] = []  # per row: the sampled token + any forced after it
         for req in self.running:
             seq = req.seq
             if not seq.begin_step():
-                tokens.append(-1)
+                tokens.append([])
                 continue
             logits = req.next_logits
             event = TokenEvent(0)
@@ -179,9 +182,12 @@ class Scheduler:
                     event.top_logprobs = list(zip(top.indices.tolist(), top.values.tolist()))
             emitted = len(seq.output_ids)
             seq.append(token)
-            tokens.append(token)
             if len(seq.output_ids) > emitted:  # stop ids and rejected tokens are not emitted
                 req.on_event(event)
+            forced = seq.more()
+            for t in forced:
+                req.on_event(TokenEvent(t, forced=True))
+            tokens.append([token, *forced])
         keep = [i for i, r in enumerate(self.running) if not r.seq.finished]
         for r in self.running:
             if r.seq.finished:

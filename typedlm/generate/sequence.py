@@ -8,18 +8,25 @@ calls, so the invariants live in one place:
   ``append(token)``       matcher accepts the sampled token (rejection = internal error on the
                           result); a grammar that is now complete, a stop id, a stop string or
                           max_tokens ends the row
+  ``more()``              tokens appended without sampling right after: the forced end of a
+                          reasoning block past its budget, or jump-forward text the grammar forces
+
+A row with ``reasoning`` starts inside a ``<think>`` block: the grammar, stop strings and the
+answer text begin after its end marker (:mod:`.reasoning`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
 from ..grammar.controller import GrammarRow
 from ..grammar.spec import Constraint
-from .sampling import SamplingParams, apply_repetition_penalty, sample, truncate
+from .detokenize import Detokenizer
+from .reasoning import ReasoningState
+from .sampling import SamplingParams, apply_logit_bias, apply_repetition_penalty, sample, truncate
 
 
 @dataclass
@@ -42,8 +49,11 @@ class Sequence:
     params: SamplingParams
     tokenizer_vocab_size: int
     stop_ids: frozenset[int]
-    decode: Callable[[list[int]], str] = str
+    decode: Callable[[list[int]], str] = str  # ids -> text (the finalizer's one full decode)
+    detok: Detokenizer | None = None  # the answer's text, incrementally (stop strings)
     grammar: GrammarRow | None = None
+    reasoning: ReasoningState | None = None
+    jump: Any = None  # grammar.jump_forward.JumpForward when jump-forward is on
     constraint: Constraint | None = None
     generator: torch.Generator | None = None
     output_ids: list[int] = field(default_factory=list)
@@ -51,6 +61,7 @@ class Sequence:
     error: str | None = None
     stop_text_at: int | None = None  # char offset where a stop string began
     truncation_fallbacks: int = 0
+    forced_tokens: int = 0  # appended without sampling (jump-forward, forced end of reasoning)
     timings: Timings = field(default_factory=Timings)
 
     @property
@@ -67,7 +78,12 @@ class Sequence:
         """Prepare this step's mask. Returns False when the row finished instead of sampling."""
         if self.finished:
             return False
-        return self.grammar is None or self._grammar_open()
+        return self.grammar is None or self._deferred or self._grammar_open()
+
+    @property
+    def _deferred(self) -> bool:
+        """Inside the reasoning block: the grammar has not started yet."""
+        return self.reasoning is not None and self.reasoning.active
 
     def select(self, logits: torch.Tensor) -> int:
         """Pick the next id from this row's raw logits (1-D, float32, a private copy: changed in place)."""
@@ -78,6 +94,7 @@ class Sequence:
             out = proc(seen, logits)
             if out is not None and out is not logits:
                 logits.copy_(out)
+        apply_logit_bias(logits, p.logit_bias)
         if not p.greedy and p.temperature != 1.0:
             logits.div_(p.temperature)
         truncating = bool(p.top_k) or p.top_p < 1.0
@@ -94,25 +111,56 @@ class Sequence:
 
     def _mask(self, logits: torch.Tensor) -> None:
         logits[self.tokenizer_vocab_size:] = float("-inf")  # padded lm_head rows never decode
-        if self.grammar is not None:
+        if self.grammar is not None and not self._deferred:
             self.grammar.apply(logits)  # last: nothing after this may re-allow an id
 
-    def append(self, token: int) -> None:
-        if self.grammar is not None and not self.grammar.accept(token):
-            self.finish("error", f"internal error: grammar rejected sampled token {token} "
-                                 f"at step {len(self.output_ids)}")
+    def append(self, token: int, *, forced: bool = False, last: bool = True) -> None:
+        """``last=False``: more forced tokens follow at once, so the next mask is not computed yet."""
+        deferred = self._deferred
+        if self.grammar is not None and not deferred and not self.grammar.accept(token):
+            self.finish("error", f"internal error: grammar rejected {'forced' if forced else 'sampled'} token "
+                                 f"{token} at step {len(self.output_ids)}")
             return
         if token in self.stop_ids:
             self.finish("stop")
             return
         self.output_ids.append(token)
-        if self.params.stop and self._hit_stop_string():
-            self.finish("stop")
+        self.forced_tokens += forced
+        if deferred:
+            self.reasoning.observe(token, len(self.output_ids) - 1)
+        elif self.detok is not None:
+            self.detok.add(token)
+            if self.detok.stop_at is not None:
+                self.stop_text_at = self.detok.stop_at
+                self.finish("stop")
+                return
+        if not last:
             return
-        if self.grammar is not None and not self._grammar_open():
+        if self.grammar is not None and not self._deferred and not self._grammar_open():
             return  # next step's mask is computed now: a complete grammar ends the row before any forward
         if len(self.output_ids) >= self.params.max_tokens:
             self.finish("length")
+
+    def more(self) -> list[int]:
+        """Append the tokens that follow without sampling; returns those actually appended."""
+        if self.finished:
+            return []
+        if self._deferred:
+            ids = self.reasoning.forced()
+        elif self.jump is not None and self.grammar is not None:
+            ids = self.jump.tokens(self)
+        else:
+            return []
+        out = []
+        ids = ids[: self.params.max_tokens - len(self.output_ids)]
+        for i, t in enumerate(ids):
+            n = len(self.output_ids)
+            self.append(t, forced=True, last=i == len(ids) - 1)
+            if len(self.output_ids) > n:
+                out.append(t)
+            if self.finished:
+                break
+        return out
 
     def _grammar_open(self) -> bool:
         self.grammar.fill()
@@ -123,11 +171,3 @@ class Sequence:
             self.finish("error", "grammar allows no next token: the tokenizer cannot produce the text the "
                                  f"grammar requires (after {len(self.output_ids)} tokens)")
         return state == "open"
-
-    def _hit_stop_string(self) -> bool:
-        text = self.decode(self.output_ids)
-        hits = [i for i in (text.find(s) for s in self.params.stop) if i >= 0]
-        if hits:
-            self.stop_text_at = min(hits)
-            return True
-        return False

@@ -23,7 +23,9 @@ from .decide_routes import router as decide_router
 from .playground import router as playground_router
 from .errors import APIError, install_error_handlers
 from .gate import Gate
-from .generation import Detokenizer, Job, sampling_params, submit, token_text
+from ..generate.detokenize import StreamText, token_bytes
+from .chat import ChatStream, encoder, message, plan
+from .generation import Job, jump_forward, sampling_params, submit
 from .metrics import Metrics
 from .protocol import ChatRequest, CompletionRequest
 from .state import ServerConfig, ServerState
@@ -75,24 +77,16 @@ def create_app(engine_or_loader: Engine | Callable[[], Engine], config: ServerCo
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatRequest, http: Request):
         engine = _check(state, body)
-        structured = resolve(body)
-        try:
-            messages = [m.as_template_dict() for m in body.messages]
-        except ValueError as e:
-            raise APIError(400, str(e), param="messages") from e
         if body.top_logprobs is not None and not body.logprobs:
             raise APIError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
         logprobs = (body.top_logprobs or 0) if body.logprobs else None
+        chat = plan(state, engine, body, logprobs)
         params = sampling_params(state, body, body.max_completion_tokens or body.max_tokens)
-
-        def encode(instruction: str | None) -> list[int]:
-            return engine.encode_prompt(messages=_with_instruction(messages, instruction))
-
-        job = await submit(state, http, structured=structured, params=params, encode=encode, n=body.n,
-                           logprobs=logprobs)
+        job = await submit(state, http, structured=chat.structured, params=params, encode=encoder(engine, chat),
+                           n=body.n, logprobs=logprobs, seq_kw=chat.seq_kw)
         meta = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": body.model}
         if body.stream:
-            return StreamingResponse(_stream(job, http, meta, chat=True, include_usage=body.include_usage,
+            return StreamingResponse(_stream(job, http, meta, chat=chat, include_usage=body.include_usage,
                                              logprobs=logprobs is not None), media_type="text/event-stream",
                                      headers={**job.headers, "Cache-Control": "no-cache"})
         results = await job.results(http)
@@ -101,10 +95,10 @@ def create_app(engine_or_loader: Engine | Callable[[], Engine], config: ServerCo
             lp = None
             if logprobs is not None:
                 lp = {"content": [_chat_lp(engine, e) for e in _token_events(job, i)]}
-            choices.append({"index": i, "message": {"role": "assistant", "content": res.text},
-                            "logprobs": lp, "finish_reason": res.finish_reason})
-        return JSONResponse({**meta, "object": "chat.completion", "choices": choices, "usage": _usage(results)},
-                            headers=job.headers)
+            msg, finish = message(res, chat)
+            choices.append({"index": i, "message": msg, "logprobs": lp, "finish_reason": finish})
+        return JSONResponse({**meta, "object": "chat.completion", "choices": choices, "usage": _usage(results),
+                             **_notice(job, results)}, headers=job.headers)
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, http: Request):
@@ -117,23 +111,24 @@ def create_app(engine_or_loader: Engine | Callable[[], Engine], config: ServerCo
             prompt = prompt[0]
         structured = resolve(body)
         params = sampling_params(state, body, body.max_tokens)
+        jf = jump_forward(state, body, body.logprobs)
 
         def encode(instruction: str | None) -> list[int]:
             return engine.encode_prompt(prompt=f"{instruction}\n\n{prompt}" if instruction else prompt)
 
         job = await submit(state, http, structured=structured, params=params, encode=encode, n=body.n,
-                           logprobs=body.logprobs)
+                           logprobs=body.logprobs, seq_kw=lambda: {"jump_forward": jf})
         meta = {"id": f"cmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": body.model}
         if body.stream:
-            return StreamingResponse(_stream(job, http, meta, chat=False, include_usage=body.include_usage,
+            return StreamingResponse(_stream(job, http, meta, chat=None, include_usage=body.include_usage,
                                              logprobs=body.logprobs is not None), media_type="text/event-stream",
                                      headers={**job.headers, "Cache-Control": "no-cache"})
         results = await job.results(http)
         choices = [{"index": i, "text": res.text, "finish_reason": res.finish_reason,
                     "logprobs": _completion_lp(engine, _token_events(job, i)) if body.logprobs is not None else None}
                    for i, res in enumerate(results)]
-        return JSONResponse({**meta, "object": "text_completion", "choices": choices, "usage": _usage(results)},
-                            headers=job.headers)
+        return JSONResponse({**meta, "object": "text_completion", "choices": choices, "usage": _usage(results),
+                             **_notice(job, results)}, headers=job.headers)
 
     app.include_router(decide_router)
     app.include_router(playground_router)
@@ -150,41 +145,51 @@ def _check(state: ServerState, body) -> Engine:
     return state.engine
 
 
-def _with_instruction(messages: list[dict], instruction: str | None) -> list[dict]:
-    if not instruction:
-        return messages
-    if messages and messages[0]["role"] == "system":
-        first = {**messages[0], "content": f"{messages[0]['content']}\n\n{instruction}".strip()}
-        return [first, *messages[1:]]
-    return [{"role": "system", "content": instruction}, *messages]
+def _notice(job: Job, results) -> dict:
+    """``{"typedlm": {...}}`` when the constraint was degraded (relaxed superset grammar or free text)."""
+    notice = job.notice_for(results)
+    return {"typedlm": notice} if notice else {}
 
 
 def _usage(results) -> dict:
+    """OpenAI usage; ``completion_tokens_details.reasoning_tokens`` for reasoning models and typedlm's
+    ``forced_tokens`` (appended without sampling: jump-forward, forced end of reasoning) when any."""
     prompt = results[0].prompt_tokens if results else 0
     completion = sum(r.completion_tokens for r in results)
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    out = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    reasoning = sum(r.reasoning_tokens for r in results)
+    if any(r.reasoning is not None for r in results):
+        out["completion_tokens_details"] = {"reasoning_tokens": reasoning}
+    forced = sum(r.forced_tokens for r in results)
+    if forced:
+        out["forced_tokens"] = forced
+    return out
 
 
 def _token_events(job: Job, i: int) -> list[TokenEvent]:
     return job.events.get(i, [])
 
 
+def _token_lp(engine, token: int, logprob) -> dict:
+    """One logprobs entry; ``bytes`` are the token's raw bytes (a token holding part of a multi-byte
+    character reports those bytes, not U+FFFD's)."""
+    return {"token": engine.tokenizer.decode([token]), "logprob": logprob, "bytes": list(token_bytes(engine, token))}
+
+
 def _chat_lp(engine, ev: TokenEvent) -> dict:
-    tok = token_text(engine, ev.token)
-    return {"token": tok, "logprob": ev.logprob, "bytes": list(tok.encode("utf-8")),
-            "top_logprobs": [{"token": (t := token_text(engine, tid)), "logprob": lp, "bytes": list(t.encode("utf-8"))}
-                             for tid, lp in ev.top_logprobs]}
+    return {**_token_lp(engine, ev.token, ev.logprob),
+            "top_logprobs": [_token_lp(engine, tid, lp) for tid, lp in ev.top_logprobs]}
 
 
 def _completion_lp(engine, events: list[TokenEvent], offset: int = 0) -> dict:
     tokens, offsets = [], []
     for ev in events:
-        tok = token_text(engine, ev.token)
+        tok = engine.tokenizer.decode([ev.token])
         tokens.append(tok)
         offsets.append(offset)
         offset += len(tok)
     return {"tokens": tokens, "token_logprobs": [ev.logprob for ev in events],
-            "top_logprobs": [{token_text(engine, t): lp for t, lp in ev.top_logprobs} for ev in events],
+            "top_logprobs": [{engine.tokenizer.decode([t]): lp for t, lp in ev.top_logprobs} for ev in events],
             "text_offset": offsets}
 
 
@@ -192,8 +197,9 @@ def _sse(obj) -> str:
     return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
 
-async def _stream(job: Job, http: Request, meta: dict, *, chat: bool, include_usage: bool, logprobs: bool):
-    """SSE for both routes: chat chunks carry ``delta`` objects, completion chunks ``text``."""
+async def _stream(job: Job, http: Request, meta: dict, *, chat, include_usage: bool, logprobs: bool):
+    """SSE for both routes: chat chunks carry ``delta`` objects (``chat`` is the ChatPlan), completion
+    chunks ``text`` (``chat`` is None)."""
     engine = job.state.engine
     key = "delta" if chat else "text"
     base = {**meta, "object": "chat.completion.chunk" if chat else "text_completion"}
@@ -204,10 +210,8 @@ async def _stream(job: Job, http: Request, meta: dict, *, chat: bool, include_us
             out["usage"] = None
         return _sse(out)
 
-    def content(text):
-        return {"content": text} if chat else text
-
-    detok = [Detokenizer(engine.decode, job.reqs[i].seq.params.stop) for i in range(job.n)]
+    rows = [ChatStream(engine, chat, r.seq) if chat else StreamText(engine.tokenizer, r.seq.params.stop)
+            for r in job.reqs]
     try:
         if chat:
             for i in range(job.n):
@@ -218,17 +222,30 @@ async def _stream(job: Job, http: Request, meta: dict, *, chat: bool, include_us
                 lp = None
                 if logprobs:
                     lp = ({"content": [_chat_lp(engine, ev)]} if chat
-                          else _completion_lp(engine, [ev], len(detok[i].sent)))
-                delta = detok[i].add(ev.token)
-                if delta or lp:
-                    yield chunk(i, content(delta), lp=lp)
+                          else _completion_lp(engine, [ev], rows[i].sent))
+                if chat:
+                    deltas = rows[i].add(ev.token)
+                    if lp and not deltas:
+                        deltas = [{"content": ""}]
+                    for n, d in enumerate(deltas):
+                        yield chunk(i, d, lp=lp if n == 0 else None)
+                else:
+                    text = rows[i].add(ev.token)
+                    if text or lp:
+                        yield chunk(i, text, lp=lp)
             elif isinstance(ev, DoneEvent):
-                rest = detok[i].finish(ev.result.text)
-                if chat and rest:
-                    yield chunk(i, content(rest))
-                yield chunk(i, {} if chat else rest, finish=ev.result.finish_reason)
+                if chat:
+                    deltas, finish = rows[i].finish(ev.result)
+                    for d in deltas:
+                        yield chunk(i, d)
+                    yield chunk(i, {}, finish=finish)
+                else:
+                    yield chunk(i, rows[i].finish(ev.result.text), finish=ev.result.finish_reason)
+        results = [r.result for r in job.reqs]
         if include_usage:
-            yield _sse({**base, "choices": [], "usage": _usage([r.result for r in job.reqs])})
+            yield _sse({**base, "choices": [], "usage": _usage(results)})
+        if job.notice:  # how the constraint was degraded, after the last choice (schema_valid known)
+            yield _sse({**base, "choices": [], **_notice(job, results)})
         yield "data: [DONE]\n\n"
     finally:
         if job.finished < job.n:

@@ -40,6 +40,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         dtype: Optional[str] = typer.Option(None, "--dtype", help="float32 | bfloat16 | float16"),
         log_level: str = typer.Option(D["log_level"], "--log-level",
                                       help="critical | error | warning | info | debug | trace"),
+        jump_forward: bool = typer.Option(D["jump_forward"], "--jump-forward/--no-jump-forward",
+                                          help="append grammar-forced text without sampling (requests may override)"),
     ):
         """Serve the playground (/), /v1/chat/completions, /v1/completions, /v1/decide, /v1/models, /v1/config,
         /health, /ready, /metrics. Every setting also comes from TYPEDLM_<NAME> or --config FILE.toml."""
@@ -62,7 +64,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         names = tuple(s.served_model_names) + ((s.model,) if s.model else ())
         server_config = ServerConfig(api_key=s.api_key or None, max_batch=s.max_batch, max_queue=s.max_queue,
                                      max_tokens_cap=s.max_tokens_cap, max_prompt_tokens=s.max_prompt_tokens,
-                                     max_body_bytes=s.max_body_bytes, model_names=names, settings=s)
+                                     max_body_bytes=s.max_body_bytes, model_names=names, jump_forward=s.jump_forward,
+                                     settings=s)
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         app = create_app(lambda: load_engine(s.model, device=s.device, dtype=s.dtype, progress=True), server_config)
         uvicorn.run(app, host=s.host, port=s.port, log_level=s.log_level, log_config=uvicorn_log_config(s.log_level))

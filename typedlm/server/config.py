@@ -44,6 +44,7 @@ class ServeSettings(BaseModel):
     device: str = "auto"
     dtype: Literal["float32", "bfloat16", "float16"] | None = None
     log_level: Literal["critical", "error", "warning", "info", "debug", "trace"] = "info"
+    jump_forward: bool = False
 
     @property
     def url(self) -> str:

@@ -9,20 +9,23 @@ from typing import Any, Literal
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..decide.api import decide
+from ..decide.api import decide, decide_many
 from ..decide.plan import DEFAULT_SCORING, get_plan
 from ..decide.prompt import prompt_ids
 from ..decide.schema import DecisionSchema, SchemaError
+from ..errors import TypedLMError
 from ..grammar.spec import canonical_json
 from .errors import APIError
 
 router = APIRouter()
+MAX_CONTEXTS = 64  # contexts in one /v1/decide request
 
 
 class DecideRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     schema_: dict = Field(alias="schema")
-    context: str
+    context: str | None = None
+    contexts: list[str] | None = Field(default=None, min_length=1, max_length=MAX_CONTEXTS)  # -> a list of results
     scoring: Literal["labels", "slots"] = DEFAULT_SCORING
     allow_none_of_above: bool = False
     abstain_below_margin: float | None = Field(default=None, ge=0.0, le=1.0)
@@ -52,12 +55,21 @@ def _check(engine, schema: DecisionSchema, scoring: str, nota: bool, context: st
 @router.post("/v1/decide")
 async def v1_decide(body: DecideRequest, request: Request):
     state = request.app.state.typedlm
+    if (body.context is None) == (body.contexts is None):
+        raise APIError(400, "give exactly one of 'context' (a string) or 'contexts' (a list of strings)",
+                       param="context")
     schema = DecisionSchema.from_dict(body.schema_)  # SchemaError -> 400
-    _check(state.engine, schema, body.scoring, body.allow_none_of_above, body.context)
-    d = await state.run_stepwise(decide, schema, body.context, scoring=body.scoring,
-                                 allow_none_of_above=body.allow_none_of_above,
-                                 abstain_below_margin=body.abstain_below_margin)
-    return d.to_dict()
+    texts = [body.context] if body.context is not None else body.contexts
+    for i, text in enumerate(texts):
+        try:
+            _check(state.engine, schema, body.scoring, body.allow_none_of_above, text)
+        except TypedLMError as e:
+            raise APIError(400, f"contexts[{i}]: {e}" if body.contexts is not None else str(e),
+                           param="contexts" if body.contexts is not None else "context") from e
+    ds = await state.run_stepwise(decide_many, schema, texts, scoring=body.scoring,
+                                  allow_none_of_above=body.allow_none_of_above,
+                                  abstain_below_margin=body.abstain_below_margin)
+    return ds[0].to_dict() if body.context is not None else [d.to_dict() for d in ds]
 
 
 def systemone_schema(questions: dict[str, SystemOneQuestion]) -> tuple[DecisionSchema, dict[str, str]]:

@@ -16,6 +16,9 @@ from typing import Callable
 from fastapi import Request as HTTPRequest
 
 from ..errors import GrammarCompileError, TypedLMError
+from ..grammar.compiler import GrammarDisabled
+from ..grammar.relax import NotRelaxable, relax_schema
+from ..grammar.spec import make_constraint
 from ..generate.api import build_sequence
 from ..generate.result import GenerationResult
 from ..generate.sampling import SamplingParams
@@ -32,15 +35,29 @@ def sampling_params(state: ServerState, body, max_tokens: int | None) -> Samplin
     try:
         return SamplingParams(max_tokens=min(max_tokens or cap, cap), temperature=body.temperature,
                               top_p=body.top_p, top_k=max(0, body.top_k), seed=body.seed, stop=body.stop or (),
-                              repetition_penalty=body.repetition_penalty)
+                              repetition_penalty=body.repetition_penalty, logit_bias=body.logit_bias_pairs)
     except ValueError as e:
         raise APIError(400, str(e)) from e
 
 
-def warning_header(reason: str) -> str:
+def warning_header(reason: str, what: str = "response_format not enforced") -> str:
     text = " ".join(str(reason).split()).replace("\\", "\\\\").replace('"', '\\"')
     text = text.encode("ascii", "replace").decode("ascii")[:300]
-    return f'199 typedlm "response_format not enforced: {text}"'
+    return f'199 typedlm "{what}: {text}"'
+
+
+def relaxed_grammar(engine, structured: Structured, err: GrammarCompileError):
+    """For a degradable json_schema refusal: (compiled superset grammar, relaxed places), or None when
+    no grammar at all can be built (then the request degrades to free text)."""
+    c = structured.constraint
+    if isinstance(err, GrammarDisabled) or c is None or c.kind != "json_schema" or not err.keyword:
+        return None
+    try:
+        schema, done = relax_schema(c.value)
+        compiled, _ = engine.grammars.compile(make_constraint(json_schema=schema, any_whitespace=c.any_whitespace))
+    except (NotRelaxable, GrammarCompileError):
+        return None
+    return compiled, done
 
 
 @dataclass
@@ -56,6 +73,16 @@ class Job:
     finished: int = 0
     events: dict = field(default_factory=dict)  # choice index -> [TokenEvent] (for logprobs)
     polled: float = field(default_factory=time.perf_counter)  # last client-disconnect check
+    notice: dict | None = None  # the response's ``typedlm`` field: how the constraint was degraded
+
+    def notice_for(self, results) -> dict | None:
+        if self.notice is None:
+            return None
+        out = dict(self.notice)
+        if out.get("degraded") == "relaxed":
+            out["schema_valid"] = [r.schema_valid for r in results]
+            out["schema_errors"] = [r.schema_errors for r in results]
+        return out
 
     @property
     def n(self) -> int:
@@ -101,23 +128,48 @@ class Job:
 
 
 
+def jump_forward(state: ServerState, body, logprobs) -> bool:
+    """The request's ``jump_forward``, else the server's default; never with logprobs (forced tokens
+    are not sampled, so they have none)."""
+    if body.jump_forward and logprobs is not None:
+        raise APIError(400, "jump_forward cannot be combined with logprobs (forced tokens are not sampled)",
+                       param="jump_forward")
+    on = state.config.jump_forward if body.jump_forward is None else body.jump_forward
+    return bool(on) and logprobs is None
+
+
 async def submit(state: ServerState, http: HTTPRequest, *, structured: Structured, params: SamplingParams,
-                 encode: Callable[[str | None], list[int]], n: int, logprobs: int | None) -> Job:
-    """Compile (or degrade), build ``n`` sequences, queue them. Raises APIError 400 / 429."""
+                 encode: Callable[[str | None], list[int]], n: int, logprobs: int | None,
+                 seq_kw: Callable[[], dict] = dict) -> Job:
+    """Compile (or degrade), build ``n`` sequences, queue them. Raises APIError 400 / 429.
+    ``seq_kw()``: extra ``build_sequence`` keywords, read after ``encode`` ran (reasoning mode)."""
     t0 = time.perf_counter()
     state.engine  # 503 while not loaded
-    headers = {}
+    headers, notice, ids = {}, None, None
     if structured.source:
         headers["X-TypedLM-Constraint"] = structured.source
     try:
-        seqs = await asyncio.to_thread(_build, state, _encode(encode, None), params, structured.constraint, n)
+        ids = _encode(encode, None)
+        seqs = await asyncio.to_thread(_build, state, ids, params, structured.constraint, n, seq_kw())
     except GrammarCompileError as e:
         if not is_degradable(structured, e):
             raise APIError(400, f"{structured.source}: {e}", param=e.pointer or structured.source,
                            code="grammar_compile_error") from e
-        headers["Warning"] = warning_header(str(e))
         state.metrics.degraded.inc()
-        seqs = await asyncio.to_thread(_build, state, _encode(encode, structured.instruction()), params, None, n)
+        relaxed = await asyncio.to_thread(relaxed_grammar, state.engine, structured, e)
+        if relaxed is not None:  # a superset grammar: structure kept, the output validated with jsonschema
+            compiled, done = relaxed
+            places = "; ".join(f"{d['keyword']} at {d['pointer']}" for d in done)
+            headers["Warning"] = warning_header(f"relaxed {places}; the output is validated with jsonschema "
+                                                "(see typedlm.schema_valid)", "response_format partly enforced")
+            notice = {"degraded": "relaxed", "reason": str(e), "relaxed": done}
+            seqs = await asyncio.to_thread(_build, state, ids, params, structured.constraint, n,
+                                           {**seq_kw(), "compiled": compiled})
+        else:
+            headers["Warning"] = warning_header(str(e))
+            notice = {"degraded": "free_text", "reason": str(e)}
+            ids = _encode(encode, structured.instruction())
+            seqs = await asyncio.to_thread(_build, state, ids, params, None, n, seq_kw())
     except TypedLMError as e:
         raise APIError(400, str(e)) from e
     loop = asyncio.get_running_loop()
@@ -137,7 +189,7 @@ async def submit(state: ServerState, http: HTTPRequest, *, structured: Structure
     except QueueFull as e:
         raise APIError(429, f"{e}; retry after {state.config.retry_after_s}s", type="rate_limit_error",
                        code="queue_full", headers={"Retry-After": str(state.config.retry_after_s)}) from e
-    return Job(state, reqs, queue, t0, headers)
+    return Job(state, reqs, queue, t0, headers, notice=notice)
 
 
 def _encode(encode: Callable[[str | None], list[int]], instruction: str | None) -> list[int]:
@@ -157,7 +209,7 @@ def _record(state: ServerState, res: GenerationResult) -> None:
     m.finished.labels(res.finish_reason, res.constraint or "none").inc()
 
 
-def _build(state: ServerState, ids: list[int], params: SamplingParams, constraint, n: int):
+def _build(state: ServerState, ids: list[int], params: SamplingParams, constraint, n: int, kw: dict):
     engine = state.engine
     cap = state.config.max_prompt_tokens
     if cap is not None and len(ids) > cap:
@@ -165,40 +217,5 @@ def _build(state: ServerState, ids: list[int], params: SamplingParams, constrain
     out = []
     for i in range(n):
         p = params if params.seed is None or i == 0 else replace(params, seed=params.seed + i)
-        out.append(build_sequence(engine, ids, p, constraint))
+        out.append(build_sequence(engine, ids, p, constraint, **kw))
     return out
-
-
-class Detokenizer:
-    """Text deltas for a stream: never emits a partial UTF-8 character or a possible stop-string start."""
-
-    def __init__(self, decode: Callable[[list[int]], str], stop: tuple[str, ...]):
-        self.decode = decode
-        self.ids: list[int] = []
-        self.sent = ""
-        self.stop = stop
-        self.hold = max((len(s) for s in stop), default=1) - 1
-
-    def add(self, token: int) -> str:
-        self.ids.append(token)
-        text = self.decode(self.ids)
-        for s in self.stop:  # the row ends on this token: never stream the stop string itself
-            if (i := text.find(s)) >= 0:
-                text = text[:i]
-        safe = text.rstrip("\ufffd")
-        if self.hold:
-            safe = safe[: max(len(self.sent), len(safe) - self.hold)]
-        return self._emit(safe)
-
-    def finish(self, final_text: str) -> str:
-        return self._emit(final_text)
-
-    def _emit(self, text: str) -> str:
-        if len(text) <= len(self.sent) or not text.startswith(self.sent):
-            return ""
-        delta, self.sent = text[len(self.sent):], text
-        return delta
-
-
-def token_text(engine, token: int) -> str:
-    return engine.tokenizer.decode([token])

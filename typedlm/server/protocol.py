@@ -1,11 +1,69 @@
-"""Request bodies of the OpenAI-compatible endpoints (pydantic v2). Unknown fields are a 400, so
-nothing a client sends is silently ignored."""
+"""Request bodies of the OpenAI-compatible endpoints (pydantic v2).
+
+Field policy: nothing a client sends is silently ignored. A field is either
+
+  * honoured (declared below), or
+  * a documented OpenAI / vLLM field listed in :data:`DOCUMENTED`: accepted only with its no-op
+    value (``store: false``, ``best_of: 1``, ...); any other value is a 400 naming the field and why;
+  * anything else: a 400 ("Extra inputs are not permitted", naming the field).
+"""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+_NONE = (None,)
+# documented OpenAI / vLLM request fields typedlm does not implement: field -> (no-op values, reason)
+DOCUMENTED: dict[str, tuple[tuple, str]] = {
+    # OpenAI
+    "store": ((None, False), "typedlm stores no completions"),
+    "metadata": ((None, {}), "metadata is for stored completions; typedlm stores none"),
+    "service_tier": ((None, "auto", "default"), "there are no service tiers"),
+    "modalities": ((None, ["text"]), "only text output is supported"),
+    "audio": (_NONE, "audio output is not supported"),
+    "prediction": (_NONE, "predicted outputs are not supported"),
+    "web_search_options": (_NONE, "web search is not supported"),
+    "functions": (_NONE, "the deprecated 'functions' field is not supported: use 'tools'"),
+    "function_call": (_NONE, "the deprecated 'function_call' field is not supported: use 'tool_choice'"),
+    "verbosity": ((None, "medium"), "verbosity is not supported"),
+    "moderation": (_NONE, "moderation is not supported"),
+    "prompt_cache_options": (_NONE, "there is no prompt cache to configure"),
+    "prompt_cache_retention": (_NONE, "there is no prompt cache to configure"),
+    # vLLM sampling / request extras
+    "best_of": ((None, 1), "best_of > 1 is not supported: use n"),
+    "use_beam_search": ((None, False), "beam search is not supported"),
+    "min_p": ((None, 0, 0.0), "min_p is not supported: use top_p / top_k"),
+    "length_penalty": ((None, 1, 1.0), "length_penalty only applies to beam search, which is not supported"),
+    "stop_token_ids": ((None, []), "stop_token_ids is not supported: use stop strings"),
+    "include_stop_str_in_output": ((None, False), "stop strings are never included in the output"),
+    "ignore_eos": ((None, False), "ignore_eos is not supported"),
+    "min_tokens": ((None, 0), "min_tokens is not supported"),
+    "skip_special_tokens": ((None, True), "special tokens are always skipped"),
+    "spaces_between_special_tokens": ((None, True), "spaces_between_special_tokens is not supported"),
+    "truncate_prompt_tokens": (_NONE, "prompts are never truncated (too long is a 400)"),
+    "prompt_logprobs": (_NONE, "prompt_logprobs is not supported"),
+    "allowed_token_ids": (_NONE, "allowed_token_ids is not supported: use logit_bias or a grammar"),
+    "bad_words": ((None, []), "bad_words is not supported: use logit_bias or a grammar"),
+    "add_generation_prompt": ((None, True), "the generation prompt is always added"),
+    "continue_final_message": ((None, False), "continue_final_message is not supported"),
+    "add_special_tokens": ((None, False), "add_special_tokens is not supported for chat"),
+    "documents": (_NONE, "documents (RAG templates) are not supported"),
+    "chat_template": (_NONE, "a per-request chat_template is not supported: the model's own is used"),
+    "mm_processor_kwargs": (_NONE, "multimodal inputs are not supported"),
+    "guided_decoding_backend": ((None, "xgrammar"), "the only backend is xgrammar"),
+    "guided_whitespace_pattern": (_NONE, "use structured_outputs.disable_any_whitespace"),
+    "priority": ((None, 0), "request priorities are not supported"),
+    "logits_processors": (_NONE, "per-request logits processors are not supported over HTTP"),
+    "return_tokens_as_token_ids": ((None, False), "return_tokens_as_token_ids is not supported"),
+    "cache_salt": (_NONE, "there is no prefix cache to salt"),
+    "kv_transfer_params": (_NONE, "disaggregated prefill is not supported"),
+    "vllm_xargs": (_NONE, "vllm_xargs is not supported"),
+}
+# identifiers that change nothing in the output (honoured by being accepted, like ``user``)
+IDENTIFIERS = ("prompt_cache_key", "safety_identifier", "request_id")
 
 
 class _Base(BaseModel):
@@ -32,6 +90,37 @@ class _Base(BaseModel):
     guided_regex: str | None = None
     guided_choice: list[str] | None = None
     guided_grammar: str | None = None
+    logit_bias: dict[str, float] | None = None  # token id (as a string) -> bias in [-100, 100]
+    jump_forward: bool | None = None  # typedlm: append grammar-forced text without sampling
+    prompt_cache_key: str | None = None
+    safety_identifier: str | None = None
+    request_id: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _documented(cls, data):
+        if isinstance(data, dict):
+            for name, (noop, reason) in DOCUMENTED.items():
+                if name in data:
+                    if data[name] not in noop:
+                        raise PydanticCustomError("unsupported_field", "{field}: {reason}",
+                                                  {"field": name, "reason": reason})
+                    data = {k: v for k, v in data.items() if k != name}
+        return data
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _logit_bias(cls, v):
+        for k, b in (v or {}).items():
+            if not k.lstrip("-").isdigit() or int(k) < 0:
+                raise ValueError(f"key {k!r} is not a token id")
+            if not -100.0 <= b <= 100.0:
+                raise ValueError(f"bias {b} for token {k} is outside [-100, 100]")
+        return v
+
+    @property
+    def logit_bias_pairs(self) -> tuple[tuple[int, float], ...]:
+        return tuple((int(k), float(b)) for k, b in (self.logit_bias or {}).items())
 
     @field_validator("stop")
     @classmethod
@@ -67,20 +156,62 @@ class ContentPart(BaseModel):
     text: str | None = None
 
 
-class Message(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # name, tool_call_id, ... carry no meaning for us
-    role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[ContentPart] | None = None
+class ToolCallFunction(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    arguments: str  # a JSON object, as text (OpenAI shape)
 
-    def as_template_dict(self) -> dict:
+
+class ToolCall(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str
+    type: Literal["function"] = "function"
+    function: ToolCallFunction
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None  # assistant turns that called tools
+    tool_call_id: str | None = None  # tool turns: the call this result answers
+    reasoning_content: str | None = None  # assistant turns of a reasoning model (templates may use it)
+    refusal: str | None = None
+
+    def text(self) -> str:
         content = self.content
         if isinstance(content, list):
             bad = [p.type for p in content if p.type != "text"]
             if bad:
                 raise ValueError(f"message content part type {bad[0]!r} is not supported (text only)")
             content = "".join(p.text or "" for p in content)
-        role = "system" if self.role == "developer" else self.role
-        return {"role": role, "content": content or ""}
+        return content or ""
+
+
+class FunctionDef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Tool(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedToolChoiceFunction(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["function"]
+    function: NamedToolChoiceFunction
 
 
 class ChatRequest(_Base):
@@ -88,6 +219,24 @@ class ChatRequest(_Base):
     max_completion_tokens: int | None = Field(default=None, ge=1)
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool = True
+    chat_template_kwargs: dict[str, Any] | None = None  # passed to the chat template (e.g. enable_thinking)
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
+    max_reasoning_tokens: int | None = Field(default=None, ge=0)
+    include_reasoning: bool = True  # vLLM: false drops reasoning_content from the response
+
+    @field_validator("tools")
+    @classmethod
+    def _tools(cls, v):
+        if v is not None:
+            if not v:
+                raise ValueError("give at least one tool (or leave 'tools' out)")
+            names = [t.function.name for t in v]
+            if len(set(names)) != len(names):
+                raise ValueError(f"tool names must be unique: {names}")
+        return v
 
 
 class CompletionRequest(_Base):

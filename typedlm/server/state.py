@@ -44,6 +44,7 @@ class ServerConfig:
     retry_after_s: int = 1
     model_names: tuple[str, ...] = ()  # extra names /v1/models lists and requests may use
     warmup: bool = True
+    jump_forward: bool = False  # default for requests that do not set ``jump_forward``
     interleave_decide: bool = True  # False: a decision runs as one block between steps (bench baseline)
     decide_chunk_tokens: int = 256  # while streams decode: at most this many decide prefill tokens per forward ...
     decide_chunk_rows: int = 1  # ... and decision rows per scoring pass (typedlm.server.interleave)

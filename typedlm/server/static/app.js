@@ -148,13 +148,10 @@ $("run-decide").addEventListener("click", async () => {
   const abstain = $("abstain").value === "" ? null : Number($("abstain").value);
   btn.disabled = true; res.textContent = "deciding…";
   try {
-    // one /v1/decide request per text (decide_many runs server-side per request)
-    const ds = [];
-    for (const context of texts) {
-      ds.push(await api("/v1/decide", { schema: validated, context, allow_none_of_above: $("nota").checked,
-        abstain_below_margin: abstain }));
-    }
-    res.replaceChildren(ds.length === 1 ? renderOne(ds[0]) : renderMany(texts, ds));
+    // one text: `context` -> a Decision; several: `contexts: [...]` -> a list (decide_many: one shared plan)
+    const opts = { schema: validated, allow_none_of_above: $("nota").checked, abstain_below_margin: abstain };
+    if (texts.length === 1) res.replaceChildren(renderOne(await api("/v1/decide", { ...opts, context: texts[0] })));
+    else res.replaceChildren(renderMany(texts, await api("/v1/decide", { ...opts, contexts: texts })));
   } catch (e) { res.textContent = ""; showError($("decide-error"), e); }
   finally { btn.disabled = false; }
 });

@@ -1,0 +1,59 @@
+"""Superset relaxation of refused keywords: sound by polarity, and only what must go."""
+
+import json
+
+import hypothesis.strategies as st
+import jsonschema
+import pytest
+from hypothesis import given, settings
+
+from typedlm.grammar.relax import relax_schema
+from typedlm.grammar.schema import find_refusals
+
+CONTAINS = {"type": "array", "contains": {"const": 1}, "maxContains": 1}
+
+
+@pytest.mark.parametrize("schema, relaxed", [
+    # positive: the keyword (and its companions) go, everything else stays
+    ({"type": "object", "properties": {"a": CONTAINS, "b": {"type": "integer", "maximum": 3}}, "required": ["a"]},
+     {"type": "object", "properties": {"a": {"type": "array"}, "b": {"type": "integer", "maximum": 3}},
+      "required": ["a"]}),
+    # under not: dropping contains there would make the schema stricter; the whole not goes instead
+    ({"type": "object", "properties": {"a": {"type": "array", "not": CONTAINS}}},
+     {"type": "object", "properties": {"a": {"type": "array"}}}),
+    # in an if condition: if/then/else go together
+    ({"type": "array", "if": CONTAINS, "then": {"minItems": 2}, "else": {"maxItems": 5}}, {"type": "array"}),
+    # a not over a number enum (not expressible): the not goes, the type stays
+    ({"type": "object", "properties": {"a": {"type": "integer", "not": {"const": 3}}}},
+     {"type": "object", "properties": {"a": {"type": "integer"}}}),
+    # $ref: the target is inlined at the use site; the definition itself is kept for other uses
+    ({"$defs": {"x": CONTAINS}, "type": "object", "properties": {"a": {"$ref": "#/$defs/x"}}},
+     {"$defs": {"x": CONTAINS}, "type": "object", "properties": {"a": {"allOf": [{"type": "array"}]}}}),
+])
+def test_relax_drops_only_what_it_must(schema, relaxed):
+    out, done = relax_schema(schema)
+    assert out == relaxed
+    assert done and find_refusals(out) == []
+
+
+INSTANCES = st.recursive(st.none() | st.booleans() | st.integers(-3, 3) | st.sampled_from(["a", "ab", ""]),
+                         lambda c: st.lists(c, max_size=4) | st.dictionaries(st.sampled_from("abc"), c, max_size=3),
+                         max_leaves=8)
+SCHEMAS = [
+    {"type": "object", "properties": {"a": {"not": CONTAINS}, "b": CONTAINS}},
+    {"not": {"properties": {"a": CONTAINS}, "required": ["a"]}},
+    {"oneOf": [CONTAINS, {"type": "array", "maxItems": 1}]},
+    {"anyOf": [{"if": CONTAINS, "then": {"maxItems": 2}}, {"type": "integer", "not": {"const": 2}}]},
+    {"$defs": {"x": CONTAINS}, "properties": {"a": {"$ref": "#/$defs/x"}, "b": {"not": {"$ref": "#/$defs/x"}}}},
+    {"type": "string", "minLength": 2, "pattern": "^a"},
+]
+
+
+@pytest.mark.parametrize("schema", SCHEMAS)
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(instance=INSTANCES)
+def test_relaxed_schema_accepts_every_valid_instance(schema, instance):
+    """Soundness: relaxing never rejects what the original accepts (a superset)."""
+    relaxed, _ = relax_schema(schema)
+    if jsonschema.Draft202012Validator(schema).is_valid(instance):
+        assert jsonschema.Draft202012Validator(relaxed).is_valid(instance), json.dumps(relaxed)

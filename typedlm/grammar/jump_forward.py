@@ -1,0 +1,61 @@
+"""Jump-forward: when the grammar allows exactly one continuation for the next bytes, append its
+tokens without sampling.
+
+After each sampled token, ``xgr.GrammarMatcher.find_jump_forward_string()`` gives the text the
+grammar forces next (e.g. ``": "`` after a property name, or a whole ``{"name": "`` prefix). Those
+bytes are only worth skipping if the tokens appended are the ones the tokenizer itself would produce
+(a model never saw non-canonical splits), so:
+
+  1. re-tokenize ``text(last token) + forced`` and require that it starts with the last token
+     unchanged (else the forced text would merge into it: fall back to sampling);
+  2. keep only the tokens that end before the last pre-tokenizer chunk of that text (the last
+     chunk may still merge with the free text that follows) and that decode to exactly a prefix
+     of the forced text;
+  3. nothing left -> fall back to normal decoding for this step.
+
+The sequence appends the tokens through the matcher (a rejection would be an internal error) and
+counts them in ``forced_tokens``; the scheduler feeds them in one multi-token forward for the row.
+Logprobs are not defined for tokens that were never sampled, so a request asking for logprobs does
+not jump forward.
+"""
+
+from __future__ import annotations
+
+
+class JumpForward:
+    def __init__(self, engine):
+        self.tokenizer = engine.tokenizer
+        self.pre = engine.tokenizer.backend_tokenizer.pre_tokenizer
+        self.stop_ids = engine.stop_ids
+        self.calls = 0  # find_jump_forward_string calls (benchmarks)
+
+    def tokens(self, seq) -> list[int]:
+        """Canonical tokens for the text the grammar forces after ``seq``'s last token ([] if none)."""
+        if not seq.output_ids:
+            return []
+        self.calls += 1
+        forced = seq.grammar.matcher.find_jump_forward_string()
+        if not forced:
+            return []
+        last = seq.output_ids[-1]
+        prev = self.tokenizer.decode([last])
+        text = prev + forced
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        if not ids or ids[0] != last or self.tokenizer.decode(ids[:1]) != prev:
+            return []
+        limit = self._stable_chars(text)
+        out, at = [], len(prev)
+        for t in ids[1:]:
+            piece = self.tokenizer.decode([t])
+            if t in self.stop_ids or at + len(piece) > limit or not forced.startswith(piece, at - len(prev)):
+                break
+            out.append(t)
+            at += len(piece)
+        return out
+
+    def _stable_chars(self, text: str) -> int:
+        """Characters of ``text`` before its last pre-tokenizer chunk (tokens there cannot change)."""
+        if self.pre is None:
+            return 0
+        chunks = self.pre.pre_tokenize_str(text)
+        return chunks[-1][1][0] if len(chunks) >= 2 else 0

@@ -1,0 +1,141 @@
+"""Superset schemas: relax only the keywords the grammar cannot enforce, keep the rest of the structure.
+
+For a non-strict ``response_format`` whose schema is refused (``find_refusals`` names a keyword and
+the JSON pointer of where it is used), :func:`relax_schema` rewrites the schema so that it accepts
+*at least* every instance the original accepts, then compiles that. The output is then checked
+against the original schema with jsonschema (``schema_valid``), and the response says so.
+
+Polarity is what makes this sound. Dropping a keyword makes a schema weaker only where the schema
+is used positively. Under ``not`` (or inside an ``if`` condition, a ``oneOf`` branch, which the
+rewrite also complements, or ``contains`` with ``maxContains``) a weaker subschema makes the whole
+schema *stricter*. So the pointer is walked from the root through positive applicators only
+(``properties``, ``patternProperties``, ``additionalProperties``, ``items``, ``prefixItems``,
+``allOf``, ``anyOf``, ``then``, ``else``, ``dependentSchemas``, ``propertyNames``, and ``$ref``,
+whose target is inlined at the use site so other uses keep the original). At the deepest subschema
+reached that way, one conjunct is dropped, which can only weaken it: the refused keyword itself when
+the walk reached it, else the non-positive keyword the walk stopped at (the whole ``not`` / ``if`` +
+``then`` + ``else`` / ``oneOf`` / ``contains`` + ``minContains`` + ``maxContains``). Where not even
+that is possible, that subschema is replaced by ``true``. One refusal at a time, until none is left (at most :data:`MAX_STEPS`).
+"""
+
+from __future__ import annotations
+
+import copy
+
+from .schema import find_refusals
+
+MAX_STEPS = 64
+_POSITIVE_MAP = {"properties", "patternProperties", "dependentSchemas"}
+_KEEP = {"$defs", "definitions", "$id", "$anchor", "$dynamicAnchor"}  # dropping these changes what $ref means
+_POSITIVE_LIST = {"prefixItems", "allOf", "anyOf"}
+_POSITIVE_ONE = {"additionalProperties", "then", "else", "propertyNames", "unevaluatedProperties",
+                 "unevaluatedItems", "additionalItems"}
+_COMPANIONS = {"contains": ("contains", "minContains", "maxContains"),
+               "minContains": ("contains", "minContains", "maxContains"),
+               "maxContains": ("contains", "minContains", "maxContains"),
+               "if": ("if", "then", "else")}
+
+
+class NotRelaxable(Exception):
+    """The refusal cannot be located in the schema (it stays a free-text degrade)."""
+
+
+def relax_schema(schema, registry=None) -> tuple[object, list[dict]]:
+    """(superset schema with no refusal left, the relaxed places ``[{keyword, pointer, action}]``)."""
+    out = copy.deepcopy(schema)
+    done: list[dict] = []
+    for _ in range(MAX_STEPS):
+        refusals = find_refusals(out, registry)
+        if not refusals:
+            return out, done
+        r = refusals[0]
+        out, action = _relax_one(out, r.keyword, r.pointer)
+        done.append({"keyword": r.keyword, "pointer": r.pointer or "/", "action": action})
+    raise NotRelaxable(f"more than {MAX_STEPS} keywords would have to be relaxed")
+
+
+def _segments(pointer: str) -> list[str]:
+    if not pointer:
+        return []
+    return [p.replace("~1", "/").replace("~0", "~") for p in pointer.lstrip("/").split("/")]
+
+
+def _relax_one(root, keyword: str, pointer: str):
+    """Relax one refusal; returns (new root, what was done)."""
+    if not isinstance(root, dict):
+        raise NotRelaxable("the schema is not an object")
+    segs = _segments(pointer)
+    if segs and segs[-1] == keyword:
+        segs = segs[:-1]
+    holder, key = None, None  # where the current node lives: holder[key]
+    node = root
+    anchor = (None, None)  # the deepest node reached through positive applicators only (None: root)
+    i = 0
+    while i < len(segs):
+        seg = segs[i]
+        if not isinstance(node, dict):
+            break
+        if seg == "$ref" and isinstance(node.get("$ref"), str):
+            target = _resolve(root, node["$ref"])
+            if target is None:
+                break
+            inlined = {k: v for k, v in node.items() if k != "$ref"}
+            inlined.setdefault("allOf", [])
+            inlined["allOf"] = list(inlined["allOf"]) + [copy.deepcopy(target)]
+            node = _put(root, holder, key, inlined)
+            if holder is None:
+                root = node
+            holder, key, node = node["allOf"], len(node["allOf"]) - 1, node["allOf"][-1]
+            anchor = (holder, key)
+            i += 1
+            continue
+        if seg in _POSITIVE_MAP and i + 1 < len(segs) and isinstance(node.get(seg), dict) \
+                and segs[i + 1] in node[seg]:
+            holder, key = node[seg], segs[i + 1]
+            i += 2
+        elif seg in _POSITIVE_LIST and i + 1 < len(segs) and isinstance(node.get(seg), list) \
+                and segs[i + 1].isdigit() and int(segs[i + 1]) < len(node[seg]):
+            holder, key = node[seg], int(segs[i + 1])
+            i += 2
+        elif seg == "items" and isinstance(node.get("items"), list) and i + 1 < len(segs) \
+                and segs[i + 1].isdigit() and int(segs[i + 1]) < len(node["items"]):
+            holder, key = node["items"], int(segs[i + 1])
+            i += 2
+        elif (seg in _POSITIVE_ONE or seg == "items") and seg in node:
+            holder, key = node, seg
+            i += 1
+        else:
+            break  # not / if / oneOf / contains / anything else: no positive path beyond here
+        node = holder[key]
+        anchor = (holder, key)
+    # ``node`` was reached positively: dropping any of its keywords (one conjunct) is a superset
+    drop = keyword if i == len(segs) else segs[i]
+    if isinstance(node, dict) and drop in node and drop not in _KEEP:
+        for k in _COMPANIONS.get(drop, (drop,)):
+            node.pop(k, None)
+        return root, f"dropped '{drop}'"
+    holder, key = anchor
+    if holder is None:
+        return True, "replaced the whole schema by true"
+    holder[key] = True
+    return root, "replaced by true"
+
+
+def _put(root, holder, key, value):
+    if holder is not None:
+        holder[key] = value
+    return value
+
+
+def _resolve(root, ref: str):
+    if not ref.startswith("#"):
+        return None
+    node = root
+    for seg in _segments(ref[1:]):
+        if isinstance(node, dict) and seg in node:
+            node = node[seg]
+        elif isinstance(node, list) and seg.isdigit() and int(seg) < len(node):
+            node = node[int(seg)]
+        else:
+            return None
+    return node
