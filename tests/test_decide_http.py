@@ -116,3 +116,33 @@ def test_systemone_real_model(real):
             "questions": QUESTIONS}, timeout=300)
     assert r.status_code == 200, r.text
     check_systemone(r.json(), real.name)
+
+
+def test_decide_route_constraints_prior_calibration(base, tiny):
+    from typedlm.decide.calibration import CalibrationBundle, FieldCalibration
+    from typedlm.decide.prior import fingerprint
+    from typedlm.decide.prompt import PROMPT_VERSION
+
+    schema = {**SCHEMA, "fields": {**SCHEMA["fields"], "tags": {**SCHEMA["fields"]["tags"], "exactly": 1}},
+              "constraints": [{"if": {"spam": True}, "then": {"tags": "ads"}}]}
+    bundle = CalibrationBundle(model="tiny", model_hash=fingerprint(tiny), prompt_version=PROMPT_VERSION,
+                               scoring="labels", prior="neutral",
+                               fields={"tone": FieldCalibration(type="enum", temperature=1.5)})
+    body = {"schema": schema, "context": "Buy cheap watches at example.com!!!", "prior": "neutral",
+            "calibration": bundle.model_dump()}
+    r = httpx.post(f"{base}/v1/decide", json=body, timeout=120)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    f = out["fields"]
+    assert len(f["tags"]["value"]) == 1 and (not f["spam"]["value"] or f["tags"]["value"] == ["ads"])
+    assert (f["tone"]["calibrator"], f["tone"]["temperature"], f["tone"]["prior"]) == (bundle.id, 1.5, "neutral")
+    assert isinstance(out["summary"], str) and "tone=" in out["summary"]
+    r = httpx.post(f"{base}/v1/decide", json={"schema": schema, "contexts": ["Buy now!!!", "Hi, my invoice is wrong."],
+                                              "prior": "batch"}, timeout=120)
+    assert r.status_code == 200 and [d["fields"]["tone"]["prior"] for d in r.json()] == ["batch", "batch"], r.text
+    for bad, needle in ((dict(body, prior="none"), "prior mode"), (dict(body, prior="batch"), "at least 2 contexts"),
+                        (dict(body, schema={**schema, "constraints": [{"if": {"spam": True},
+                                                                        "then": {"tags": "nope"}}]}), "no choice 'nope'"),
+                        (dict(body, calibration={"model": "x"}), "calibration bundle")):
+        r = httpx.post(f"{base}/v1/decide", json=bad, timeout=60)
+        assert r.status_code == 400 and needle in r.json()["error"]["message"], r.text

@@ -23,7 +23,7 @@ from typedlm.server.testing import free_port, live_server
 # the contract issue 10 (calibration) reads: keep in step with docs/ARCHITECTURE.md
 KEYS = ["run_id", "track", "mode", "case_id", "group_id", "dataset", "split", "field", "field_type", "choices",
         "gold", "pred", "probabilities", "scores", "correct", "legal_mass", "latency_s", "case_latency_s",
-        "permutation", "truncated", "violation", "error"]
+        "permutation", "truncated", "violation", "error", "record"]
 SCHEMA = {"description": "Triage a message.",
           "fields": {"topic": {"type": "enum", "description": "Topic?", "choices": ["billing", "login", "other"]},
                      "tags": {"type": "multi", "description": "Which apply?", "choices": ["refund", "bug", "spam"]},
@@ -76,6 +76,11 @@ def test_prediction_lines_contract(done_run):
                      "['billing', 'login', 'other']"}
     lines = read_jsonl(folder / "predictions.jsonl")
     assert lines and all(list(ln) == KEYS for ln in lines)
+    for ln in lines:  # the semantics record: how decide made the number (parallel track only)
+        if ln["track"] == "parallel":
+            assert ln["record"]["score_source"] == "batched" and ln["record"]["prior"] == "neutral"
+        else:
+            assert ln["record"] is None
     by = {}
     for ln in lines:
         by.setdefault((ln["track"], ln["mode"], ln["permutation"] is not None), []).append(ln)

@@ -28,3 +28,7 @@ class EmptySchemaError(GrammarCompileError):
 
 class ConstraintError(TypedLMError, ValueError):
     """A request named zero-or-several constraints where one is required, or bad sampling input."""
+
+
+class SchemaError(TypedLMError, ValueError):
+    """A decision schema is malformed (fields, constraints, dependencies); the message names the problem."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Optional
 
@@ -99,6 +100,9 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         scoring: str = typer.Option("labels", "--scoring", help="labels | slots"),
         none_of_above: bool = typer.Option(False, "--none-of-above", help="offer 'none of the above' on enum fields"),
         abstain_below: Optional[float] = typer.Option(None, "--abstain-below", help="abstain when margin < this"),
+        prior: Optional[str] = typer.Option(None, "--prior",
+                                            help="neutral (the default: divide out the content-free prior) | none"),
+        calibration: Optional[Path] = typer.Option(None, "--calibration", help="bundle from `typedlm calibrate`"),
         device: str = typer.Option("auto", "--device"),
         as_json: bool = typer.Option(False, "--json", help="print the Decision as JSON"),
         list_presets: bool = typer.Option(False, "--list-presets", help="list bundled presets and exit"),
@@ -108,6 +112,9 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     ):
         """Decide every field of a schema about a context: one prefill, all candidates scored in batch."""
         from . import presets as presets_mod
+        from .prior import DEFAULT_PRIOR
+
+        prior = prior or DEFAULT_PRIOR
 
         if list_presets:
             for n in presets_mod.names():
@@ -136,12 +143,17 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                 fail(f"--scoring must be one of {', '.join(SCORING_MODES)}, got {scoring!r}")
             if abstain_below is not None and not 0.0 <= abstain_below <= 1.0:
                 fail(f"--abstain-below must be in [0, 1], got {abstain_below}")
+            from .calibration import load_bundle
+            from .prior import check_mode
+
+            check_mode(prior, 1)
+            bundle = load_bundle(calibration) if calibration is not None else None
             from ..engine import load_engine
             from .api import decide as run
 
             engine = load_engine(model, device=device, progress=not as_json)
             d = run(sch, text, engine=engine, scoring=scoring, allow_none_of_above=none_of_above,
-                    abstain_below_margin=abstain_below)
+                    abstain_below_margin=abstain_below, prior=prior, calibration=bundle)
         if as_json:
             print_json(d.to_dict())
             return
@@ -162,9 +174,66 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             val = format_value(f.value) + (f" [{f.reason}]" if f.reason else "")
             table.add_row(name, val, p, alts, f"{f.legal_mass:.2g}")
         Console().print(table)
+        typer.echo(d.summary(), err=True)
         t = d.timings
         typer.echo(f"{d.usage['prompt_tokens']} prompt tokens, {d.usage['rows']} rows in {d.usage['passes']} pass(es); "
                    f"prefill {t['prefill']*1e3:.0f} ms, scoring {t['scoring']*1e3:.0f} ms", err=True)
+
+    @app.command()
+    def calibrate(
+        data: str = typer.Option(..., "--data", help="bbc | tweets | bbc-multi | FILE.jsonl (eval cases)"),
+        out: Path = typer.Option(..., "--out", help="where to write the bundle (JSON)"),
+        prior: Optional[str] = typer.Option(None, "--prior",
+                                            help="neutral (default) | none | batch: the prior mode it is fitted for"),
+        limit: int = typer.Option(200, "--limit", help="cases of the calibration split to fit on"),
+        test_limit: int = typer.Option(200, "--test-limit", help="cases of the test split for the held-out ECE"),
+        scores: Optional[Path] = typer.Option(None, "--scores", help="scores.jsonl to reuse / extend (resumable)"),
+        model: str = typer.Option("default", "--model", "-m"),
+        device: str = typer.Option("auto", "--device"),
+        as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
+    ):
+        """Fit a calibration bundle on the calibration split; held-out ECE before/after on the test split.
+        Refuses (exit 1) to write a bundle whose held-out ECE got worse."""
+        from ..engine import load_engine
+        from ..eval.cases import select
+        from ..eval.cli import load_cases
+        from . import fitting
+        from .api import plan_for
+        from .prior import DEFAULT_PRIOR, check_mode
+
+        prior = prior or DEFAULT_PRIOR
+        with user_errors():
+            check_mode(prior)
+            if limit < 2 or test_limit < 2:
+                fail("--limit and --test-limit must be at least 2")
+            name, cases = load_cases(data)
+            fit_cases, test_cases = select(cases, "calibration", limit), select(cases, "test", test_limit)
+            if not fit_cases or not test_cases:
+                fail(f"{name} needs cases in both the calibration and the test split")
+            schemas = {json.dumps(c.schema, sort_keys=True) for c in fit_cases + test_cases}
+            if len(schemas) != 1:
+                fail(f"{name}: calibration needs one schema for every case, found {len(schemas)}")
+            engine = load_engine(model, device=device, progress=not as_json)
+            plan = plan_for(fit_cases[0].schema, engine)
+            scored = fitting.collect(engine, plan.schema, fit_cases + test_cases, scores)
+            fit_s, test_s = scored[:len(fit_cases)], scored[len(fit_cases):]
+            neutral = fitting.neutral_logs(engine, plan) if prior == "neutral" else None
+            bundle, report = fitting.fit_bundle(engine, plan, fit_s, test_s, prior, neutral, data=name)
+        before, after = report["before"]["ece"], report["after"]["ece"]
+        if as_json:
+            print_json({"bundle": bundle.model_dump(), "id": bundle.id, "report": report})
+        else:
+            typer.echo(f"{name}: fitted on {len(fit_s)} calibration cases; held-out ECE on {len(test_s)} test "
+                       f"cases {before:.4f} -> {after:.4f}")
+            for f, fc in bundle.fields.items():
+                par = f"T={fc.temperature:.3f}" if fc.temperature is not None else f"a={fc.a:.3f} b={fc.b:.3f}"
+                typer.echo(f"  {f}: {par}; ECE {report['before']['fields'][f]['ece']:.4f} -> "
+                           f"{report['after']['fields'][f]['ece']:.4f}")
+        if not after <= before:
+            typer.echo(f"error: held-out ECE got worse ({before:.4f} -> {after:.4f}): bundle not written", err=True)
+            raise typer.Exit(1)
+        out.write_text(bundle.model_dump_json(indent=2) + "\n")
+        typer.echo(f"wrote {out} ({bundle.id})", err=True)
 
     @app.command()
     def validate(

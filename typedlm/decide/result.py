@@ -8,16 +8,20 @@ alternatives, margins, legal mass, abstention), reconciles multi fields, and val
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import TypedLMError
+from .constraints import MultiVar, ScalarVar, constrained_fields, solve, unconstrained
 from .multi import reconcile
 from .plan import NONE_OF_ABOVE, Plan
 
 TOLERANCE = 0.05  # nats: the one tolerance for batch-shape noise (batched vs one-row-at-a-time scoring)
-FIELD_KEYS = ("value", "probability", "probabilities", "alternatives", "margin", "legal_mass", "reason")
-DECISION_KEYS = ("value", "fields", "timings", "usage", "scoring", "model")
+FIELD_KEYS = ("value", "probability", "probabilities", "alternatives", "margin", "legal_mass", "reason",
+              "score_source", "temperature", "calibrator", "prior", "constraint_changed")
+DECISION_KEYS = ("value", "fields", "timings", "usage", "scoring", "model", "summary")
+SCORE_SOURCES = ("batched", "rescored_one_row", "dependency")
+RECORD_KEYS = ("score_source", "temperature", "calibrator", "prior", "constraint_changed")  # the semantics record
 
 
 @dataclass(frozen=True)
@@ -41,11 +45,31 @@ class FieldResult:
     reason: str | None  # None | "none_of_above" | "abstain"
     log_scores: dict  # scalar: choice -> constrained log-probability; multi: option -> log P(yes)
     count_probabilities: dict | None = None  # multi only: "0".."N" -> p
+    # how the numbers were made (the semantics record)
+    score_source: str = "batched"  # SCORE_SOURCES: first batched pass / one-row rescore / dependency pass
+    temperature: float | None = None  # calibration temperature applied (scalar fields); None: none
+    calibrator: str | None = None  # id of the calibration bundle applied, or None
+    prior: str = "none"  # prior correction applied: "none" | "neutral" | "batch"
+    constraint_changed: bool = False  # the constraint solver changed the unconstrained winner
 
     def to_dict(self) -> dict:
         return {"value": self.value, "probability": self.probability, "probabilities": self.probabilities,
                 "alternatives": self.alternatives, "margin": self.margin, "legal_mass": self.legal_mass,
-                "reason": self.reason}
+                "reason": self.reason, "score_source": self.score_source, "temperature": self.temperature,
+                "calibrator": self.calibrator, "prior": self.prior, "constraint_changed": self.constraint_changed}
+
+    def summary(self) -> str:
+        how = [self.score_source]
+        if self.prior != "none":
+            how.append(f"prior {self.prior}")
+        if self.calibrator:
+            how.append(f"calibrated {self.calibrator}" + (f" T={self.temperature:.2f}" if self.temperature else ""))
+        if self.constraint_changed:
+            how.append("changed by constraints")
+        if self.reason:
+            how.append(self.reason)
+        p = "" if self.probability is None else f" p={self.probability:.2f}"
+        return f"{self.name}={format_value(self.value)}{p} ({', '.join(how)})"
 
 
 @dataclass
@@ -60,9 +84,14 @@ class Decision:
     def value_dict(self) -> dict:
         return {name: f.value for name, f in self.fields.items()}
 
+    def summary(self) -> str:
+        """One line: every field's value and how its number was made."""
+        return "; ".join(f.summary() for f in self.fields.values())
+
     def to_dict(self) -> dict:
         return {"value": self.value_dict(), "fields": {n: f.to_dict() for n, f in self.fields.items()},
-                "timings": self.timings, "usage": self.usage, "scoring": self.scoring, "model": self.model}
+                "timings": self.timings, "usage": self.usage, "scoring": self.scoring, "model": self.model,
+                "summary": self.summary()}
 
 
 def format_value(v: Any) -> str:
@@ -87,7 +116,7 @@ def _ranked(probs: dict) -> list[tuple[str, float]]:
     return sorted(probs.items(), key=lambda kv: -kv[1])
 
 
-def _scalar(plan: Plan, f, q, score: QuestionScore, abstain_below: float | None) -> FieldResult:
+def _scalar(plan: Plan, f, q, score: QuestionScore, abstain_below: float | None, record: dict) -> FieldResult:
     keys = list(q.keys)
     probs = dict(zip(keys, _softmax(list(score.log_scores))))
     ranked = _ranked(probs)
@@ -102,44 +131,98 @@ def _scalar(plan: Plan, f, q, score: QuestionScore, abstain_below: float | None)
         value, probability, reason = None, None, "abstain"
     alts = [{"value": (k == "true") if f.type == "boolean" else k, "probability": p} for k, p in ranked[1:4]]
     return FieldResult(f.name, f.type, value, probability, probs, alts, margin, math.exp(score.log_legal_mass),
-                       score.log_legal_mass, reason, dict(zip(keys, score.log_scores)))
+                       score.log_legal_mass, reason, dict(zip(keys, score.log_scores)), **record)
+
+
+def _multi(plan: Plan, f, qs: list[int], scores: list[QuestionScore], abstain_below: float | None,
+           record: dict) -> FieldResult:
+    p_yes, log_yes, log_mass = {}, {}, 0.0
+    count_probs: dict = {}
+    for i in qs:
+        q, s = plan.questions[i], scores[i]
+        log_mass += s.log_legal_mass
+        pr = _softmax(list(s.log_scores))
+        if q.kind == "option":
+            p_yes[q.option] = pr[0]
+            log_yes[q.option] = s.log_scores[0]  # constrained: already normalized over true/false
+        else:
+            count_probs = dict(zip(q.keys, pr))
+    selected = reconcile(list(p_yes), p_yes, count_probs)
+    margin = min(abs(2 * p - 1) for p in p_yes.values())
+    value: Any = selected
+    reason = None
+    if f.nullable and abstain_below is not None and margin < abstain_below:
+        value, reason = None, "abstain"
+    close = sorted(p_yes.items(), key=lambda kv: abs(kv[1] - 0.5))[:3]
+    alts = [{"value": k, "probability": p} for k, p in close]
+    return FieldResult(f.name, f.type, value, None, p_yes, alts, margin, math.exp(log_mass), log_mass,
+                       reason, log_yes, count_probs, **record)
 
 
 def finish_decision(plan: Plan, scores: list[QuestionScore], *, timings: dict, usage: dict, model: str,
-                    abstain_below_margin: float | None = None) -> Decision:
-    """The one finalizer: question scores -> Decision (validated value)."""
+                    abstain_below_margin: float | None = None, records: dict | None = None) -> Decision:
+    """The one finalizer: question scores -> Decision (validated value). ``scores`` are final (prior
+    correction and calibration already applied); ``records`` gives each field's semantics record
+    (score_source, temperature, calibrator, prior). Fields under a constraint are set by the exact
+    solver (:mod:`typedlm.decide.constraints`) and do not abstain."""
     by_field: dict[str, list[int]] = {}
     for i, q in enumerate(plan.questions):
         by_field.setdefault(q.field, []).append(i)
+    records = records or {}
+    bound = constrained_fields(plan.schema)
     fields: dict[str, FieldResult] = {}
     for f in plan.schema.fields:
         qs = by_field[f.name]
+        abstain = None if f.name in bound else abstain_below_margin
+        rec = records.get(f.name, {})
         if f.type != "multi":
-            fields[f.name] = _scalar(plan, f, plan.questions[qs[0]], scores[qs[0]], abstain_below_margin)
-            continue
-        p_yes, log_yes, log_mass = {}, {}, 0.0
-        count_probs: dict = {}
-        for i in qs:
-            q, s = plan.questions[i], scores[i]
-            log_mass += s.log_legal_mass
-            pr = _softmax(list(s.log_scores))
-            if q.kind == "option":
-                p_yes[q.option] = pr[0]
-                log_yes[q.option] = s.log_scores[0]  # constrained: already normalized over true/false
-            else:
-                count_probs = dict(zip(q.keys, pr))
-        selected = reconcile(list(p_yes), p_yes, count_probs)
-        margin = min(abs(2 * p - 1) for p in p_yes.values())
-        value: Any = selected
-        reason = None
-        if f.nullable and abstain_below_margin is not None and margin < abstain_below_margin:
-            value, reason = None, "abstain"
-        close = sorted(p_yes.items(), key=lambda kv: abs(kv[1] - 0.5))[:3]
-        alts = [{"value": k, "probability": p} for k, p in close]
-        fields[f.name] = FieldResult(f.name, f.type, value, None, p_yes, alts, margin, math.exp(log_mass), log_mass,
-                                     reason, log_yes, count_probs)
+            fields[f.name] = _scalar(plan, f, plan.questions[qs[0]], scores[qs[0]], abstain, rec)
+        else:
+            fields[f.name] = _multi(plan, f, qs, scores, abstain, rec)
+    if bound:
+        fields.update(_solve_constraints(plan, fields, bound))
     value = _validate(plan, {n: r.value for n, r in fields.items()})
     return Decision(value=value, fields=fields, timings=timings, usage=usage, scoring=plan.scoring, model=model)
+
+
+def _log(p: float) -> float:
+    return math.log(max(p, 1e-300))  # finite: a probability that rounded to 0 is very unlikely, not impossible
+
+
+def _solve_constraints(plan: Plan, fields: dict[str, FieldResult], bound: set[str]) -> dict[str, FieldResult]:
+    """Constrained fields -> the maximum-probability joint assignment satisfying every constraint."""
+    scalars, multis = [], []
+    for name in sorted(bound):
+        f, r = plan.schema[name], fields[name]
+        if f.type == "multi":
+            opts = list(r.probabilities)
+            counts = [_log(r.count_probabilities[k]) for k in sorted(r.count_probabilities, key=int)] \
+                if r.count_probabilities else None
+            multis.append(MultiVar(name, opts, [_log(r.probabilities[o]) for o in opts],
+                                   [_log(1 - r.probabilities[o]) for o in opts], counts, f.min_selected,
+                                   f.max_selected, f.exclusive, f.requires))
+        else:
+            vals = list(r.probabilities)
+            scalars.append(ScalarVar(name, vals, [_log(r.probabilities[v]) for v in vals]))
+    chosen = solve(scalars, multis, plan.schema.constraints)
+    free = unconstrained(scalars, multis)
+    out = {}
+    for name, v in chosen.items():
+        r = fields[name]
+        changed = v != free[name]
+        if r.type == "multi":
+            out[name] = replace(r, value=v, reason=None, constraint_changed=changed)
+            continue
+        value: Any = (v == "true") if r.type == "boolean" else v
+        probability: float | None = r.probabilities[v]
+        reason = None
+        if v == NONE_OF_ABOVE:
+            value, probability, reason = None, None, "none_of_above"
+        alts = [{"value": (k == "true") if r.type == "boolean" else k, "probability": p}
+                for k, p in _ranked(r.probabilities) if k != v][:3]
+        out[name] = replace(r, value=value, probability=probability, reason=reason, alternatives=alts,
+                            constraint_changed=changed)
+    return out
 
 
 def _validate(plan: Plan, values: dict) -> Any:

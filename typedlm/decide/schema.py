@@ -15,19 +15,18 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import TypedLMError
+from ..errors import SchemaError
 from ..grammar.spec import canonical_json
+from .constraints import MARKERS, check as check_constraints, merge_specs, parse_cross, parse_field_constraints
+from .depends import waves
 
 FIELD_TYPES = ("boolean", "enum", "multi")
 FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
-FIELD_KEYS = {"type", "description", "choices", "ordered", "nullable"}
-TOP_KEYS = {"fields", "description", "title"}
+FIELD_KEYS = {"type", "description", "choices", "ordered", "nullable", "depends_on", "min_selected", "max_selected",
+              "exactly", "exclusive", "requires"}
+TOP_KEYS = {"fields", "description", "title", "constraints"}
 MAX_CHOICES = 256
 MAX_CHOICE_CHARS = 200
-
-
-class SchemaError(TypedLMError, ValueError):
-    """A decision schema is malformed; the message names the field and the problem."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +43,11 @@ class Field:
     choices: tuple[Choice, ...] = ()  # enum / multi; booleans have none
     ordered: bool = False  # enum only: a score-like scale, lowest first
     nullable: bool = True  # may abstain (value None): dict schemas yes unless "nullable": false; pydantic: X | None
+    depends_on: tuple[str, ...] = ()  # decided after these fields, with their values given in the prompt
+    min_selected: int = 0  # multi only (constraints.py): bounds on the number of selected options
+    max_selected: int = 0  # multi: defaults to the number of options
+    exclusive: tuple = ()  # multi: groups of options of which at most one is selected
+    requires: tuple = ()  # multi: (option, (options it needs, ...))
 
     @property
     def values(self) -> tuple[str, ...]:
@@ -54,6 +58,7 @@ class Field:
 class DecisionSchema:
     fields: tuple[Field, ...]
     description: str | None = None
+    constraints: tuple = ()  # cross-field constraints.Implies / Excludes
     model: Any = field(default=None, compare=False)  # the Pydantic class it came from, if any
     key: str = ""  # canonical JSON of to_dict(): the plan-cache key
 
@@ -82,8 +87,36 @@ class DecisionSchema:
                 d["ordered"] = True
             if not f.nullable:
                 d["nullable"] = False
+            if f.depends_on:
+                d["depends_on"] = list(f.depends_on)
+            if f.type == "multi":
+                if f.min_selected:
+                    d["min_selected"] = f.min_selected
+                if f.max_selected < len(f.choices):
+                    d["max_selected"] = f.max_selected
+                if f.exclusive:
+                    d["exclusive"] = [list(g) for g in f.exclusive]
+                if f.requires:
+                    d["requires"] = {a: list(need) for a, need in f.requires}
             out["fields"][f.name] = d
+        if self.constraints:
+            out["constraints"] = [c.to_dict() for c in self.constraints]
         return out
+
+    def subset(self, names: tuple[str, ...]) -> "DecisionSchema":
+        """The fields ``names`` alone, without dependencies and constraints (what one ``depends_on`` wave
+        scores; questions are compiled per field, so its plan's questions are the full plan's)."""
+        spec = self.to_dict()
+        drop = ("depends_on", "min_selected", "max_selected", "exclusive", "requires")
+        fields = {n: {k: v for k, v in spec["fields"][n].items() if k not in drop} for n in names}
+        return DecisionSchema.from_dict({"fields": fields, **({"description": self.description}
+                                                               if self.description else {})})
+
+    @property
+    def constrained(self) -> bool:
+        return bool(self.constraints) or any(
+            f.min_selected or f.max_selected < len(f.choices) or f.exclusive or f.requires
+            for f in self.fields if f.type == "multi")
 
     # -- construction ----------------------------------------------------------------------------
     @classmethod
@@ -116,8 +149,13 @@ class DecisionSchema:
         if desc is not None and not isinstance(desc, str):
             raise SchemaError("schema 'description' must be a string")
         built = tuple(_field(name, fs) for name, fs in fields.items())
-        tmp = cls(fields=built, description=desc or None, model=model)
-        return cls(fields=built, description=desc or None, model=model, key=canonical_json(tmp.to_dict()))
+        by_name = {f.name: f for f in built}
+        cross = parse_cross(spec.get("constraints"), by_name)
+        tmp = cls(fields=built, description=desc or None, constraints=cross, model=model)
+        waves(tmp)  # unknown parents and cycles are refused here
+        check_constraints(tmp)  # unsatisfiable sets are refused here, naming the conflicting constraints
+        return cls(fields=built, description=desc or None, constraints=cross, model=model,
+                   key=canonical_json(tmp.to_dict()))
 
     @classmethod
     def from_model(cls, model: type) -> "DecisionSchema":
@@ -131,7 +169,9 @@ class DecisionSchema:
         doc = (model.__doc__ or "").strip() or None
         if doc and doc.startswith(f"{model.__name__}("):  # pydantic's generated docstring is not a description
             doc = None
-        return cls.from_dict({"fields": fields, **({"description": doc} if doc else {})}, model=model)
+        cross = getattr(model, "decision_constraints", None)
+        return cls.from_dict({"fields": fields, **({"description": doc} if doc else {}),
+                              **({"constraints": list(cross)} if cross else {})}, model=model)
 
 
 def _field(name: Any, fs: Any) -> Field:
@@ -151,6 +191,13 @@ def _field(name: Any, fs: Any) -> Field:
         raise SchemaError(f"{where}: needs a non-empty 'description' (the question the model answers)")
     ordered = fs.get("ordered", False)
     nullable = fs.get("nullable", True)
+    deps = fs.get("depends_on", [])
+    deps = [deps] if isinstance(deps, str) else deps
+    if not isinstance(deps, list) or not all(isinstance(d, str) for d in deps):
+        raise SchemaError(f"{where}: 'depends_on' must be a field name or a list of field names")
+    if len(set(deps)) != len(deps):
+        raise SchemaError(f"{where}: 'depends_on' repeats a field")
+    deps = tuple(deps)
     for k, v in (("ordered", ordered), ("nullable", nullable)):
         if not isinstance(v, bool):
             raise SchemaError(f"{where}: '{k}' must be true or false")
@@ -159,11 +206,15 @@ def _field(name: Any, fs: Any) -> Field:
     if ftype == "boolean":
         if "choices" in fs:
             raise SchemaError(f"{where}: boolean fields take no 'choices' (they are true / false)")
-        return Field(name, ftype, desc.strip(), (), False, nullable)
+        parse_field_constraints(where, ftype, fs, ())
+        return Field(name, ftype, desc.strip(), (), False, nullable, deps)
     choices = _choices(where, fs.get("choices"))
     if ftype == "enum" and len(choices) < 2:
         raise SchemaError(f"{where}: an enum needs at least 2 choices, got {len(choices)}")
-    return Field(name, ftype, desc.strip(), choices, ordered, nullable)
+    cons = parse_field_constraints(where, ftype, fs, tuple(c.value for c in choices))
+    if ftype != "multi":
+        cons = {}
+    return Field(name, ftype, desc.strip(), choices, ordered, nullable, deps, **cons)
 
 
 def _choices(where: str, raw: Any) -> tuple[Choice, ...]:
@@ -209,7 +260,10 @@ def _field_from_annotation(name: str, info: Any) -> dict:
         ann, nullable = args[0], True
     extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
     desc = info.description or name.replace("_", " ")
-    spec: dict = {"description": desc, "nullable": nullable}
+    spec: dict = {"description": desc, "nullable": nullable,
+                  **merge_specs(m.spec() for m in info.metadata if isinstance(m, MARKERS))}
+    if "depends_on" in extra:
+        spec["depends_on"] = extra["depends_on"]
     if ann is bool:
         spec["type"] = "boolean"
         return spec

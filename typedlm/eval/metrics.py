@@ -105,11 +105,9 @@ def _norm(pred):
 
 
 def _ece(conf: np.ndarray, hit: np.ndarray) -> float:
-    b = np.minimum((conf * ECE_BINS).astype(int), ECE_BINS - 1)
-    cnt = np.bincount(b, minlength=ECE_BINS)
-    s_hit = np.bincount(b, weights=hit.astype(float), minlength=ECE_BINS)
-    s_conf = np.bincount(b, weights=conf, minlength=ECE_BINS)
-    return float(np.abs(s_hit - s_conf).sum() / max(cnt.sum(), 1))
+    from ..decide.calibration import ece  # the one ECE (calibrate fits against the same number)
+
+    return ece(conf, hit, ECE_BINS) if len(conf) else 0.0
 
 
 def reliability_bins(g: Group) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

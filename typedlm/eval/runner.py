@@ -31,6 +31,7 @@ run stops with ``status: circuit_open`` and the reason in run.json.
 | `scores` | probabilities = their softmax: scalar `{choice: log-score}`, multi `{option: [yes, no]}` (parallel: constrained log-probs; openai: log top-k mass; naive: null) |
 | `legal_mass`, `truncated`, `violation`, `error` | a choice got the top-k floor; the model's own answer was illegal |
 | `latency_s`, `case_latency_s`, `permutation` | the answering call; all calls of the case for this track; shown choice order (null = schema order) |
+| `record` | parallel: how decide made the number (`score_source`, `temperature`, `calibrator`, `prior`, `constraint_changed`); else null |
 
 Decision: the committed CPU runs (``bench/eval_cpu.sh``) use ``OMP_NUM_THREADS=1``: one decide on a 202-token
 prompt took 3.9 s with 1 torch thread vs 40 s with 2 on the shared 2-core machine at load ~10.
@@ -53,7 +54,7 @@ from .tracks import FieldAnswer, InfraError, choice_keys, permuted_schema
 BREAKER_LIMIT = 5
 PREDICTION_KEYS = ("run_id", "track", "mode", "case_id", "group_id", "dataset", "split", "field", "field_type",
                    "choices", "gold", "pred", "probabilities", "scores", "correct", "legal_mass", "latency_s",
-                   "case_latency_s", "permutation", "truncated", "violation", "error")
+                   "case_latency_s", "permutation", "truncated", "violation", "error", "record")
 MANIFEST_COMPARED = ("dataset", "data_sha256", "split", "limit", "cases", "tracks", "flip", "model",
                      "model_sha256", "prompts")
 
@@ -157,7 +158,7 @@ def prediction_line(*, run_id: str, track: str, mode: str, case: Case, dataset: 
             "scores": answer.scores, "correct": _correct(answer.field_type, g, answer.pred),
             "legal_mass": answer.legal_mass, "latency_s": answer.latency_s, "case_latency_s": case_latency_s,
             "permutation": permutation, "truncated": answer.truncated, "violation": answer.violation,
-            "error": answer.error}
+            "error": answer.error, "record": answer.record}
     assert tuple(line) == PREDICTION_KEYS
     return line
 

@@ -27,6 +27,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from ..decide.prior import DEFAULT_PRIOR
+from ..decide.result import RECORD_KEYS
 from ..decide.schema import DecisionSchema
 from ..errors import TypedLMError
 
@@ -53,6 +55,7 @@ class FieldAnswer:
     truncated: bool = False
     violation: bool = False  # the model's own answer was not a legal value (invalid JSON, off-list token)
     error: str | None = None
+    record: dict | None = None  # parallel: how decide made the number (score_source, temperature, calibrator, ...)
 
 
 def choice_keys(f) -> list[str]:
@@ -82,32 +85,37 @@ def permuted_schema(schema: dict, case_id: str) -> tuple[dict, dict]:
 class ParallelTrack:
     name = "parallel"
 
-    def __init__(self, engine, mode: str = "labels"):
-        self.engine, self.mode = engine, mode
+    def __init__(self, engine, mode: str = "labels", prior: str = DEFAULT_PRIOR):
+        self.engine, self.mode, self.prior = engine, mode, prior
 
-    def config(self) -> dict:
-        return {"track": self.name, "mode": self.mode}
+    def config(self) -> dict:  # the prior is part of the settings: a resumed run with another prior is refused
+        return {"track": self.name, "mode": self.mode, "prior": self.prior}
 
     def answer(self, schema_dict: dict, context: str) -> list[FieldAnswer]:
         from ..decide.api import decide_many
 
         schema = DecisionSchema.from_dict(schema_dict)
         t0 = time.perf_counter()
-        d = decide_many(schema, [context], engine=self.engine, scoring=self.mode)[0]
-        dt = time.perf_counter() - t0
-        out = []
-        for f in schema.fields:
-            r = d.fields[f.name]
-            if f.type == "multi":
-                scores = {o: [ly, math.log1p(-math.exp(ly)) if ly < 0 else -math.inf] for o, ly in r.log_scores.items()}
-                pred = list(r.value) if r.value is not None else None
-            else:
-                scores = dict(r.log_scores)
-                pred = (("true" if r.value else "false") if f.type == "boolean" else r.value) if r.value is not None \
-                    else None
-            out.append(FieldAnswer(f.name, f.type, choice_keys(f), pred, dict(r.probabilities), scores,
-                                   r.legal_mass, dt))
-        return out
+        d = decide_many(schema, [context], engine=self.engine, scoring=self.mode, prior=self.prior)[0]
+        return decision_answers(schema, d, time.perf_counter() - t0)
+
+
+def decision_answers(schema: DecisionSchema, d, latency_s: float) -> list[FieldAnswer]:
+    """A Decision's fields as FieldAnswers (also used by ``typedlm bench trust`` for its variants)."""
+    out = []
+    for f in schema.fields:
+        r = d.fields[f.name]
+        if f.type == "multi":
+            scores = {o: [ly, math.log1p(-math.exp(ly)) if ly < 0 else -math.inf] for o, ly in r.log_scores.items()}
+            pred = list(r.value) if r.value is not None else None
+        else:
+            scores = dict(r.log_scores)
+            pred = (("true" if r.value else "false") if f.type == "boolean" else r.value) if r.value is not None \
+                else None
+        rec = {k: v for k, v in r.to_dict().items() if k in RECORD_KEYS}
+        out.append(FieldAnswer(f.name, f.type, choice_keys(f), pred, dict(r.probabilities), scores,
+                               r.legal_mass, latency_s, record=rec))
+    return out
 
 
 def naive_json_schema(schema: DecisionSchema) -> dict:

@@ -9,8 +9,9 @@ from typing import Any, Literal
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..decide.api import decide, decide_many
+from ..decide.api import check_options, decide, decide_many
 from ..decide.plan import DEFAULT_SCORING, get_plan
+from ..decide.prior import DEFAULT_PRIOR
 from ..decide.prompt import prompt_ids
 from ..decide.schema import DecisionSchema, SchemaError
 from ..errors import TypedLMError
@@ -29,6 +30,8 @@ class DecideRequest(BaseModel):
     scoring: Literal["labels", "slots"] = DEFAULT_SCORING
     allow_none_of_above: bool = False
     abstain_below_margin: float | None = Field(default=None, ge=0.0, le=1.0)
+    prior: Literal["none", "neutral", "batch"] = DEFAULT_PRIOR  # "batch": from the request's own contexts (>= 2)
+    calibration: dict | None = None  # a CalibrationBundle made for this server's model (typedlm calibrate)
     model: str | None = None  # informational: the server has one engine
 
 
@@ -48,7 +51,7 @@ class SystemOneRequest(BaseModel):
 
 
 def _check(engine, schema: DecisionSchema, scoring: str, nota: bool, context: str) -> None:
-    """Everything that can be wrong with the request, before queueing model work."""
+    """Everything that can be wrong with one context, before queueing model work."""
     prompt_ids(engine, get_plan(engine, schema, scoring, nota), context)
 
 
@@ -66,9 +69,12 @@ async def v1_decide(body: DecideRequest, request: Request):
         except TypedLMError as e:
             raise APIError(400, f"contexts[{i}]: {e}" if body.contexts is not None else str(e),
                            param="contexts" if body.contexts is not None else "context") from e
+    check_options(state.engine, get_plan(state.engine, schema, body.scoring, body.allow_none_of_above), body.prior,
+                  body.calibration, len(texts))
     ds = await state.run_stepwise(decide_many, schema, texts, scoring=body.scoring,
                                   allow_none_of_above=body.allow_none_of_above,
-                                  abstain_below_margin=body.abstain_below_margin)
+                                  abstain_below_margin=body.abstain_below_margin, prior=body.prior,
+                                  calibration=body.calibration)
     return ds[0].to_dict() if body.context is not None else [d.to_dict() for d in ds]
 
 

@@ -1,0 +1,105 @@
+"""Variants computed from stored scores equal decide's own answers; `typedlm calibrate` and `decide --prior`."""
+
+import json
+from types import SimpleNamespace
+
+import pytest
+from typer.testing import CliRunner
+
+from typedlm.cli import app
+from typedlm.decide import fitting
+from typedlm.decide.api import decide_many, plan_for
+from typedlm.decide.calibration import CalibrationBundle, FieldCalibration
+from typedlm.decide.prior import fingerprint
+from typedlm.decide.prompt import PROMPT_VERSION
+
+SCHEMA = {"fields": {"topic": {"type": "enum", "description": "Topic?", "choices": ["sport", "tech", "politics"]},
+                     "tags": {"type": "multi", "description": "Tags?", "choices": ["local", "world"]}}}
+TEXTS = ["The match ended two all.", "A new phone chip was announced.", "Parliament passed the budget.",
+         "The striker signed for a world club.", "Voters in the city go to the polls."]
+
+
+def _cases():
+    return [SimpleNamespace(id=f"c{i}", split="test", context=t, labels={"topic": "sport", "tags": ["local"]})
+            for i, t in enumerate(TEXTS)]
+
+
+@pytest.mark.parametrize("prior", ["none", "neutral", "batch"])
+def test_variants_from_scores_equal_decide(tiny, prior):
+    plan = plan_for(SCHEMA, tiny)
+    cases = fitting.collect(tiny, SCHEMA, _cases())
+    neutral = fitting.neutral_logs(tiny, plan) if prior == "neutral" else None
+    bundle = CalibrationBundle(model="tiny", model_hash=fingerprint(tiny), prompt_version=PROMPT_VERSION,
+                               scoring="labels", prior=prior,
+                               fields={"topic": FieldCalibration(type="enum", temperature=1.7),
+                                       "tags": FieldCalibration(type="multi", a=0.8, b=0.3)})
+    for b in (None, bundle):
+        got = fitting.decisions(plan, cases, fitting.corrected(cases, prior, neutral, batch=len(cases)), "tiny",
+                                prior, b)
+        want = decide_many(SCHEMA, TEXTS, engine=tiny, prior=prior, calibration=b)
+        for g, w in zip(got, want):
+            assert g.value_dict() == w.value_dict()
+            for n in ("topic", "tags"):
+                assert g.fields[n].probabilities == pytest.approx(w.fields[n].probabilities, rel=1e-5)
+                assert (g.fields[n].prior, g.fields[n].calibrator) == (w.fields[n].prior, w.fields[n].calibrator)
+
+
+def _cases_file(tmp_path):
+    import random
+
+    rng = random.Random(0)
+    lines = []
+    for i in range(16):
+        topic = rng.choice(["sport", "tech", "politics"])
+        lines.append({"id": f"c{i}", "schema": SCHEMA, "context": f"{rng.choice(TEXTS)} ({topic})",
+                      "labels": {"topic": topic, "tags": rng.choice([[], ["local"], ["world", "local"]])},
+                      "split": "calibration" if i < 8 else "test"})
+    p = tmp_path / "cases.jsonl"
+    p.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return p
+
+
+def test_calibrate_cli_writes_only_a_bundle_that_helps(tiny_dir, tmp_path):
+    out = tmp_path / "bundle.json"
+    r = CliRunner().invoke(app, ["calibrate", "--data", str(_cases_file(tmp_path)), "--model", str(tiny_dir),
+                                 "--prior", "none",
+                                 "--out", str(out), "--limit", "8", "--test-limit", "8", "--json"])
+    assert r.exit_code in (0, 1), r.output
+    rep = json.loads(r.stdout)["report"]
+    before, after = rep["before"]["ece"], rep["after"]["ece"]
+    if r.exit_code == 0:
+        assert after <= before and CalibrationBundle.model_validate_json(out.read_text()).id == json.loads(r.stdout)["id"]
+    else:
+        assert after > before and not out.exists() and "got worse" in r.stderr
+    assert rep["n_fit"] == 8 and rep["n_test"] == 8
+    # the fitted parameters do lower the ECE on the data they were fitted on
+    assert rep["fit_after"]["ece"] <= rep["fit_before"]["ece"] + 1e-9
+
+
+def test_decide_cli_prior_and_calibration(tiny, tiny_dir, tmp_path):
+    schema = tmp_path / "s.json"
+    schema.write_text(json.dumps(SCHEMA))
+    bundle = CalibrationBundle(model="tiny", model_hash=fingerprint(tiny), prompt_version=PROMPT_VERSION,
+                               scoring="labels", prior="neutral",
+                               fields={"topic": FieldCalibration(type="enum", temperature=2.0)})
+    bpath = tmp_path / "b.json"
+    bpath.write_text(bundle.model_dump_json())
+    base = ["decide", "--schema", str(schema), "--context", TEXTS[0], "--model", str(tiny_dir), "--json"]
+    r = CliRunner().invoke(app, base + ["--prior", "neutral", "--calibration", str(bpath)])
+    assert r.exit_code == 0, r.output
+    f = json.loads(r.stdout)["fields"]["topic"]
+    assert (f["prior"], f["calibrator"], f["temperature"]) == ("neutral", bundle.id, 2.0)
+    r = CliRunner().invoke(app, base + ["--prior", "none", "--calibration", str(bpath)])  # made for neutral
+    assert r.exit_code == 2 and "prior mode" in r.stderr
+    r = CliRunner().invoke(app, base + ["--prior", "batch"])
+    assert r.exit_code == 2 and "at least 2 contexts" in r.stderr
+
+
+def test_decide_cli_refuses_unsatisfiable_constraints_before_loading(tmp_path):
+    schema = tmp_path / "s.json"
+    bad = {"fields": {**SCHEMA["fields"], "tags": {**SCHEMA["fields"]["tags"], "min_selected": 2,
+                                                   "exclusive": [["local", "world"]]}}}
+    schema.write_text(json.dumps(bad))
+    r = CliRunner().invoke(app, ["decide", "--schema", str(schema), "--context", "x", "--model", "/nonexistent"])
+    assert r.exit_code == 2 and "constraints cannot all hold" in r.stderr
+    assert "min_selected 2" in r.stderr and "exclusive ['local', 'world']" in r.stderr

@@ -1,0 +1,168 @@
+"""Prior correction, calibration bundles, dependency waves and the semantics record (tiny random model)."""
+
+import math
+import random
+
+import pytest
+
+from typedlm.decide import calibration as cal
+from typedlm.decide import prior as pr
+from typedlm.decide.api import _score_prompts, decide, decide_many, plan_for
+from typedlm.decide.prompt import PROMPT_VERSION, content_free_ids, prompt_ids
+from typedlm.decide.result import FIELD_KEYS
+from typedlm.decide.schema import DecisionSchema
+from typedlm.errors import TypedLMError
+
+SCHEMA = {"description": "Triage.", "fields": {
+    "topic": {"type": "enum", "description": "Topic?", "choices": ["billing", "login", "other"]},
+    "spam": {"type": "boolean", "description": "Spam?"},
+    "tags": {"type": "multi", "description": "Tags?", "choices": ["refund", "bug"]}}}
+CTXS = ["I was charged twice, refund me.", "I cannot log in since the update.", "Win a free cruise now!!!"]
+
+
+def _norm(d):
+    t = sum(d.values())
+    return {k: v / t for k, v in d.items()}
+
+
+def test_neutral_prior_divides_the_content_free_prior_and_is_cached(tiny):
+    pr._CACHE = type(pr._CACHE)(256)
+    raw = decide(SCHEMA, CTXS[0], engine=tiny, prior="none")
+    h0, m0 = pr.stats["hits"], pr.stats["misses"]
+    d = decide(SCHEMA, CTXS[0], engine=tiny, prior="neutral")
+    assert (pr.stats["hits"], pr.stats["misses"]) == (h0, m0 + 1)
+    d2 = decide(SCHEMA, CTXS[1], engine=tiny, prior="neutral")
+    assert (pr.stats["hits"], pr.stats["misses"]) == (h0 + 1, m0 + 1)  # same (model, plan, prompt version)
+    decide({**SCHEMA, "description": "Other."}, CTXS[1], engine=tiny, prior="neutral")
+    assert pr.stats["misses"] == m0 + 2  # another plan: another prior
+    # the reference: mean probability over the content-free contexts, divided out
+    plan = plan_for(SCHEMA, tiny)
+    cf = _score_prompts(tiny, plan, [content_free_ids(tiny, plan, c) for c in pr.CONTENT_FREE], "packed",
+                        1 << 30, None)
+    qi = [i for i, q in enumerate(plan.questions) if q.field == "topic"][0]
+    probs = [[math.exp(x) for x in s.scores[qi].log_scores] for s in cf]
+    q = [sum(col) / len(col) for col in zip(*probs)]
+    want = _norm({k: raw.fields["topic"].probabilities[k] / qk for k, qk in zip(plan.questions[qi].keys, q)})
+    assert d.fields["topic"].probabilities == pytest.approx(want, rel=1e-6)
+    assert d.fields["topic"].prior == "neutral" and raw.fields["topic"].prior == "none"
+    assert d.fields["spam"].probabilities != pytest.approx(raw.fields["spam"].probabilities, abs=1e-4)
+    assert d2.fields["tags"].prior == "neutral"
+
+
+def test_batch_prior_uses_the_batch(tiny):
+    raw = decide_many(SCHEMA, CTXS, engine=tiny, prior="none")
+    got = decide_many(SCHEMA, CTXS, engine=tiny, prior="batch")
+    keys = list(raw[0].fields["topic"].probabilities)
+    q = {k: sum(r.fields["topic"].probabilities[k] for r in raw) / len(raw) for k in keys}
+    for r, g in zip(raw, got):
+        want = _norm({k: r.fields["topic"].probabilities[k] / q[k] for k in keys})
+        assert g.fields["topic"].probabilities == pytest.approx(want, rel=1e-6)
+        assert g.fields["topic"].prior == "batch"
+    # batch-corrected P(yes) averages out: the mean corrected odds are balanced around the batch prior
+    with pytest.raises(TypedLMError, match="at least 2 contexts"):
+        decide(SCHEMA, CTXS[0], engine=tiny, prior="batch")
+    with pytest.raises(TypedLMError, match="prior must be one of"):
+        decide(SCHEMA, CTXS[0], engine=tiny, prior="uniform")
+
+
+def _bundle(tiny, **over):
+    base = dict(model="tiny", model_hash=pr.fingerprint(tiny), prompt_version=PROMPT_VERSION, scoring="labels",
+                prior="none", fields={"topic": cal.FieldCalibration(type="enum", temperature=2.0),
+                                      "tags": cal.FieldCalibration(type="multi", a=0.5, b=-1.0)})
+    base.update(over)
+    return cal.CalibrationBundle(**base)
+
+
+def test_calibration_bundle_applies_and_records(tiny, tmp_path):
+    raw = decide(SCHEMA, CTXS[0], engine=tiny, prior="none")
+    b = _bundle(tiny)
+    path = tmp_path / "b.json"
+    path.write_text(b.model_dump_json())
+    d = decide(SCHEMA, CTXS[0], engine=tiny, prior="none", calibration=str(path))
+    logs = raw.fields["topic"].log_scores
+    want = _norm({k: math.exp(v / 2.0) for k, v in logs.items()})
+    assert d.fields["topic"].probabilities == pytest.approx(want, rel=1e-6)
+    ly = raw.fields["tags"].log_scores["bug"]
+    z = 0.5 * (ly - math.log1p(-math.exp(ly))) - 1.0
+    assert d.fields["tags"].probabilities["bug"] == pytest.approx(1 / (1 + math.exp(-z)), rel=1e-6)
+    rec = d.fields["topic"].to_dict()
+    assert rec["calibrator"] == b.id and rec["temperature"] == 2.0 and rec["score_source"] == "batched"
+    assert d.fields["spam"].calibrator is None  # not in the bundle: left as scored
+    assert d.fields["spam"].probabilities == pytest.approx(raw.fields["spam"].probabilities)
+    assert b.id in d.summary()
+
+
+@pytest.mark.parametrize("over, what", [
+    ({"model_hash": "0" * 16}, "model"), ({"prompt_version": "0"}, "prompt version"),
+    ({"scoring": "slots"}, "scoring mode"), ({"prior": "neutral"}, "prior mode"),
+    ({"fields": {"nope": cal.FieldCalibration(type="enum", temperature=1.0)}}, "does not have"),
+    ({"fields": {"topic": cal.FieldCalibration(type="multi", a=1, b=0)}}, "the schema's is enum"),
+])
+def test_calibration_bundle_mismatch_is_refused(tiny, over, what):
+    with pytest.raises(cal.CalibrationMismatch, match=what):
+        decide(SCHEMA, CTXS[0], engine=tiny, prior="none", calibration=_bundle(tiny, **over))
+
+
+def test_fitting_recovers_temperature_and_logistic_and_lowers_ece():
+    rng = random.Random(0)
+    ex = []
+    for _ in range(600):
+        true = [rng.gauss(0, 1.5) for _ in range(3)]
+        p = [math.exp(x) for x in true]
+        t = sum(p)
+        gold = rng.choices(range(3), [x / t for x in p])[0]
+        over = [3 * x for x in true]  # the model is 3x overconfident
+        m = max(over)
+        z = m + math.log(sum(math.exp(x - m) for x in over))
+        zt = rng.gauss(0, 2)
+        y = rng.random() < 1 / (1 + math.exp(-(zt - 0.5)))
+        ly = -math.log1p(math.exp(-(2 * zt)))  # multi: log P(yes) with logit 2 zt (a = 0.5, b = -0.5)
+        ex.append(cal.Example(scores={"f": {k: x - z for k, x in zip("abc", over)}, "m": {"o": ly}},
+                              gold={"f": "abc"[gold], "m": ["o"] if y else []}))
+    types = {"f": "enum", "m": "multi"}
+    fields = cal.fit_fields(ex, types)
+    assert fields["f"].temperature == pytest.approx(3.0, rel=0.2)
+    assert fields["m"].a == pytest.approx(0.5, abs=0.15) and fields["m"].b == pytest.approx(-0.5, abs=0.25)
+    before, after = cal.evaluate(ex, types, None), cal.evaluate(ex, types, fields)
+    assert after["ece"] < before["ece"] and after["fields"]["f"]["ece"] < 0.05 < before["fields"]["f"]["ece"]
+
+
+def test_dependency_waves(tiny):
+    spec = {"fields": {
+        "topic": {"type": "enum", "description": "Topic?", "choices": ["billing", "login", "other"]},
+        "sub": {"type": "enum", "description": "Sub-topic?", "choices": ["card", "password", "none"],
+                "depends_on": "topic"},
+        "urgent": {"type": "boolean", "description": "Urgent?", "depends_on": ["sub"]},
+        "spam": {"type": "boolean", "description": "Spam?"}}}
+    ds = decide_many(spec, CTXS[:2], engine=tiny, prior="none")
+    from typedlm.decide import depends
+
+    assert depends.waves(DecisionSchema.from_dict(spec)) == [("topic", "spam"), ("sub",), ("urgent",)]
+    flat = decide({"fields": {k: {kk: vv for kk, vv in v.items() if kk != "depends_on"}
+                              for k, v in spec["fields"].items()}}, CTXS[0], engine=tiny, prior="none")
+    d = ds[0]
+    assert d.usage["waves"] == 3
+    assert [d.fields[n].score_source for n in ("topic", "spam", "sub", "urgent")] == \
+        ["batched", "batched", "dependency", "dependency"]
+    # wave 0 is the same scoring as without dependencies; the child is scored on the prompt with the parent given
+    assert d.fields["topic"].probabilities == pytest.approx(flat.fields["topic"].probabilities, rel=1e-5)
+    sub_plan = plan_for(DecisionSchema.from_dict(spec).subset(("sub",)), tiny)
+    given = depends.given_text(DecisionSchema.from_dict(spec), {"topic": d.fields["topic"].value}, ("sub",))
+    assert given == f'Given: "topic": "{d.fields["topic"].value}".'
+    ref = _score_prompts(tiny, sub_plan, [prompt_ids(tiny, sub_plan, CTXS[0], given)], "packed", 1 << 30, None)[0]
+    want = _norm({k: math.exp(v) for k, v in zip(sub_plan.questions[0].keys, ref.scores[0].log_scores)})
+    assert d.fields["sub"].probabilities == pytest.approx(want, rel=1e-5)
+    assert d.fields["sub"].probabilities != pytest.approx(flat.fields["sub"].probabilities, rel=1e-3)
+    single = decide(spec, CTXS[1], engine=tiny, prior="none")
+    assert single.fields["urgent"].probabilities == pytest.approx(ds[1].fields["urgent"].probabilities, rel=1e-5)
+
+
+def test_record_keys_and_summary(tiny):
+    d = decide(SCHEMA, CTXS[0], engine=tiny)  # the default prior is recorded
+    for f in d.to_dict()["fields"].values():
+        assert tuple(f) == FIELD_KEYS
+        assert (f["score_source"], f["prior"], f["calibrator"], f["temperature"], f["constraint_changed"]) == \
+            ("batched", pr.DEFAULT_PRIOR, None, None, False)
+    s = decide(SCHEMA, CTXS[0], engine=tiny, prior="none").to_dict()["summary"]
+    assert s.count(";") == len(d.fields) - 1 and "topic=" in s and "(batched)" in s
+    assert "prior neutral" in decide(SCHEMA, CTXS[0], engine=tiny, prior="neutral").summary()

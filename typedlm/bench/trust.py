@@ -1,0 +1,172 @@
+"""``typedlm bench trust``: raw vs neutral prior vs batch prior vs calibrated, side by side, per dataset.
+
+For each dataset the default model scores the calibration and test cases once (``prior="none"``;
+:func:`typedlm.decide.fitting.collect`, resumable ``scores.jsonl``). Every variant is computed from those
+scores through decide's own functions, written as an eval run folder (track ``parallel``, one *mode* per
+variant: ``labels``, ``labels+neutral``, ``labels+batch``, each also ``+cal``, and for multi-label data
+``labels+constrained``: the same scores under ``min_selected``/``max_selected``), and reported by the eval
+harness (``typedlm report``: metrics with bootstrap intervals, reliability diagrams).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..cliutil import fail, user_errors
+
+VARIANTS = ("none", "neutral", "batch")
+
+
+def run_dataset(engine, name: str, cases_all: list, out: Path, fit_n: int, test_n: int, batch: int,
+                reuse: Path | None = None) -> dict:
+    from ..decide import constraints, fitting
+    from ..decide.api import plan_for
+    from ..decide.schema import DecisionSchema
+    from ..eval.cases import select
+    from ..eval.runner import prediction_line
+    from ..eval.tracks import decision_answers
+
+    fit_cases, test_cases = select(cases_all, "calibration", fit_n), select(cases_all, "test", test_n)
+    schema = fit_cases[0].schema
+    plan = plan_for(schema, engine)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    scored = fitting.collect(engine, plan.schema, fit_cases + test_cases, out / "scores.jsonl", reuse=reuse)
+    fit_s, test_s = scored[:len(fit_cases)], scored[len(fit_cases):]
+    neutral = fitting.neutral_logs(engine, plan)
+    by_id = {c.id: c for c in test_cases}
+    lines, summary = [], {"dataset": name, "n_fit": len(fit_s), "n_test": len(test_s), "batch": batch,
+                          "variants": {}}
+    variants: list[tuple[str, object, list, str, object]] = []
+    for prior in VARIANTS:
+        sc = fitting.corrected(test_s, prior, neutral, batch)
+        bundle, rep = fitting.fit_bundle(engine, plan, fit_s, test_s, prior, neutral, data=name)
+        (out / f"bundle-{prior}.json").write_text(bundle.model_dump_json(indent=2) + "\n")
+        mode = "labels" + ("" if prior == "none" else f"+{prior}")
+        variants.append((mode, plan, sc, prior, None))
+        variants.append((mode + "+cal", plan, sc, prior, bundle))
+        summary["variants"][mode] = {"heldout_ece_before": rep["before"]["ece"],
+                                     "heldout_ece_after": rep["after"]["ece"], "bundle": bundle.id,
+                                     "params": {k: v.model_dump(exclude_none=True) for k, v in bundle.fields.items()}}
+    multi = [f for f in plan.schema.fields if f.type == "multi"]
+    if multi:  # the constrained variant: the gold sets have 1-3 topics
+        spec = plan.schema.to_dict()
+        for f in multi:
+            spec["fields"][f.name].update(min_selected=1, max_selected=3)
+        cplan = plan_for(DecisionSchema.from_dict(spec), engine)
+        variants.append(("labels+constrained", cplan, fitting.corrected(test_s, "none", None), "none", None))
+        summary["constraints"] = {f.name: {"min_selected": 1, "max_selected": 3} for f in multi}
+    for mode, vplan, sc, prior, bundle in variants:
+        ds = fitting.decisions(vplan, test_s, sc, engine.name, prior, bundle)
+        viol = changed = 0
+        for c, d in zip(test_s, ds):
+            case = by_id[c.id]
+            for a in decision_answers(vplan.schema, d, c.latency_s):
+                lines.append(prediction_line(run_id=f"trust-{name}", track="parallel", mode=mode, case=case,
+                                             dataset=name, gold=case.labels, answer=a, case_latency_s=c.latency_s,
+                                             permutation=None))
+            for f in multi:
+                n = len(d.fields[f.name].value or [])
+                viol += not (1 <= n <= 3)
+                changed += d.fields[f.name].constraint_changed
+        if multi:
+            summary["variants"].setdefault(mode, {}).update(
+                {"cases_outside_1_3_topics": viol, "constraint_changed": changed})
+    (out / "predictions.jsonl").write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines))
+    meta = {"run_id": f"trust-{name}", "dataset": name, "split": "test", "status": "finished", "cases": len(test_s),
+            "cases_finished": len(test_s), "model": engine.name, "model_sha256": None,
+            "provenance": {"command": " ".join(["typedlm"] + sys.argv[1:]), "python": platform.python_version(),
+                           "machine": platform.machine()},
+            "trust": summary}
+    (out / "run.json").write_text(json.dumps(meta, indent=2) + "\n")
+    summary["seconds"] = time.time() - t0
+    return summary
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    @bench_app.command("trust")
+    def trust(
+        data: str = typer.Option("tweets,bbc,bbc-multi", "--data", help="comma list of eval datasets"),
+        out: Path = typer.Option(Path("bench/results/trust"), "--out", help="folder: one run folder per dataset"),
+        fit_limit: str = typer.Option("60", "--fit-limit", help="calibration-split cases to fit on: N or "
+                                      "dataset=N,... (per dataset)"),
+        test_limit: str = typer.Option("200", "--test-limit", help="test-split cases: N or dataset=N,..."),
+        batch: int = typer.Option(32, "--batch", help="contexts per decide_many call for prior='batch'"),
+        model: str = typer.Option("default", "--model", "-m"),
+        device: str = typer.Option("auto", "--device"),
+        bootstrap: int = typer.Option(1000, "--bootstrap"),
+        reuse: Optional[Path] = typer.Option(None, "--reuse", help="folder of `typedlm eval` runs (eval-<dataset>/): "
+                                             "cases they scored with the same prompt are not scored again"),
+    ):
+        """Raw vs prior vs calibrated decisions on labelled data; writes run folders + one eval report."""
+        from ..engine import load_engine
+        from ..eval.cli import load_cases
+        from ..eval.report import write_report
+
+        names = [d.strip() for d in data.split(",") if d.strip()]
+        if not names:
+            fail("--data is empty")
+        fits, tests = _limits(fit_limit, names, "--fit-limit"), _limits(test_limit, names, "--test-limit")
+        with user_errors():
+            engine = load_engine(model, device=device, progress=False)
+            sums, folders = [], []
+            for n in names:
+                name, cases = load_cases(n)
+                folders.append(out / Path(name).stem)  # a dataset name, or a cases file's stem
+                prev = reuse / f"eval-{Path(name).stem}" / "predictions.jsonl" if reuse else None
+                sums.append(run_dataset(engine, name, cases, folders[-1], fits[n], tests[n], batch, prev))
+            (out / "summary.json").write_text(json.dumps(sums, indent=2) + "\n")
+            paths = write_report(folders, out, n_boot=bootstrap)
+            table = summary_table(sums, json.loads((out / "report.json").read_text()))
+            (out / "trust.md").write_text(table)
+        typer.echo(table)
+        for p in paths[:2]:
+            typer.echo(str(p), err=True)
+
+
+def _limits(spec: str, names: list[str], opt: str) -> dict[str, int]:
+    """"N" (every dataset) or "name=N,..." (each dataset named) -> {dataset: N}."""
+    try:
+        if "=" not in spec:
+            out = {n: int(spec) for n in names}
+        else:
+            out = {k.strip(): int(v) for k, v in (p.split("=", 1) for p in spec.split(",") if p.strip())}
+    except ValueError:
+        fail(f"{opt} must be N or dataset=N,...; got {spec!r}")
+    missing = [n for n in names if n not in out]
+    if missing or any(v < 2 for v in out.values()):
+        fail(f"{opt}: give every dataset ({', '.join(names)}) at least 2 cases; got {spec!r}")
+    return out
+
+
+def summary_table(sums: list[dict], report: dict) -> str:
+    """One markdown table: per dataset and variant, test metrics (95 % intervals in report.md) and the
+    held-out ECE of the bundle fitted for that prior mode."""
+    rows = {(r["dataset"], r["mode"]): r["metrics"] for r in report["rows"]}
+    lines = ["| dataset | variant | n test | n fit | accuracy | macro-F1 | ECE | Δ macro-F1 vs raw | note |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    for s in sums:
+        base = rows[(s["dataset"], "labels")]["macro_f1"]["value"]
+        for mode, v in s["variants"].items():
+            m = rows.get((s["dataset"], mode))
+            if m is None:
+                continue
+            note = []
+            if "heldout_ece_before" in v:
+                worse = v["heldout_ece_after"] > v["heldout_ece_before"]
+                note.append(f"+cal: held-out ECE {v['heldout_ece_before']:.3f} → {v['heldout_ece_after']:.3f}"
+                            + (" (calibrate refuses: worse)" if worse else ""))
+            if "cases_outside_1_3_topics" in v:
+                note.append(f"outside 1–3 topics: {v['cases_outside_1_3_topics']}, changed by solver: "
+                            f"{v['constraint_changed']}")
+            lines.append(f"| {s['dataset']} | {mode} | {m['n']} | {s['n_fit']} | {m['accuracy']['value']:.3f} | "
+                         f"{m['macro_f1']['value']:.3f} | {m['ece']['value']:.3f} | "
+                         f"{100 * (m['macro_f1']['value'] - base):+.1f} | {'; '.join(note)} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,195 @@
+"""Scores of labelled cases, prior / calibration variants computed from them, and bundle fitting.
+
+The model runs once per case (``decide_many``, ``prior="none"``) and every question's constrained
+log-scores are kept (:func:`collect`, written to ``scores.jsonl``). Every variant is then computed from
+those scores through the same functions ``decide`` uses — :func:`typedlm.decide.prior.correct`,
+:meth:`CalibrationBundle.apply` and the one finalizer :func:`finish_decision` — so a variant's decisions
+are exactly what ``decide(..., prior=, calibration=)`` returns on those cases, without re-running the
+model (``tests/test_decide_fitting.py`` checks this against ``decide_many``).
+
+Variants: ``raw``; ``neutral`` (content-free prior); ``batch`` (the prior of each batch of
+``BATCH`` consecutive cases, as a ``decide_many`` call of that size would compute it); and each of
+them ``+cal`` (a bundle fitted on the calibration split with that prior, applied to the test split).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..engine import Engine
+from ..errors import TypedLMError
+from . import prior as P
+from .api import _score_prompts, decide_many, plan_for
+from .calibration import CalibrationBundle, Example, evaluate, fit_fields
+from .plan import Plan
+from .prompt import PROMPT_VERSION
+from .result import Decision, QuestionScore, finish_decision
+
+BATCH = 32  # contexts per decide_many call for prior="batch" in measurements
+CHUNK = 8  # contexts per decide_many call while collecting
+
+
+@dataclass
+class Case:
+    id: str
+    split: str
+    gold: dict
+    scores: list[QuestionScore]  # every question of the plan, prior "none"
+    latency_s: float
+
+
+def question_scores(plan: Plan, d: Decision) -> list[QuestionScore]:
+    """Every question's log-scores back from a Decision made without prior or calibration."""
+    out = []
+    for q in plan.questions:
+        r = d.fields[q.field]
+        if q.kind == "scalar":
+            logs = tuple(r.log_scores[k] for k in q.keys)
+        elif q.kind == "option":
+            ly = r.log_scores[q.option]
+            logs = (ly, math.log(max(-math.expm1(ly), 1e-300)))
+        else:
+            logs = tuple(math.log(max(r.count_probabilities[k], 1e-300)) for k in q.keys)
+        out.append(QuestionScore(logs, 0.0))
+    return out
+
+
+def from_predictions(plan: Plan, path: Path, ids: set[str]) -> list[Case]:
+    """Cases scored by an eval run (``typedlm eval``, track parallel, the plan's scoring mode, unpermuted
+    lines): the same prompt and the same scores, so they need not be scored again. Scalar fields only
+    (eval lines carry no count question)."""
+    if any(q.kind != "scalar" for q in plan.questions):
+        return []
+    by_case: dict[str, dict] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            d = json.loads(line)
+        except json.JSONDecodeError:  # a line still being written by a running eval
+            continue
+        if d["track"] == "parallel" and d["mode"] == plan.scoring and d["permutation"] is None \
+                and d["case_id"] in ids and d["scores"] and not d.get("error"):
+            by_case.setdefault(d["case_id"], {})[d["field"]] = d
+    out = []
+    for cid, lines in by_case.items():
+        if set(lines) != set(plan.schema.names):
+            continue
+        first = next(iter(lines.values()))
+        scores = [QuestionScore(tuple(lines[q.field]["scores"][k] for k in q.keys), 0.0) for q in plan.questions]
+        out.append(Case(cid, first["split"], {f: ln["gold"] for f, ln in lines.items()}, scores,
+                        first["case_latency_s"]))
+    return out
+
+
+def collect(engine: Engine, schema: Any, cases: list, path: Path | None = None, progress=None,
+            reuse: Path | None = None) -> list[Case]:
+    """Score ``cases`` (eval Cases) with ``decide_many`` in chunks; resumable through ``path`` (JSONL);
+    cases an eval run already scored (``reuse``: its predictions.jsonl) are taken from it."""
+    plan = plan_for(schema, engine)
+    done: dict[str, Case] = {}
+    if path is not None and path.exists():
+        for line in path.read_text().splitlines():
+            d = json.loads(line)
+            done[d["id"]] = Case(d["id"], d["split"], d["gold"], [QuestionScore(tuple(s), 0.0) for s in d["scores"]],
+                                 d["latency_s"])
+    if reuse is not None and reuse.exists():
+        got = [c for c in from_predictions(plan, reuse, {c.id for c in cases}) if c.id not in done]
+        for c in got:
+            done[c.id] = c
+        if path is not None and got:
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write("".join(json.dumps({"id": c.id, "split": c.split, "gold": c.gold, "source": str(reuse),
+                                             "scores": [list(s.log_scores) for s in c.scores],
+                                             "latency_s": c.latency_s}) + "\n" for c in got))
+    todo = [c for c in cases if c.id not in done]
+    for i in range(0, len(todo), CHUNK):
+        part = todo[i:i + CHUNK]
+        t0 = time.perf_counter()
+        ds = decide_many(plan.schema, [c.context for c in part], engine=engine, prior="none")
+        dt = (time.perf_counter() - t0) / len(part)
+        lines = []
+        for c, d in zip(part, ds):
+            got = Case(c.id, c.split, c.labels, question_scores(plan, d), dt)
+            done[c.id] = got
+            lines.append(json.dumps({"id": got.id, "split": got.split, "gold": got.gold,
+                                     "scores": [list(s.log_scores) for s in got.scores], "latency_s": dt}))
+        if path is not None:
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write("".join(x + "\n" for x in lines))
+        if progress:
+            progress(len(part))
+    return [done[c.id] for c in cases]
+
+
+def neutral_logs(engine: Engine, plan: Plan) -> list[tuple[float, ...]]:
+    return P.neutral(engine, plan, lambda ids: [s.scores for s in _score_prompts(engine, plan, ids, "packed",
+                                                                                 1 << 30, None)], PROMPT_VERSION)
+
+
+def corrected(cases: list[Case], prior: str, neutral: list | None, batch: int = BATCH) -> list[list[QuestionScore]]:
+    """Each case's question scores after the prior correction ``prior`` (batch: per BATCH-sized chunk)."""
+    if prior == "none":
+        return [c.scores for c in cases]
+    if prior == "neutral":
+        return [P.correct(c.scores, neutral) for c in cases]
+    out = []
+    for i in range(0, len(cases), batch):
+        part = [c.scores for c in cases[i:i + batch]]
+        logs = P.mean_log_probs(part)
+        out += [P.correct(s, logs) for s in part]
+    return out
+
+
+def examples(plan: Plan, cases: list[Case], scores: list[list[QuestionScore]]) -> list[Example]:
+    """Calibration examples (per field: choice -> log-score, multi: option -> log P(yes)) with gold."""
+    out = []
+    for c, sc in zip(cases, scores):
+        fields: dict = {}
+        for q, s in zip(plan.questions, sc):
+            if q.kind == "scalar":
+                fields[q.field] = dict(zip(q.keys, s.log_scores))
+            elif q.kind == "option":
+                fields.setdefault(q.field, {})[q.option] = s.log_scores[0]
+        out.append(Example(scores=fields, gold={k: c.gold.get(k) for k in fields}))
+    return out
+
+
+def fit_bundle(engine: Engine, plan: Plan, fit_cases: list[Case], test_cases: list[Case], prior: str,
+               neutral: list | None, *, data: str = "") -> tuple[CalibrationBundle, dict]:
+    """A bundle fitted on ``fit_cases`` and its held-out report on ``test_cases`` ({"before", "after"})."""
+    types = {f.name: f.type for f in plan.schema.fields}
+    fit_ex = examples(plan, fit_cases, corrected(fit_cases, prior, neutral))
+    test_ex = examples(plan, test_cases, corrected(test_cases, prior, neutral))
+    fields = fit_fields(fit_ex, types)
+    report = {"before": evaluate(test_ex, types, None), "after": evaluate(test_ex, types, fields),
+              "fit_before": evaluate(fit_ex, types, None), "fit_after": evaluate(fit_ex, types, fields),
+              "n_fit": len(fit_cases), "n_test": len(test_cases)}
+    bundle = CalibrationBundle(model=engine.name, model_hash=P.fingerprint(engine), prompt_version=PROMPT_VERSION,
+                               scoring=plan.scoring, prior=prior, fields=fields,
+                               fit={"data": data, "n_fit": len(fit_cases), "n_test": len(test_cases),
+                                    "heldout_ece_before": report["before"]["ece"],
+                                    "heldout_ece_after": report["after"]["ece"]})
+    return bundle, report
+
+
+def decisions(plan: Plan, cases: list[Case], scores: list[list[QuestionScore]], engine_name: str, prior: str,
+              bundle: CalibrationBundle | None = None) -> list[Decision]:
+    """The decisions ``decide`` would return from these (prior-corrected) scores, through the one finalizer."""
+    out = []
+    for c, sc in zip(cases, scores):
+        if bundle is not None:
+            sc = bundle.apply(plan, sc)
+        rec = {f.name: {"prior": prior, **(bundle.record(f.name) if bundle else {})} for f in plan.schema.fields}
+        out.append(finish_decision(plan, sc, timings={"total": c.latency_s}, usage={}, model=engine_name,
+                                   records=rec))
+    return out
+
+
+def refuse_if_worse(report: dict) -> None:
+    b, a = report["before"]["ece"], report["after"]["ece"]
+    if not a <= b:
+        raise TypedLMError(f"held-out ECE got worse after calibration ({b:.4f} -> {a:.4f}): no bundle written")
