@@ -1,4 +1,9 @@
-"""``typedlm`` command line. Feature modules add their commands through ``register(app, bench_app)``."""
+"""``typedlm`` command line. Feature modules add their commands through ``register(app, bench_app)``.
+
+Exit codes: 0 ok; 2 bad input (one-line reason on stderr, :func:`typedlm.cliutil.fail`); 3 the output is
+incomplete: cut at ``--max-tokens`` or not valid against its schema (``typedlm generate``; the text is
+still printed). Importing this module must stay light (no torch, transformers or xgrammar; pinned by
+``tests/test_cli_ux.py``): every command imports what it needs inside its body, so ``--help`` is fast."""
 
 from __future__ import annotations
 
@@ -12,10 +17,11 @@ from . import __version__, models
 from .bench import decide as bench_decide
 from .bench import gen as bench_gen
 from .bench import grammar as bench_grammar
+from .bench import itl as bench_itl
 from .bench import jsonschema_suite as bench_jsonschema_suite
 from .bench import jump_forward as bench_jump_forward
 from .bench import trust as bench_trust
-from .cliutil import fail, print_json, read_json, read_text, user_errors
+from .cliutil import EXIT_INCOMPLETE, fail, print_json, read_json, read_text, user_errors
 from .decide import cli as decide_cli
 from .eval import cli as eval_cli
 from .server import cli as server_cli
@@ -107,6 +113,10 @@ def generate(
                    f"decode {t['decode']*1e3:.0f} ms{extra}", err=True)
     if result.finish_reason == "error":
         fail(result.error or "generation failed")
+    if result.finish_reason == "length" or result.schema_valid is False:
+        why = "cut at --max-tokens" if result.finish_reason == "length" else "not valid against the schema"
+        typer.echo(f"error: output {why}", err=True)
+        raise typer.Exit(EXIT_INCOMPLETE)
 
 
 @app.command()
@@ -185,8 +195,8 @@ def models_convert(ref: str = typer.Argument("default", help="default or a .gguf
     typer.echo(str(out))
 
 
-for _feature in (bench_grammar, bench_gen, bench_jump_forward, bench_decide, bench_jsonschema_suite, bench_trust,
-                 server_cli, decide_cli, eval_cli):
+for _feature in (bench_grammar, bench_gen, bench_jump_forward, bench_decide, bench_itl, bench_jsonschema_suite,
+                 bench_trust, server_cli, decide_cli, eval_cli):
     _feature.register(app, bench_app)
 
 if __name__ == "__main__":

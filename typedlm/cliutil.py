@@ -1,4 +1,7 @@
-"""Shared CLI plumbing: one-line errors with exit code 2, reading files, printing JSON."""
+"""Shared CLI plumbing: one-line errors with exit code 2, reading files, printing JSON.
+
+Exit codes (README "Exit codes"): 0 ok, ``EXIT_BAD_INPUT`` 2, ``EXIT_INCOMPLETE`` 3 (output truncated or
+not schema-valid)."""
 
 from __future__ import annotations
 
@@ -11,11 +14,14 @@ import typer
 
 from .errors import TypedLMError
 
+EXIT_BAD_INPUT = 2
+EXIT_INCOMPLETE = 3
+
 
 def fail(reason: str) -> "typer.Exit":
     """Print a one-line reason to stderr and exit 2 (bad input)."""
     typer.echo(f"error: {' '.join(str(reason).split())}", err=True)
-    raise typer.Exit(2)
+    raise typer.Exit(EXIT_BAD_INPUT)
 
 
 @contextlib.contextmanager

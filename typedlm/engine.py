@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from . import models
+from . import models, placement
 from .errors import ModelLoadError, TypedLMError
 from .grammar.compiler import Grammars
 from .lru import LRUCache
@@ -122,7 +122,8 @@ def load_engine(ref: str = models.DEFAULT_REF, *, device: str = "auto", dtype: s
     path = models.local_dir(resolved, progress=progress)
     try:
         tok = AutoTokenizer.from_pretrained(path, local_files_only=resolved.kind != "hub")
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dt, local_files_only=resolved.kind != "hub")
+        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=resolved.kind != "hub",
+                                                     **placement.load_kwargs(path, dev, dt))
     except OSError as e:
         if resolved.kind == "hub":
             raise ModelLoadError(
@@ -144,7 +145,7 @@ def engine_from_model(model, tokenizer, *, name: str, device: torch.device | str
         # length, so each first-seen length cost ~40 ms on the H200 (57 ms vs 15 ms per forward for
         # qwen2.5-0.5b until every length had been seen once). Flash / mem-efficient SDPA need no plan.
         torch.backends.cuda.enable_cudnn_sdp(False)
-    model = model.to(device=device, dtype=dtype).eval()
+    model = placement.place(model, device, dtype).eval()  # quantized / multi-device models are not moved
     tok_vocab = len(tokenizer)
     model_vocab = int(model.get_output_embeddings().weight.shape[0])
     stops: set[int] = set()

@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 from typing import Optional
 
-import torch
 import typer
 
 from ..cliutil import fail, print_json, user_errors
@@ -88,6 +87,8 @@ def run_hf_static(engine, ids: list[int], batch: int, max_tokens: int, constrain
 
 
 def run_hf(engine, ids: list[int], batch: int, max_tokens: int, constraint, **extra) -> dict:
+    import torch
+
     model = engine.model
     input_ids = torch.tensor([ids] * batch, device=engine.device)
     kwargs = dict(max_new_tokens=max_tokens, do_sample=False, pad_token_id=engine.tokenizer.pad_token_id
@@ -119,6 +120,8 @@ def run_hf(engine, ids: list[int], batch: int, max_tokens: int, constraint, **ex
 
 def _measured(fn, engine, *args) -> dict:
     """One run with the peak device memory it reached (GiB; CUDA only)."""
+    import torch
+
     cuda = engine.device.type == "cuda"
     if cuda:
         torch.cuda.reset_peak_memory_stats(engine.device)
@@ -130,6 +133,8 @@ def _measured(fn, engine, *args) -> dict:
 
 def bench_gen(engine, *, batches=(1, 8, 32), max_tokens: int = 256, hf: bool = True, hf_static: bool = True,
               progress=None) -> dict:
+    import torch
+
     from ..generate.kv import make_kv
     from ..grammar import make_constraint
 

@@ -15,10 +15,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-import xgrammar as xgr
-
-from ..grammar.compiler import Grammars
-from ..grammar.spec import make_constraint
 
 # Realistic schemas with a valid instance each (property order = schema order, as the grammar emits).
 CASES = [
@@ -85,6 +81,11 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 def bench_tokenizer(name: str, tok, model_vocab: int, *, repeats: int = 5) -> dict:
+    import xgrammar as xgr
+
+    from ..grammar.compiler import Grammars
+    from ..grammar.spec import make_constraint
+
     stop = [tok.eos_token_id]
     info = xgr.TokenizerInfo.from_huggingface(tok, vocab_size=model_vocab, stop_token_ids=stop)
     fill_us: list[float] = []

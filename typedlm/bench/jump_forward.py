@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 from typing import Optional
 
-import torch
 import typer
 
 from ..cliutil import fail, print_json, user_errors
@@ -76,6 +75,8 @@ def run(engine, ids, constraint, batch: int, jump: bool, max_tokens: int) -> tup
 
 
 def bench(engine, *, batches=(1,), max_tokens: int = 400, repeats: int = 3, progress=None) -> dict:
+    import torch
+
     from ..grammar import make_constraint
 
     ids = engine.encode_prompt(messages=[{"role": "user", "content": PROMPT}]) if engine.chat.has_template \

@@ -1,10 +1,23 @@
-"""Parallel typed decisions: schema -> one prefill -> every candidate scored in batched passes."""
+"""Parallel typed decisions: schema -> one prefill -> every candidate scored in batched passes.
 
-from .api import decide, decide_many, naive_generate, naive_json_schema, plan_for
-from .plan import DEFAULT_SCORING, NONE_OF_ABOVE, SCORING_MODES, Plan, compile_plan, get_plan
-from .result import TOLERANCE, Decision, FieldResult
-from .schema import Choice, DecisionSchema, Field, SchemaError, lint
+The names below load on first use (PEP 562), so ``typedlm.decide.cli`` (imported by ``typedlm --help``)
+does not pull in torch through :mod:`typedlm.decide.api`."""
 
-__all__ = ["Choice", "DEFAULT_SCORING", "Decision", "DecisionSchema", "Field", "FieldResult", "NONE_OF_ABOVE",
-           "Plan", "SCORING_MODES", "SchemaError", "TOLERANCE", "compile_plan", "decide", "decide_many", "get_plan",
-           "lint", "naive_generate", "naive_json_schema", "plan_for"]
+import importlib
+
+_WHERE = {
+    "api": ("decide", "decide_many", "naive_generate", "naive_json_schema", "plan_for"),
+    "plan": ("DEFAULT_SCORING", "NONE_OF_ABOVE", "SCORING_MODES", "Plan", "compile_plan", "get_plan"),
+    "result": ("TOLERANCE", "Decision", "FieldResult"),
+    "schema": ("Choice", "DecisionSchema", "Field", "SchemaError", "lint"),
+}
+_MODULE = {name: mod for mod, names in _WHERE.items() for name in names}
+__all__ = sorted(_MODULE)
+
+
+def __getattr__(name: str):
+    if name not in _MODULE:
+        raise AttributeError(f"module 'typedlm.decide' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_MODULE[name]}", __name__), name)
+    globals()[name] = value
+    return value

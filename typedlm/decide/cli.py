@@ -9,12 +9,11 @@ from typing import Optional
 import typer
 
 from ..cliutil import fail, print_json, read_json, read_text, user_errors
-from .prior import DEFAULT_PRIOR
-from .result import format_value
 
 
 def _schema_from(schema: Optional[Path], preset: Optional[str]):
     from . import presets
+    from .check import unwrap
     from .schema import DecisionSchema
 
     if (schema is None) == (preset is None):
@@ -22,10 +21,8 @@ def _schema_from(schema: Optional[Path], preset: Optional[str]):
     if preset is not None:
         p = presets.load(preset)
         return p["schema"], p["examples"]
-    raw = read_json(schema, "schema")
-    if isinstance(raw, dict) and "schema" in raw and "fields" not in raw:  # a preset-shaped file
-        return DecisionSchema.from_dict(raw["schema"]), list(raw.get("examples") or [])
-    return DecisionSchema.from_dict(raw), []
+    raw, examples = unwrap(read_json(schema, "schema"))
+    return DecisionSchema.from_dict(raw), examples
 
 
 INPUT_CHUNK = 8  # contexts per decide_many call (one progress step)
@@ -103,7 +100,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         scoring: str = typer.Option("labels", "--scoring", help="labels | slots"),
         none_of_above: bool = typer.Option(False, "--none-of-above", help="offer 'none of the above' on enum fields"),
         abstain_below: Optional[float] = typer.Option(None, "--abstain-below", help="abstain when margin < this"),
-        prior: str = typer.Option(DEFAULT_PRIOR, "--prior", help="neutral (divide out the content-free prior) | none"),
+        prior: Optional[str] = typer.Option(None, "--prior",
+                                            help="neutral (the default: divide out the content-free prior) | none"),
         calibration: Optional[Path] = typer.Option(None, "--calibration", help="bundle from `typedlm calibrate`"),
         device: str = typer.Option("auto", "--device"),
         as_json: bool = typer.Option(False, "--json", help="print the Decision as JSON"),
@@ -114,6 +112,9 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     ):
         """Decide every field of a schema about a context: one prefill, all candidates scored in batch."""
         from . import presets as presets_mod
+        from .prior import DEFAULT_PRIOR
+
+        prior = prior or DEFAULT_PRIOR
 
         if list_presets:
             for n in presets_mod.names():
@@ -159,6 +160,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         from rich.console import Console
         from rich.table import Table
 
+        from .result import format_value
+
         table = Table(title=f"decision ({d.model}, {d.scoring})")
         for col in ("field", "value", "p", "alternatives", "legal mass"):
             table.add_column(col)
@@ -180,7 +183,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     def calibrate(
         data: str = typer.Option(..., "--data", help="bbc | tweets | bbc-multi | FILE.jsonl (eval cases)"),
         out: Path = typer.Option(..., "--out", help="where to write the bundle (JSON)"),
-        prior: str = typer.Option(DEFAULT_PRIOR, "--prior", help="neutral | none | batch: the prior mode it is fitted for"),
+        prior: Optional[str] = typer.Option(None, "--prior",
+                                            help="neutral (default) | none | batch: the prior mode it is fitted for"),
         limit: int = typer.Option(200, "--limit", help="cases of the calibration split to fit on"),
         test_limit: int = typer.Option(200, "--test-limit", help="cases of the test split for the held-out ECE"),
         scores: Optional[Path] = typer.Option(None, "--scores", help="scores.jsonl to reuse / extend (resumable)"),
@@ -195,8 +199,9 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         from ..eval.cli import load_cases
         from . import fitting
         from .api import plan_for
-        from .prior import check_mode
+        from .prior import DEFAULT_PRIOR, check_mode
 
+        prior = prior or DEFAULT_PRIOR
         with user_errors():
             check_mode(prior)
             if limit < 2 or test_limit < 2:
@@ -238,26 +243,21 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json"),
     ):
         """Check a decision schema and lint it (errors exit 2; warnings are printed)."""
-        from .plan import SCORING_MODES, compile_plan
-        from .schema import lint
+        from .check import check_schema
 
         with user_errors():
-            sch, _ = _schema_from(file, None)
-            warnings = lint(sch)
-            rows = {}
+            tok = None
             if model:
                 from transformers import AutoTokenizer
 
                 from .. import models
 
-                resolved = models.resolve(model)
-                tok = AutoTokenizer.from_pretrained(models.local_dir(resolved, progress=False))
-                for mode in SCORING_MODES:
-                    rows[mode] = len(compile_plan(tok, sch, mode).rows)
-        out = {"valid": True, "fields": len(sch.fields), "warnings": warnings, "rows": rows or None}
+                tok = AutoTokenizer.from_pretrained(models.local_dir(models.resolve(model), progress=False))
+            _, out = check_schema(read_json(file, "schema"), tok)
+        sch_fields, warnings, rows = out["fields"], out["warnings"], out["rows"]
         if as_json:
             print_json(out)
             return
-        typer.echo(f"ok: {len(sch.fields)} fields" + (f", rows {rows}" if rows else ""))
+        typer.echo(f"ok: {sch_fields} fields" + (f", rows {rows}" if rows else ""))
         for w in warnings:
             typer.echo(f"warning: {w}")

@@ -13,10 +13,15 @@ def names() -> list[str]:
     return sorted(p.name[:-5] for p in root.iterdir() if p.name.endswith(".json"))
 
 
-def load(name: str) -> dict:
-    """{"name", "description", "schema": DecisionSchema, "examples": [str]}; unknown name -> SchemaError."""
+def raw(name: str) -> dict:
+    """The preset file as JSON: {"name", "description", "schema": dict, "examples": [str]}; unknown -> SchemaError."""
     if name not in names():
         raise SchemaError(f"no preset {name!r}: choose one of {', '.join(names())}")
-    raw = json.loads((resources.files("typedlm.decide") / "presets" / f"{name}.json").read_text(encoding="utf-8"))
-    return {"name": raw["name"], "description": raw["description"], "schema": DecisionSchema.from_dict(raw["schema"]),
-            "examples": list(raw["examples"])}
+    return json.loads((resources.files("typedlm.decide") / "presets" / f"{name}.json").read_text(encoding="utf-8"))
+
+
+def load(name: str) -> dict:
+    """{"name", "description", "schema": DecisionSchema, "examples": [str]}; unknown name -> SchemaError."""
+    r = raw(name)
+    return {"name": r["name"], "description": r["description"], "schema": DecisionSchema.from_dict(r["schema"]),
+            "examples": list(r["examples"])}

@@ -44,6 +44,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+from .. import placement
 from ..engine import Engine
 from ..errors import TypedLMError
 from .batch_cache import BatchKV
@@ -60,6 +61,8 @@ def kv_len_default(engine: Engine) -> int:
 def supported(engine: Engine) -> str | None:
     """None when :class:`StaticKV` can run this model, else the reason it cannot."""
     cfg = engine.model.config
+    if placement.is_placed(engine.model):
+        return "quantized or spread over several devices (StaticKV fuses plain weights on one device)"
     if cfg.model_type not in FAMILIES:
         return f"model type {cfg.model_type!r} is not one of {FAMILIES}"
     if getattr(cfg, "hidden_act", "silu") != "silu":

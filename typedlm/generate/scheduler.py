@@ -1,6 +1,6 @@
 """Continuous batching: many sequences share one decode batch; rows join and leave between steps.
 
-Per-row rules stay in :class:`Sequence` (``begin_step`` / ``accept`` / ``settle``) and every result
+Per-row rules stay in :class:`Sequence` (``begin_step`` / ``accept`` / ``more`` / ``settle``); every result
 goes through :func:`finish_result`; this module only decides *which* rows run and feeds the model.
 
 One ``step()``:
@@ -259,10 +259,12 @@ class Scheduler:
             self.kv.keep(keep)
 
     def _run_calls(self) -> None:
-        while True:
+        """Run the calls queued before this step; one queued meanwhile waits for the next step, so a
+        caller that queues forward after forward (stepwise decide) lets a decode step run between them."""
+        with self._cond:
+            n = len(self._calls)
+        for _ in range(n):
             with self._cond:
-                if not self._calls:
-                    return
                 fut, fn, args, kwargs = self._calls.popleft()
             if not fut.set_running_or_notify_cancel():
                 continue

@@ -1,7 +1,7 @@
-"""Sequence: one request's decode state and its per-step rules (select a token, append it, finish).
+"""Sequence: one request's decode state and its per-step rules (accept a token, forced tokens, finish).
 
 The batch scheduler drives sequences through these calls, so the per-row rules live in one place
-(the token itself is picked for the whole batch at once by :class:`sampling.BatchSampler`):
+(the token itself is picked for the whole batch at once by :class:`sampler.BatchSampler`):
 
   ``begin_step()``        the grammar mask is filled; a complete grammar finishes the row (no sampling)
   ``accept(token)``       matcher accepts the token (rejection = internal error on the result);

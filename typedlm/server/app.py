@@ -1,7 +1,8 @@
 """The FastAPI app: ``create_app(engine_or_loader, config)``.
 
 Routes: POST /v1/chat/completions, POST /v1/completions (+ SSE streaming), GET /v1/models,
-GET /health, GET /ready, GET /metrics; /v1/decide and /v1/systemone (:mod:`typedlm.server.decide_routes`). The model loads (or, given an Engine, just warms) in a background thread at startup;
+GET /health, GET /ready, GET /metrics; /v1/decide and /v1/systemone (:mod:`typedlm.server.decide_routes`);
+the playground at / with /v1/config and the preset/validate routes (:mod:`typedlm.server.playground`). The model loads (or, given an Engine, just warms) in a background thread at startup;
 /ready answers 503 until that is done.
 """
 
@@ -19,6 +20,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from ..engine import Engine
 from ..generate.scheduler import DoneEvent, TokenEvent
 from .decide_routes import router as decide_router
+from .playground import router as playground_router
 from .errors import APIError, install_error_handlers
 from .gate import Gate
 from ..generate.detokenize import StreamText, token_bytes
@@ -130,6 +132,7 @@ def create_app(engine_or_loader: Engine | Callable[[], Engine], config: ServerCo
                              **_notice(job, results)}, headers=job.headers)
 
     app.include_router(decide_router)
+    app.include_router(playground_router)
     return app
 
 

@@ -1,6 +1,6 @@
 """HTTP routes: ``POST /v1/decide`` (Decision JSON) and ``POST /v1/systemone`` (TypeSafe System One wire
 shape). The server includes ``router``; handlers take the engine from ``request.app.state.typedlm`` and
-run model work through its ``run_exclusive`` (see :mod:`typedlm.server.state`). The decision logic lives in :mod:`typedlm.decide`."""
+run decide work through its ``run_stepwise`` (forwards interleaved with decode steps) (see :mod:`typedlm.server.state`). The decision logic lives in :mod:`typedlm.decide`."""
 
 from __future__ import annotations
 
@@ -71,10 +71,10 @@ async def v1_decide(body: DecideRequest, request: Request):
                            param="contexts" if body.contexts is not None else "context") from e
     check_options(state.engine, get_plan(state.engine, schema, body.scoring, body.allow_none_of_above), body.prior,
                   body.calibration, len(texts))
-    ds = await state.run_exclusive(decide_many, schema, texts, engine=state.engine, scoring=body.scoring,
-                                   allow_none_of_above=body.allow_none_of_above,
-                                   abstain_below_margin=body.abstain_below_margin, prior=body.prior,
-                                   calibration=body.calibration)
+    ds = await state.run_stepwise(decide_many, schema, texts, scoring=body.scoring,
+                                  allow_none_of_above=body.allow_none_of_above,
+                                  abstain_below_margin=body.abstain_below_margin, prior=body.prior,
+                                  calibration=body.calibration)
     return ds[0].to_dict() if body.context is not None else [d.to_dict() for d in ds]
 
 
@@ -133,7 +133,7 @@ async def v1_systemone(body: SystemOneRequest, request: Request):
         raise APIError(400, "state is empty", param="state")
     schema, names = systemone_schema(body.questions)
     _check(state.engine, schema, body.scoring, False, context)
-    d = await state.run_exclusive(decide, schema, context, engine=state.engine, scoring=body.scoring)
+    d = await state.run_stepwise(decide, schema, context, scoring=body.scoring)
     n_prompt, n_scored = d.usage["prompt_tokens"], d.usage["scored_tokens"]
     return {"model": state.engine.name, "answers": systemone_answers(body.questions, names, d),
             "usage": {"prompt_tokens": n_prompt, "completion_tokens": 0, "total_tokens": n_prompt,

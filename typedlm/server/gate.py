@@ -10,7 +10,8 @@ import re
 import uuid
 
 _RID_OK = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
-OPEN_PATHS = ("/health",)
+OPEN_PATHS = ("/health", "/")  # and the playground's static files (/static/...): no secrets there
+OPEN_PREFIX = "/static/"
 
 
 class Gate:
@@ -37,7 +38,7 @@ class Gate:
                     metrics.count_request(path, message["status"])
             await send(message)
 
-        if cfg.api_key and path not in OPEN_PATHS:
+        if cfg.api_key and path not in OPEN_PATHS and not path.startswith(OPEN_PREFIX):
             auth = headers.get("authorization", "")
             given = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
             if not hmac.compare_digest(given.encode(), cfg.api_key.encode()):

@@ -6,11 +6,15 @@ Contract (used by the generation routes and by ``typedlm.server.decide_routes``)
   ``await state.run_exclusive(fn, *a, **kw)`` run blocking model work ``fn`` so that it never
                                             overlaps another forward pass; returns fn's result
                                             (it runs on the engine thread, between decode steps)
+  ``await state.run_stepwise(fn, *a, **kw)``  ``fn(*a, engine=..., **kw)`` for decide work: its forwards
+                                            interleave with decode steps instead of stalling them
+                                            (:mod:`typedlm.server.interleave`)
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import threading
 import time
@@ -22,7 +26,9 @@ from ..generate.api import build_sequence
 from ..generate.sampling import SamplingParams
 from ..generate.scheduler import Request, Scheduler
 from ..grammar.spec import make_constraint
+from .config import REDACTED
 from .errors import APIError
+from .interleave import run_stepwise
 
 log = logging.getLogger("typedlm.server")
 
@@ -39,6 +45,16 @@ class ServerConfig:
     model_names: tuple[str, ...] = ()  # extra names /v1/models lists and requests may use
     warmup: bool = True
     jump_forward: bool = False  # default for requests that do not set ``jump_forward``
+    interleave_decide: bool = True  # False: a decision runs as one block between steps (bench baseline)
+    decide_chunk_tokens: int = 256  # while streams decode: at most this many decide prefill tokens per forward ...
+    decide_chunk_rows: int = 1  # ... and decision rows per scoring pass (typedlm.server.interleave)
+    settings: Any = None  # typedlm.server.config.ServeSettings under `typedlm serve` (/v1/config, the ready line)
+
+    def redacted(self) -> dict:
+        """The limits as /v1/config shows them: the API key is never returned."""
+        d = {k: v for k, v in dataclasses.asdict(self).items() if k != "settings"}
+        d["api_key"] = REDACTED if self.api_key else None
+        return d
 
 
 @dataclass
@@ -75,6 +91,14 @@ class ServerState:
             raise self.not_ready()
         return await asyncio.wrap_future(self.scheduler.call(fn, *args, **kwargs))
 
+    async def run_stepwise(self, fn: Callable[..., Any], *args, **kwargs) -> Any:
+        if not self.ready:
+            raise self.not_ready()
+        if not self.config.interleave_decide:
+            return await self.run_exclusive(fn, *args, engine=self.engine, **kwargs)
+        return await run_stepwise(self.engine, self.scheduler, fn, *args, prefill_chunk=self.config.decide_chunk_tokens,
+                                  row_chunk=self.config.decide_chunk_rows, **kwargs)
+
     # -- lifecycle --------------------------------------------------------------------------------
     def start_loading(self) -> threading.Thread:
         t = threading.Thread(target=self._load, name="typedlm-load", daemon=True)
@@ -89,7 +113,9 @@ class ServerState:
             if self.config.warmup:
                 _warm(engine, sched)
             self.ready = True
-            log.info("model %s ready", engine.name)
+            where = f" at {self.config.settings.url} (playground: {self.config.settings.url}/)" \
+                if self.config.settings is not None else ""
+            log.info("typedlm ready: model %s on %s%s", engine.name, engine.device, where)
         except Exception as e:  # noqa: BLE001 - written down, served as 503 on /ready
             log.exception("model load failed")
             self.load_error = f"{type(e).__name__}: {e}"

@@ -1,0 +1,84 @@
+"""CUDA check of typedlm.placement (quantized and large models). Not run in CI (no GPU); run on the lent H200:
+
+    pip install 'dist/typedlm-*.whl[server,quant-bnb]' && python3 bench/gpu_quant_check.py [OUT.json]
+
+1. GGUF (the default model) on CUDA: parameters bf16, GPU memory about the bf16 size (no fp32 copy).
+2. bitsandbytes 4-bit and 8-bit: the tiny test model saved with a BitsAndBytesConfig quantization_config
+   (quantized at load by transformers), loaded through load_engine (no .to()), a JSON generation and a
+   decision run on it.
+3. device_map="auto": load_kwargs picks it when the weights exceed the (simulated) free memory, and the
+   model loaded that way generates.
+Prints JSON; exits 1 on a violation.
+"""
+
+import json
+import sys
+import tempfile
+import time
+
+import torch
+
+from typedlm import placement
+from typedlm.decide import decide, presets
+from typedlm.engine import load_engine
+from typedlm.generate import generate
+from typedlm.testing import save_tiny, tiny_engine
+
+assert torch.cuda.is_available(), "needs a CUDA GPU"
+out, failures = {}, []
+
+
+def check(name, ok, **info):
+    out[name] = {"ok": bool(ok), **info}
+    if not ok:
+        failures.append(name)
+
+
+# 1. GGUF at bf16 on CUDA
+torch.cuda.empty_cache()
+before = torch.cuda.memory_allocated()
+e = load_engine("default", device="cuda", progress=False)
+params = list(e.model.parameters())
+gpu_mb = (torch.cuda.memory_allocated() - before) / 1e6
+bf16_mb = sum(p.numel() for p in params) * 2 / 1e6
+check("gguf_bf16", all(p.dtype == torch.bfloat16 for p in params) and gpu_mb < 1.3 * bf16_mb,
+      gpu_mb=round(gpu_mb, 1), bf16_mb=round(bf16_mb, 1))
+del e, params
+torch.cuda.empty_cache()
+
+with tempfile.TemporaryDirectory() as tmp:
+    save_tiny(tmp, tiny_engine())
+    # 2. bitsandbytes 4/8-bit
+    from transformers import BitsAndBytesConfig
+
+    for bits in (4, 8):
+        cfg = json.load(open(f"{tmp}/config.json"))
+        qc = BitsAndBytesConfig(load_in_4bit=bits == 4, load_in_8bit=bits == 8).to_dict()
+        qdir = f"{tmp}-bnb{bits}"
+        import shutil
+
+        shutil.copytree(tmp, qdir)
+        json.dump({**cfg, "quantization_config": qc}, open(f"{qdir}/config.json", "w"))
+        try:
+            t0 = time.perf_counter()
+            q = load_engine(qdir, device="cuda", progress=False)
+            r = generate("x", engine=q, json_schema={"type": "object", "properties": {"a": {"type": "boolean"}},
+                                                     "required": ["a"]}, max_tokens=32, temperature=0)
+            d = decide(presets.load("support_triage")["schema"], "My invoice is wrong", engine=q)
+            check(f"bnb{bits}", placement.is_placed(q.model) and r.finish_reason in ("stop", "length")
+                  and abs(sum(next(iter(d.fields.values())).probabilities.values()) - 1) < 1e-3,
+                  load_s=round(time.perf_counter() - t0, 2), text=r.text, finish=r.finish_reason)
+        except Exception as ex:  # noqa: BLE001 - written down
+            check(f"bnb{bits}", False, error=f"{type(ex).__name__}: {ex}")
+    # 3. device_map="auto" when the weights do not fit
+    kw = placement.load_kwargs(tmp, torch.device("cuda", 0), torch.bfloat16, free_bytes=lambda d: 1)
+    from transformers import AutoModelForCausalLM
+
+    m = AutoModelForCausalLM.from_pretrained(tmp, **kw)
+    check("device_map_auto", kw.get("device_map") == "auto" and hasattr(m, "hf_device_map"),
+          device_map=sorted(set(map(str, m.hf_device_map.values()))))
+
+print(json.dumps({"gpu": torch.cuda.get_device_name(0), "checks": out}, indent=2))
+if len(sys.argv) > 1:
+    json.dump({"gpu": torch.cuda.get_device_name(0), "checks": out}, open(sys.argv[1], "w"), indent=2)
+sys.exit(1 if failures else 0)

@@ -1,0 +1,114 @@
+"""``typedlm serve`` settings from four sources, merged field by field with the precedence
+**command-line flag > environment variable > config file > default**.
+
+- Flags: every ``typedlm serve`` option (a flag counts only when given on the command line).
+- Environment: ``TYPEDLM_<FIELD>`` in upper case, e.g. ``TYPEDLM_MAX_BATCH=16``; lists
+  (``served_model_names``) are comma-separated.
+- Config file: ``typedlm serve --config FILE.toml``, top-level keys named like the fields
+  (``max_batch = 16``) or like the flags (``max-batch = 16``); an unknown key is an error.
+
+Every value is validated by :class:`ServeSettings` (pydantic); a bad one names its field and its source.
+``GET /v1/config`` (:mod:`typedlm.server.playground`) answers them with secrets redacted.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import TypedLMError
+
+ENV_PREFIX = "TYPEDLM_"
+SECRETS = ("api_key",)
+REDACTED = "***"
+LIST_FIELDS = ("served_model_names",)
+
+
+class ServeSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str = "default"
+    host: str = "127.0.0.1"
+    port: int = Field(8000, gt=0, lt=65536)
+    api_key: str | None = None
+    max_batch: int = Field(8, ge=1)
+    max_queue: int = Field(64, ge=0)
+    max_tokens_cap: int = Field(4096, ge=1)
+    max_prompt_tokens: int | None = Field(None, ge=1)
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1)
+    served_model_names: tuple[str, ...] = ()
+    device: str = "auto"
+    dtype: Literal["float32", "bfloat16", "float16"] | None = None
+    log_level: Literal["critical", "error", "warning", "info", "debug", "trace"] = "info"
+    jump_forward: bool = False
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def redacted(self) -> dict[str, Any]:
+        d = self.model_dump(mode="json")
+        for k in SECRETS:
+            if d.get(k) is not None:
+                d[k] = REDACTED
+        return d
+
+
+FIELDS = tuple(ServeSettings.model_fields)
+
+
+class ConfigError(TypedLMError):
+    """A settings value (file, environment or flag) is invalid; the message names field and source."""
+
+
+def from_file(path: Path) -> dict[str, Any]:
+    try:
+        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ConfigError(f"cannot read config file '{path}': {e.strerror or e}") from e
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"config file '{path}' is not valid TOML: {e}") from e
+    out = {}
+    for key, value in raw.items():
+        name = key.replace("-", "_")
+        if name not in FIELDS:
+            raise ConfigError(f"config file '{path}': unknown key {key!r}; known: {', '.join(FIELDS)}")
+        out[name] = value
+    return out
+
+
+def from_env(env: Mapping[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in FIELDS:
+        value = env.get(ENV_PREFIX + name.upper())
+        if value is None:
+            continue
+        out[name] = [v.strip() for v in value.split(",") if v.strip()] if name in LIST_FIELDS else value
+    return out
+
+
+def resolve_settings(flags: Mapping[str, Any], *, config_file: Path | None = None,
+                     env: Mapping[str, str] | None = None) -> ServeSettings:
+    """Merge ``flags`` (only those given on the command line) > ``env`` > ``config_file`` > defaults."""
+    layers = [("config file", from_file(config_file) if config_file else {}),
+              ("environment", from_env(os.environ if env is None else env)),
+              ("flag", {k: v for k, v in flags.items() if k in FIELDS})]
+    merged: dict[str, Any] = {}
+    source: dict[str, str] = {}
+    for where, values in layers:
+        merged.update(values)
+        source.update({k: where for k in values})
+    try:
+        return ServeSettings(**merged)
+    except ValidationError as e:
+        err = e.errors()[0]
+        name = str(err["loc"][0]) if err["loc"] else "?"
+        where, got = source.get(name, "default"), err.get("input")
+        what = {"flag": f"--{name.replace('_', '-')} {got}", "environment": f"{ENV_PREFIX}{name.upper()}={got!r}",
+                "config file": f"{name} = {got!r} in config file '{config_file}'"}.get(where, f"{name} {got!r}")
+        raise ConfigError(f"{what}: {err['msg']}") from None
