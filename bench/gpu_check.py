@@ -94,7 +94,7 @@ with torch.inference_mode():
     kv.release(s0)
 sk["graph_vs_eager_max_abs"] = float((graph_logits[0] - eager).abs().max())
 # 2. greedy typedlm (static KV, graphs) vs HF generate (eager, DynamicCache), same prompt
-r = typedlm.generate("The static cache check", engine=engine, temperature=0, max_tokens=48)
+r = generate("The static cache check", engine=engine, temperature=0, max_tokens=48)
 ids = torch.tensor([engine.encode_prompt(prompt="The static cache check")], device="cuda")
 with torch.inference_mode():
     hf = engine.model.generate(ids, max_new_tokens=48, do_sample=False, attention_mask=torch.ones_like(ids),
@@ -107,7 +107,7 @@ for a, b in zip(r.token_ids, hf):
 sk["greedy_prefix_equal_to_hf"] = f"{same}/{min(len(r.token_ids), len(hf))}"
 # 3. slots reused after eviction: 12 rows through 4 slots, each equal to its solo run
 prompts = [f"row {i} " * (1 + i % 5) for i in range(12)]
-solo = [typedlm.generate(p, engine=engine, temperature=0, max_tokens=8 + 3 * (i % 4)).token_ids
+solo = [generate(p, engine=engine, temperature=0, max_tokens=8 + 3 * (i % 4)).token_ids
         for i, p in enumerate(prompts)]
 seqs = [build_sequence(engine, engine.encode_prompt(prompt=p), SamplingParams(max_tokens=8 + 3 * (i % 4), temperature=0),
                        None) for i, p in enumerate(prompts)]
