@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from ..engine import Engine
-from ..errors import TypedLMError
 from . import prior as P
 from .api import _score_prompts, decide_many, plan_for
 from .calibration import CalibrationBundle, Example, evaluate, fit_fields
@@ -188,8 +187,3 @@ def decisions(plan: Plan, cases: list[Case], scores: list[list[QuestionScore]], 
                                    records=rec))
     return out
 
-
-def refuse_if_worse(report: dict) -> None:
-    b, a = report["before"]["ece"], report["after"]["ece"]
-    if not a <= b:
-        raise TypedLMError(f"held-out ECE got worse after calibration ({b:.4f} -> {a:.4f}): no bundle written")

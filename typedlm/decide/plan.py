@@ -58,10 +58,6 @@ class Plan:
     rows: tuple[Row, ...]
     codes: dict  # field -> {choice value: shown code}; labels mode: value -> value
 
-    @property
-    def row_tokens(self) -> int:
-        return sum(len(r.ids) for r in self.rows)
-
     def shown(self, field: str, value: str) -> str:
         return self.codes[field][value]
 

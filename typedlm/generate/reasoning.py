@@ -71,7 +71,6 @@ class ReasoningState:
     active: bool = True
     tokens: int = 0  # tokens inside the block (the end marker excluded)
     ended_at: int | None = None  # output index just after the end marker
-    forced_end: bool = False
     _recent: list[int] = field(default_factory=list)
 
     def observe(self, token: int, index: int) -> None:
@@ -87,7 +86,6 @@ class ReasoningState:
     def forced(self) -> list[int]:
         """The end marker, once the budget is spent (else [])."""
         if self.active and self.budget is not None and self.tokens >= self.budget:
-            self.forced_end = True
             return list(self.end_ids)
         return []
 
