@@ -31,8 +31,8 @@ def test_variants_from_scores_equal_decide(tiny, prior):
     neutral = fitting.neutral_logs(tiny, plan) if prior == "neutral" else None
     bundle = CalibrationBundle(model="tiny", model_hash=fingerprint(tiny), prompt_version=PROMPT_VERSION,
                                scoring="labels", prior=prior,
-                               fields={"topic": FieldCalibration(type="enum", temperature=1.7),
-                                       "tags": FieldCalibration(type="multi", a=0.8, b=0.3)})
+                               fields={"topic": FieldCalibration(type="enum", kind="temperature", temperature=1.7),
+                                       "tags": FieldCalibration(type="multi", kind="logistic", a=0.8, b=0.3)})
     for b in (None, bundle):
         got = fitting.decisions(plan, cases, fitting.corrected(cases, prior, neutral, batch=len(cases)), "tiny",
                                 prior, b)
@@ -72,8 +72,22 @@ def test_calibrate_cli_writes_only_a_bundle_that_helps(tiny_dir, tmp_path):
     else:
         assert after > before and not out.exists() and "got worse" in r.stderr
     assert rep["n_fit"] == 8 and rep["n_test"] == 8
+    kind = json.loads(r.stdout)["bundle"]["fields"]["topic"]["kind"]
+    assert kind == min(rep["candidates"]["topic"], key=lambda c: c["cv_nll"])["kind"]  # chosen by CV NLL
     # the fitted parameters do lower the ECE on the data they were fitted on
     assert rep["fit_after"]["ece"] <= rep["fit_before"]["ece"] + 1e-9
+
+
+def test_calibrate_cli_kind(tiny_dir, tmp_path):
+    base = ["calibrate", "--data", str(_cases_file(tmp_path)), "--model", str(tiny_dir), "--prior", "none",
+            "--out", str(tmp_path / "b.json"), "--limit", "8", "--test-limit", "8", "--json"]
+    r = CliRunner().invoke(app, base + ["--kind", "cubic"])
+    assert r.exit_code == 2 and "--kind must be auto or one of temperature, bias, vector, matrix" in r.stderr
+    r = CliRunner().invoke(app, base + ["--kind", "bias"])
+    assert r.exit_code in (0, 1), r.output
+    out = json.loads(r.stdout)
+    assert out["bundle"]["fields"]["topic"]["kind"] == "bias" and out["bundle"]["fields"]["tags"]["kind"] == "logistic"
+    assert {c["kind"] for c in out["report"]["candidates"]["topic"]} == {"bias"}
 
 
 def test_decide_cli_prior_and_calibration(tiny, tiny_dir, tmp_path):
@@ -81,7 +95,7 @@ def test_decide_cli_prior_and_calibration(tiny, tiny_dir, tmp_path):
     schema.write_text(json.dumps(SCHEMA))
     bundle = CalibrationBundle(model="tiny", model_hash=fingerprint(tiny), prompt_version=PROMPT_VERSION,
                                scoring="labels", prior="neutral",
-                               fields={"topic": FieldCalibration(type="enum", temperature=2.0)})
+                               fields={"topic": FieldCalibration(type="enum", kind="temperature", temperature=2.0)})
     bpath = tmp_path / "b.json"
     bpath.write_text(bundle.model_dump_json())
     base = ["decide", "--schema", str(schema), "--context", TEXTS[0], "--model", str(tiny_dir), "--json"]

@@ -127,7 +127,7 @@ def test_decide_route_constraints_prior_calibration(base, tiny):
               "constraints": [{"if": {"spam": True}, "then": {"tags": "ads"}}]}
     bundle = CalibrationBundle(model="tiny", model_hash=fingerprint(tiny), prompt_version=PROMPT_VERSION,
                                scoring="labels", prior="neutral",
-                               fields={"tone": FieldCalibration(type="enum", temperature=1.5)})
+                               fields={"tone": FieldCalibration(type="enum", kind="temperature", temperature=1.5)})
     body = {"schema": schema, "context": "Buy cheap watches at example.com!!!", "prior": "neutral",
             "calibration": bundle.model_dump()}
     r = httpx.post(f"{base}/v1/decide", json=body, timeout=120)

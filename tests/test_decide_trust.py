@@ -6,6 +6,7 @@ import random
 import pytest
 
 from typedlm.decide import calibration as cal
+from typedlm.decide import calibrators as fit
 from typedlm.decide import prior as pr
 from typedlm.decide.api import _score_prompts, decide, decide_many, plan_for
 from typedlm.decide.prompt import PROMPT_VERSION, content_free_ids, prompt_ids
@@ -67,8 +68,8 @@ def test_batch_prior_uses_the_batch(tiny):
 
 def _bundle(tiny, **over):
     base = dict(model="tiny", model_hash=pr.fingerprint(tiny), prompt_version=PROMPT_VERSION, scoring="labels",
-                prior="none", fields={"topic": cal.FieldCalibration(type="enum", temperature=2.0),
-                                      "tags": cal.FieldCalibration(type="multi", a=0.5, b=-1.0)})
+                prior="none", fields={"topic": cal.FieldCalibration(type="enum", kind="temperature", temperature=2.0),
+                                      "tags": cal.FieldCalibration(type="multi", kind="logistic", a=0.5, b=-1.0)})
     base.update(over)
     return cal.CalibrationBundle(**base)
 
@@ -95,36 +96,109 @@ def test_calibration_bundle_applies_and_records(tiny, tmp_path):
 @pytest.mark.parametrize("over, what", [
     ({"model_hash": "0" * 16}, "model"), ({"prompt_version": "0"}, "prompt version"),
     ({"scoring": "slots"}, "scoring mode"), ({"prior": "neutral"}, "prior mode"),
-    ({"fields": {"nope": cal.FieldCalibration(type="enum", temperature=1.0)}}, "does not have"),
-    ({"fields": {"topic": cal.FieldCalibration(type="multi", a=1, b=0)}}, "the schema's is enum"),
+    ({"fields": {"nope": cal.FieldCalibration(type="enum", kind="temperature", temperature=1.0)}}, "does not have"),
+    ({"fields": {"topic": cal.FieldCalibration(type="multi", kind="logistic", a=1, b=0)}}, "the schema's is enum"),
 ])
 def test_calibration_bundle_mismatch_is_refused(tiny, over, what):
     with pytest.raises(cal.CalibrationMismatch, match=what):
         decide(SCHEMA, CTXS[0], engine=tiny, prior="none", calibration=_bundle(tiny, **over))
 
 
-def test_fitting_recovers_temperature_and_logistic_and_lowers_ece():
-    rng = random.Random(0)
+def _synthetic(n, seed, bias=(0.0, 0.0, 0.0), over=3.0):
+    """Examples whose true log-odds are ``true``; the model reports ``over`` x them plus a per-class ``bias``
+    (a model that prefers some choices regardless of the context), and a multi option with logit 2 zt."""
+    rng = random.Random(seed)
     ex = []
-    for _ in range(600):
+    for _ in range(n):
         true = [rng.gauss(0, 1.5) for _ in range(3)]
         p = [math.exp(x) for x in true]
-        t = sum(p)
-        gold = rng.choices(range(3), [x / t for x in p])[0]
-        over = [3 * x for x in true]  # the model is 3x overconfident
-        m = max(over)
-        z = m + math.log(sum(math.exp(x - m) for x in over))
+        gold = rng.choices(range(3), [x / sum(p) for x in p])[0]
+        shown = [over * x + b for x, b in zip(true, bias)]
+        m = max(shown)
+        z = m + math.log(sum(math.exp(x - m) for x in shown))
         zt = rng.gauss(0, 2)
         y = rng.random() < 1 / (1 + math.exp(-(zt - 0.5)))
         ly = -math.log1p(math.exp(-(2 * zt)))  # multi: log P(yes) with logit 2 zt (a = 0.5, b = -0.5)
-        ex.append(cal.Example(scores={"f": {k: x - z for k, x in zip("abc", over)}, "m": {"o": ly}},
+        ex.append(fit.Example(scores={"f": {k: x - z for k, x in zip("abc", shown)}, "m": {"o": ly}},
                               gold={"f": "abc"[gold], "m": ["o"] if y else []}))
+    return ex
+
+
+def test_fitting_recovers_temperature_and_logistic_and_lowers_ece():
+    ex = _synthetic(600, 0)
     types = {"f": "enum", "m": "multi"}
-    fields = cal.fit_fields(ex, types)
-    assert fields["f"].temperature == pytest.approx(3.0, rel=0.2)
+    fields, tables = fit.fit_fields(ex, types, kinds=("temperature",))
+    assert fields["f"].kind == "temperature" and fields["f"].temperature == pytest.approx(3.0, rel=0.2)
+    assert fields["m"].kind == "logistic"
     assert fields["m"].a == pytest.approx(0.5, abs=0.15) and fields["m"].b == pytest.approx(-0.5, abs=0.25)
-    before, after = cal.evaluate(ex, types, None), cal.evaluate(ex, types, fields)
+    before, after = fit.evaluate(ex, types, None), fit.evaluate(ex, types, fields)
     assert after["ece"] < before["ece"] and after["fields"]["f"]["ece"] < 0.05 < before["fields"]["f"]["ece"]
+    assert [r["kind"] for r in tables["f"]] == ["temperature"]
+
+
+def test_per_class_bias_needs_more_than_a_temperature():
+    """A model biased towards one choice: no temperature fixes it (it cannot move the argmax); the
+    cross-validated choice picks a calibrator with a bias per choice, and held-out NLL and ECE drop."""
+    bias = (2.5, 0.0, -1.0)
+    train, test = _synthetic(400, 1, bias), _synthetic(1000, 2, bias)
+    types = {"f": "enum"}
+    temp, _ = fit.fit_fields(train, types, kinds=("temperature",))
+    auto, tables = fit.fit_fields(train, types)
+    assert auto["f"].kind in ("bias", "vector", "matrix")
+    assert {r["kind"] for r in tables["f"]} == set(cal.SCALAR_KINDS) and len(tables["f"]) == 1 + 3 * len(fit.L2_GRID)
+    best = min(tables["f"], key=lambda r: r["cv_nll"])
+    assert (best["kind"], best["l2"]) == (auto["f"].kind, best["l2"])
+    tt, ta = fit.evaluate(test, types, temp)["fields"]["f"], fit.evaluate(test, types, auto)["fields"]["f"]
+    assert ta["nll"] < tt["nll"] - 0.02 and ta["ece"] < tt["ece"] and ta["ece"] < 0.05
+    for kind in ("bias", "vector", "matrix"):  # each kind alone also removes the bias
+        f1, _ = fit.fit_fields(train, types, kinds=(kind,))
+        assert f1["f"].kind == kind and fit.evaluate(test, types, f1)["fields"]["f"]["nll"] < tt["nll"] - 0.02
+
+
+def test_bias_kind_on_inverted_scores_keeps_a_positive_temperature():
+    ex = _synthetic(300, 4, over=-1.0)  # the scores point the wrong way: no positive temperature fits them
+    f, tables = fit.fit_fields(ex, {"f": "enum"}, kinds=("bias",))
+    assert f["f"].kind == "bias" and f["f"].temperature == fit.T_MAX and len(tables["f"]) == len(fit.L2_GRID)
+
+
+@pytest.mark.parametrize("kind, params, want", [
+    ("bias", {"temperature": 2.0, "bias": [0.5, 0.0, -0.5]}, lambda x: [v / 2.0 + b for v, b in zip(x, [0.5, 0, -0.5])]),
+    ("vector", {"scale": [1.0, 0.5, 2.0], "bias": [0.0, 1.0, 0.0]}, lambda x: [x[0], 0.5 * x[1] + 1, 2 * x[2]]),
+    ("matrix", {"weights": [[1, 0, 0], [0.5, 0.5, 0], [0, 0, -1]], "bias": [0, 0, 0.3]},
+     lambda x: [x[0], 0.5 * x[0] + 0.5 * x[1], -x[2] + 0.3]),
+])
+def test_affine_kinds_apply_through_decide(tiny, kind, params, want):
+    raw = decide(SCHEMA, CTXS[0], engine=tiny, prior="none")
+    keys = list(raw.fields["topic"].probabilities)
+    fc = cal.FieldCalibration(type="enum", kind=kind, choices=keys, **params)
+    d = decide(SCHEMA, CTXS[0], engine=tiny, prior="none", calibration=_bundle(tiny, fields={"topic": fc}))
+    z = want([raw.fields["topic"].log_scores[k] for k in keys])
+    assert d.fields["topic"].probabilities == pytest.approx(_norm(dict(zip(keys, map(math.exp, z)))), rel=1e-6)
+    assert d.fields["topic"].temperature == params.get("temperature")
+    wrong = cal.FieldCalibration(type="enum", kind=kind, choices=keys[::-1], **params)
+    with pytest.raises(cal.CalibrationMismatch, match="fitted on the candidates"):
+        decide(SCHEMA, CTXS[0], engine=tiny, prior="none", calibration=_bundle(tiny, fields={"topic": wrong}))
+
+
+@pytest.mark.parametrize("spec, what", [
+    ({"type": "enum", "kind": "bias", "temperature": 1.0}, "takes choices, temperature, bias"),
+    ({"type": "enum", "kind": "matrix", "choices": ["a", "b"], "weights": [[1, 0]], "bias": [0, 0]}, "one entry"),
+    ({"type": "multi", "kind": "temperature", "temperature": 1.0}, "does not calibrate a multi"),
+    ({"type": "enum", "kind": "logistic", "a": 1.0, "b": 0.0}, "does not calibrate a enum"),
+    ({"type": "enum", "kind": "temperature", "temperature": -1.0}, "must be > 0"),
+])
+def test_field_calibration_is_typed(spec, what):
+    with pytest.raises(ValueError, match=what):
+        cal.FieldCalibration(**spec)
+
+
+def test_ece_floor_is_the_estimators_own_bias():
+    rng = random.Random(3)
+    conf = [rng.uniform(0.34, 0.9) for _ in range(200)]
+    hits = [rng.random() < c for c in conf]  # perfectly calibrated
+    floor = cal.ece_floor(conf)
+    assert 0.03 < floor < 0.12 and abs(cal.ece(conf, hits) - floor) < 0.05
+    assert cal.ece_floor(conf * 25) < floor / 3  # 25x the cases: the floor shrinks by about 5x
 
 
 def test_dependency_waves(tiny):

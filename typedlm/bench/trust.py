@@ -5,12 +5,17 @@ For each dataset the default model scores the calibration and test cases once (`
 scores through decide's own functions, written as an eval run folder (track ``parallel``, one *mode* per
 variant: ``labels``, ``labels+neutral``, ``labels+batch``, each also ``+cal``, and for multi-label data
 ``labels+constrained``: the same scores under ``min_selected``/``max_selected``), and reported by the eval
-harness (``typedlm report``: metrics with bootstrap intervals, reliability diagrams).
+harness (``typedlm report``: metrics with bootstrap intervals, reliability diagrams). Each ``+cal`` bundle's
+calibrator kind is chosen by cross-validated NLL on the calibration split (:mod:`typedlm.decide.calibrators`).
+Beside the harness's ECE the summary gives each variant's NLL (scalar fields) and its *ECE floor*
+(:func:`typedlm.decide.calibration.ece_floor`: the ECE a perfectly calibrated predictor with the same
+confidences would show on as many cases).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import platform
 import sys
 import time
@@ -47,13 +52,15 @@ def run_dataset(engine, name: str, cases_all: list, out: Path, fit_n: int, test_
     variants: list[tuple[str, object, list, str, object]] = []
     for prior in VARIANTS:
         sc = fitting.corrected(test_s, prior, neutral, batch)
-        bundle, rep = fitting.fit_bundle(engine, plan, fit_s, test_s, prior, neutral, data=name)
+        bundle, rep = fitting.fit_bundle(engine, plan, fit_s, test_s, prior, neutral, data=name, batch=batch)
         (out / f"bundle-{prior}.json").write_text(bundle.model_dump_json(indent=2) + "\n")
         mode = "labels" + ("" if prior == "none" else f"+{prior}")
         variants.append((mode, plan, sc, prior, None))
         variants.append((mode + "+cal", plan, sc, prior, bundle))
         summary["variants"][mode] = {"heldout_ece_before": rep["before"]["ece"],
                                      "heldout_ece_after": rep["after"]["ece"], "bundle": bundle.id,
+                                     "kinds": {k: v.kind for k, v in bundle.fields.items()},
+                                     "candidates": rep["candidates"],
                                      "params": {k: v.model_dump(exclude_none=True) for k, v in bundle.fields.items()}}
     multi = [f for f in plan.schema.fields if f.type == "multi"]
     if multi:  # the constrained variant: the gold sets have 1-3 topics
@@ -65,6 +72,7 @@ def run_dataset(engine, name: str, cases_all: list, out: Path, fit_n: int, test_
         summary["constraints"] = {f.name: {"min_selected": 1, "max_selected": 3} for f in multi}
     for mode, vplan, sc, prior, bundle in variants:
         ds = fitting.decisions(vplan, test_s, sc, engine.name, prior, bundle)
+        summary["variants"].setdefault(mode, {}).update(_quality(vplan.schema, ds, [by_id[c.id] for c in test_s]))
         viol = changed = 0
         for c, d in zip(test_s, ds):
             case = by_id[c.id]
@@ -131,6 +139,24 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             typer.echo(str(p), err=True)
 
 
+def _quality(schema, ds: list, cases: list) -> dict:
+    """NLL of the gold labels (scalar fields, mean over cases and fields) and the ECE floor of the confidences
+    the harness bins (scalar: top-1; multi: each option's yes/no)."""
+    from ..decide.calibration import ece_floor
+    from ..eval.cases import gold_key
+
+    nll, conf = [], []
+    for d, case in zip(ds, cases):
+        for f in schema.fields:
+            r = d.fields[f.name]
+            if f.type == "multi":
+                conf += [max(p, 1 - p) for p in r.probabilities.values()]
+            else:
+                conf.append(max(r.probabilities.values()))
+                nll.append(-math.log(max(r.probabilities[gold_key(f, case.labels[f.name])], 1e-300)))
+    return {"nll": sum(nll) / len(nll) if nll else None, "ece_floor": ece_floor(conf)}
+
+
 def _limits(spec: str, names: list[str], opt: str) -> dict[str, int]:
     """"N" (every dataset) or "name=N,..." (each dataset named) -> {dataset: N}."""
     try:
@@ -150,8 +176,9 @@ def summary_table(sums: list[dict], report: dict) -> str:
     """One markdown table: per dataset and variant, test metrics (95 % intervals in report.md) and the
     held-out ECE of the bundle fitted for that prior mode."""
     rows = {(r["dataset"], r["mode"]): r["metrics"] for r in report["rows"]}
-    lines = ["| dataset | variant | n test | n fit | accuracy | macro-F1 | ECE | Δ macro-F1 vs raw | note |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    lines = ["| dataset | variant | n test | n fit | accuracy | macro-F1 | ECE [95 % CI] | ECE floor | NLL | "
+             "Δ macro-F1 vs raw | note |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for s in sums:
         base = rows[(s["dataset"], "labels")]["macro_f1"]["value"]
         for mode, v in s["variants"].items():
@@ -159,6 +186,8 @@ def summary_table(sums: list[dict], report: dict) -> str:
             if m is None:
                 continue
             note = []
+            if "kinds" in v:
+                note.append("+cal kind: " + ", ".join(f"{k} {kind}" for k, kind in v["kinds"].items()))
             if "heldout_ece_before" in v:
                 worse = v["heldout_ece_after"] > v["heldout_ece_before"]
                 note.append(f"+cal: held-out ECE {v['heldout_ece_before']:.3f} → {v['heldout_ece_after']:.3f}"
@@ -166,7 +195,10 @@ def summary_table(sums: list[dict], report: dict) -> str:
             if "cases_outside_1_3_topics" in v:
                 note.append(f"outside 1–3 topics: {v['cases_outside_1_3_topics']}, changed by solver: "
                             f"{v['constraint_changed']}")
+            e = m["ece"]
+            nll = "—" if v.get("nll") is None else f"{v['nll']:.3f}"
             lines.append(f"| {s['dataset']} | {mode} | {m['n']} | {s['n_fit']} | {m['accuracy']['value']:.3f} | "
-                         f"{m['macro_f1']['value']:.3f} | {m['ece']['value']:.3f} | "
-                         f"{100 * (m['macro_f1']['value'] - base):+.1f} | {'; '.join(note)} |")
+                         f"{m['macro_f1']['value']:.3f} | {e['value']:.3f} [{e['lo']:.3f}, {e['hi']:.3f}] | "
+                         f"{v['ece_floor']:.3f} | {nll} | {100 * (m['macro_f1']['value'] - base):+.1f} | "
+                         f"{'; '.join(note)} |")
     return "\n".join(lines) + "\n"

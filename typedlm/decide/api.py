@@ -60,7 +60,7 @@ def check_options(engine: Engine, plan: Plan, prior: str, calibration: Any, n_co
         return None
     bundle = load_bundle(calibration)
     bundle.check(model_hash=fingerprint(engine), prompt_version=PROMPT_VERSION, scoring=plan.scoring, prior=prior,
-                 schema=plan.schema)
+                 plan=plan)
     return bundle
 
 

@@ -188,6 +188,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         limit: int = typer.Option(200, "--limit", help="cases of the calibration split to fit on"),
         test_limit: int = typer.Option(200, "--test-limit", help="cases of the test split for the held-out ECE"),
         scores: Optional[Path] = typer.Option(None, "--scores", help="scores.jsonl to reuse / extend (resumable)"),
+        kind: str = typer.Option("auto", "--kind", help="scalar calibrator: auto (chosen by cross-validated NLL "
+                                 "on the calibration split) | temperature | bias | vector | matrix"),
         model: str = typer.Option("default", "--model", "-m"),
         device: str = typer.Option("auto", "--device"),
         as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
@@ -199,9 +201,12 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         from ..eval.cli import load_cases
         from . import fitting
         from .api import plan_for
+        from .calibration import SCALAR_KINDS
         from .prior import DEFAULT_PRIOR, check_mode
 
         prior = prior or DEFAULT_PRIOR
+        if kind != "auto" and kind not in SCALAR_KINDS:
+            fail(f"--kind must be auto or one of {', '.join(SCALAR_KINDS)}, got {kind!r}")
         with user_errors():
             check_mode(prior)
             if limit < 2 or test_limit < 2:
@@ -218,7 +223,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             scored = fitting.collect(engine, plan.schema, fit_cases + test_cases, scores)
             fit_s, test_s = scored[:len(fit_cases)], scored[len(fit_cases):]
             neutral = fitting.neutral_logs(engine, plan) if prior == "neutral" else None
-            bundle, report = fitting.fit_bundle(engine, plan, fit_s, test_s, prior, neutral, data=name)
+            bundle, report = fitting.fit_bundle(engine, plan, fit_s, test_s, prior, neutral, data=name,
+                                                kinds=SCALAR_KINDS if kind == "auto" else (kind,))
         before, after = report["before"]["ece"], report["after"]["ece"]
         if as_json:
             print_json({"bundle": bundle.model_dump(), "id": bundle.id, "report": report})
@@ -226,9 +232,11 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             typer.echo(f"{name}: fitted on {len(fit_s)} calibration cases; held-out ECE on {len(test_s)} test "
                        f"cases {before:.4f} -> {after:.4f}")
             for f, fc in bundle.fields.items():
-                par = f"T={fc.temperature:.3f}" if fc.temperature is not None else f"a={fc.a:.3f} b={fc.b:.3f}"
-                typer.echo(f"  {f}: {par}; ECE {report['before']['fields'][f]['ece']:.4f} -> "
-                           f"{report['after']['fields'][f]['ece']:.4f}")
+                par = f" T={fc.temperature:.3f}" if fc.temperature is not None else \
+                    f" a={fc.a:.3f} b={fc.b:.3f}" if fc.kind == "logistic" else ""
+                rb, ra = report["before"]["fields"][f], report["after"]["fields"][f]
+                nll = f"; NLL {rb['nll']:.4f} -> {ra['nll']:.4f}" if "nll" in rb else ""
+                typer.echo(f"  {f}: {fc.kind}{par}; ECE {rb['ece']:.4f} -> {ra['ece']:.4f}{nll}")
         if not after <= before:
             typer.echo(f"error: held-out ECE got worse ({before:.4f} -> {after:.4f}): bundle not written", err=True)
             raise typer.Exit(1)

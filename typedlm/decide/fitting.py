@@ -24,7 +24,8 @@ from typing import Any
 from ..engine import Engine
 from . import prior as P
 from .api import _score_prompts, decide_many, plan_for
-from .calibration import CalibrationBundle, Example, evaluate, fit_fields
+from .calibration import SCALAR_KINDS, CalibrationBundle
+from .calibrators import Example, evaluate, fit_fields
 from .plan import Plan
 from .prompt import PROMPT_VERSION
 from .result import Decision, QuestionScore, finish_decision
@@ -158,18 +159,21 @@ def examples(plan: Plan, cases: list[Case], scores: list[list[QuestionScore]]) -
 
 
 def fit_bundle(engine: Engine, plan: Plan, fit_cases: list[Case], test_cases: list[Case], prior: str,
-               neutral: list | None, *, data: str = "") -> tuple[CalibrationBundle, dict]:
-    """A bundle fitted on ``fit_cases`` and its held-out report on ``test_cases`` ({"before", "after"})."""
+               neutral: list | None, *, data: str = "", kinds=SCALAR_KINDS,
+               batch: int = BATCH) -> tuple[CalibrationBundle, dict]:
+    """A bundle fitted on ``fit_cases`` (each scalar field's kind chosen among ``kinds`` by cross-validated
+    NLL) and its held-out report on ``test_cases`` ({"before", "after"}, plus the candidates' table)."""
     types = {f.name: f.type for f in plan.schema.fields}
-    fit_ex = examples(plan, fit_cases, corrected(fit_cases, prior, neutral))
-    test_ex = examples(plan, test_cases, corrected(test_cases, prior, neutral))
-    fields = fit_fields(fit_ex, types)
+    fit_ex = examples(plan, fit_cases, corrected(fit_cases, prior, neutral, batch))
+    test_ex = examples(plan, test_cases, corrected(test_cases, prior, neutral, batch))
+    fields, tables = fit_fields(fit_ex, types, kinds)
     report = {"before": evaluate(test_ex, types, None), "after": evaluate(test_ex, types, fields),
               "fit_before": evaluate(fit_ex, types, None), "fit_after": evaluate(fit_ex, types, fields),
-              "n_fit": len(fit_cases), "n_test": len(test_cases)}
+              "n_fit": len(fit_cases), "n_test": len(test_cases), "candidates": tables}
     bundle = CalibrationBundle(model=engine.name, model_hash=P.fingerprint(engine), prompt_version=PROMPT_VERSION,
                                scoring=plan.scoring, prior=prior, fields=fields,
                                fit={"data": data, "n_fit": len(fit_cases), "n_test": len(test_cases),
+                                    "kinds": {n: f.kind for n, f in fields.items()}, "candidates": tables,
                                     "heldout_ece_before": report["before"]["ece"],
                                     "heldout_ece_after": report["after"]["ece"]})
     return bundle, report

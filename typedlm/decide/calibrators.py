@@ -1,0 +1,266 @@
+"""Fitting calibration parameters from labelled scores, and choosing the calibrator kind.
+
+Every scalar kind of :mod:`typedlm.decide.calibration` is a multinomial logistic model of the
+(clipped) log-scores, linear in its parameters, so its negative log-likelihood is convex:
+
+- ``temperature``: golden-section search on log T in [0.02, 50] (one parameter, no penalty);
+- ``bias`` / ``vector`` / ``matrix``: Newton's method with a backtracking line search on
+  NLL + ``l2``/2 · |θ − θ₀|², where θ₀ is the fitted temperature alone (so the penalty shrinks towards
+  temperature scaling, not towards the raw scores).
+
+The kind (and its ``l2``) is chosen per field by :data:`FOLDS`-fold cross-validated NLL on the fit
+examples only (a proper scoring rule; ECE on a few hundred cases is too noisy to choose by), then refitted
+on all of them; the held-out test split stays untouched until the report. Multi fields get the pooled
+``logistic`` (Newton, weight-1 L2).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from pydantic import BaseModel
+
+from .calibration import LOG_FLOOR, SCALAR_KINDS, FieldCalibration, _log_sigmoid, _log_softmax, ece
+
+FOLDS = 5
+T_MAX = 50.0  # the largest temperature fitted (scores with no information get the flattest allowed)
+L2_GRID = (0.1, 1.0, 10.0)
+
+
+class Example(BaseModel):
+    """One labelled decision: per field the final log-scores (scalar: choice -> log p; multi: option ->
+    log P(yes)) and the gold value (scalar: a choice key, booleans "true"/"false"; multi: list)."""
+    scores: dict[str, dict[str, float]]
+    gold: dict[str, str | bool | list[str] | None]
+
+
+# -- data --------------------------------------------------------------------------------------------
+def _scalar_data(examples: list[Example], field: str):
+    """(choices, [n, K] clipped log-scores, [n] gold index) of one scalar field."""
+    keys, logits, gold = None, [], []
+    for ex in examples:
+        sc, g = ex.scores.get(field), ex.gold.get(field)
+        if sc is None or g is None:
+            continue
+        g = ("true" if g else "false") if isinstance(g, bool) else g
+        keys = keys or list(sc)
+        if g not in keys:
+            continue
+        logits.append([max(sc[k], LOG_FLOOR) for k in keys])
+        gold.append(keys.index(g))
+    return keys or [], np.asarray(logits, dtype=np.float64).reshape(len(gold), len(keys or [])), \
+        np.asarray(gold, dtype=int)
+
+
+def _multi_data(examples: list[Example], field: str):
+    z, y = [], []
+    for ex in examples:
+        sc, g = ex.scores.get(field), ex.gold.get(field)
+        if sc is None or g is None:
+            continue
+        for opt, ly in sc.items():
+            ln = math.log(max(-math.expm1(ly), 1e-300))
+            z.append(ly - ln)
+            y.append(1 if opt in g else 0)
+    return z, y
+
+
+def field_points(examples: list[Example], field: str, ftype: str, fc: FieldCalibration | None = None):
+    """(confidence, outcome) pairs for ECE and reliability diagrams, after applying ``fc`` if given."""
+    conf, ok = [], []
+    if ftype == "multi":
+        z, y = _multi_data(examples, field)
+        for zi, yi in zip(z, y):  # the yes/no decision's confidence, as the eval harness bins it
+            p = math.exp(_log_sigmoid(fc.a * zi + fc.b if fc else zi))
+            conf.append(max(p, 1 - p))
+            ok.append(1.0 if (p >= 0.5) == bool(yi) else 0.0)
+        return conf, ok
+    _keys, logits, gold = _scalar_data(examples, field)
+    for r, g in zip(logits, gold):
+        p = np.exp(fc.log_probs(r) if fc else _log_softmax(list(r)))
+        conf.append(float(p.max()))
+        ok.append(1.0 if int(p.argmax()) == g else 0.0)
+    return conf, ok
+
+
+# -- the fits ----------------------------------------------------------------------------------------
+def fit_temperature(logits, gold) -> float:
+    """T minimizing the NLL of ``gold`` under softmax(logits / T) (golden-section search on log T)."""
+    rows = np.asarray(logits, dtype=np.float64)
+    if rows.size == 0:
+        return 1.0
+    g = np.asarray(gold, dtype=int)
+
+    def nll(log_t: float) -> float:
+        return float(-_lsm(rows / math.exp(log_t))[np.arange(len(g)), g].sum())
+
+    lo, hi = math.log(0.02), math.log(T_MAX)
+    phi = (math.sqrt(5) - 1) / 2
+    a, b = hi - phi * (hi - lo), lo + phi * (hi - lo)
+    fa, fb = nll(a), nll(b)
+    for _ in range(60):
+        if fa < fb:
+            hi, b, fb = b, a, fa
+            a = hi - phi * (hi - lo)
+            fa = nll(a)
+        else:
+            lo, a, fa = a, b, fb
+            b = lo + phi * (hi - lo)
+            fb = nll(b)
+    return math.exp((lo + hi) / 2)
+
+
+def fit_logistic(z: list[float], y: list[int], l2: float = 1.0) -> tuple[float, float]:
+    """(a, b) maximizing sum log sigmoid(+-(a z + b)) - l2 (a^2 + b^2) / 2 by Newton's method."""
+    if not z:
+        return 1.0, 0.0
+    X = np.stack([np.asarray(z, dtype=np.float64), np.ones(len(z))], axis=1)
+    t = np.asarray(y, dtype=np.float64)
+    w = np.array([1.0, 0.0])
+    for _ in range(100):
+        p = 0.5 * (1 + np.tanh(0.5 * (X @ w)))  # sigmoid, without overflow
+        grad = X.T @ (p - t) + l2 * w
+        H = (X * (p * (1 - p))[:, None]).T @ X + l2 * np.eye(2)
+        step = np.linalg.solve(H, grad)
+        w -= step
+        if np.abs(step).max() < 1e-10:
+            break
+    return float(w[0]), float(w[1])
+
+
+def _lsm(z: np.ndarray) -> np.ndarray:
+    z = z - z.max(-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(-1, keepdims=True))
+
+
+def _design(x: np.ndarray, kind: str) -> np.ndarray:
+    """[n, K, d] features: calibrated logits = design @ theta."""
+    n, k = x.shape
+    eye = np.broadcast_to(np.eye(k), (n, k, k))
+    if kind == "bias":  # theta = [1/T, b_1..b_K]
+        return np.concatenate([x[:, :, None], eye], 2)
+    if kind == "vector":  # [s_1..s_K, b_1..b_K]
+        return np.concatenate([x[:, :, None] * np.eye(k), eye], 2)
+    w = np.zeros((n, k, k * k))  # matrix: [W row-major, b]
+    for c in range(k):
+        w[:, c, c * k:(c + 1) * k] = x
+    return np.concatenate([w, eye], 2)
+
+
+def _theta0(kind: str, k: int, inv_t: float) -> np.ndarray:
+    lin = {"bias": np.array([inv_t]), "vector": np.full(k, inv_t), "matrix": (np.eye(k) * inv_t).ravel()}[kind]
+    return np.concatenate([lin, np.zeros(k)])
+
+
+def _newton(F: np.ndarray, gold: np.ndarray, theta0: np.ndarray, l2: float, offset=0.0) -> np.ndarray:
+    """argmin NLL(softmax(offset + F @ theta)) + l2/2 |theta - theta0|^2 (convex; damped Newton)."""
+    n, k, d = F.shape
+    Y = np.eye(k)[gold]
+
+    def objective(t):
+        return -_lsm(offset + F @ t)[np.arange(n), gold].sum() + l2 / 2 * ((t - theta0) ** 2).sum()
+
+    th = theta0.copy()
+    f = objective(th)
+    for _ in range(100):
+        P = np.exp(_lsm(offset + F @ th))
+        grad = np.einsum("nc,ncd->d", P - Y, F) + l2 * (th - theta0)
+        fbar = np.einsum("nc,ncd->nd", P, F)
+        H = np.einsum("nc,ncd,nce->de", P, F, F) - fbar.T @ fbar + l2 * np.eye(d)
+        step = np.linalg.solve(H, grad)
+        s = 1.0
+        while s > 1e-8:
+            f_new = objective(th - s * step)
+            if f_new <= f:
+                break
+            s /= 2
+        else:
+            break
+        th, f = th - s * step, f_new
+        if np.abs(s * step).max() < 1e-9:
+            break
+    return th
+
+
+def fit_kind(keys: list[str], ftype: str, x: np.ndarray, gold: np.ndarray, kind: str,
+             l2: float = 1.0) -> FieldCalibration:
+    """One scalar calibrator of ``kind`` fitted on (x, gold)."""
+    t = fit_temperature(x, gold)
+    if kind == "temperature":
+        return FieldCalibration(type=ftype, kind="temperature", temperature=t)
+    k = len(keys)
+    th = _newton(_design(x, kind), gold, _theta0(kind, k, 1.0 / t), l2)
+    bias = [float(v) for v in th[-k:]]
+    if kind == "bias":
+        if th[0] <= 1.0 / T_MAX:  # scores that carry no (or inverted) information: flattest temperature
+            only_bias = _newton(np.broadcast_to(np.eye(k), (len(x), k, k)), gold, np.zeros(k), l2, offset=x / T_MAX)
+            bias = [float(v) for v in only_bias]
+            return FieldCalibration(type=ftype, kind="bias", choices=keys, temperature=T_MAX, bias=bias)
+        return FieldCalibration(type=ftype, kind="bias", choices=keys, temperature=float(1.0 / th[0]), bias=bias)
+    if kind == "vector":
+        return FieldCalibration(type=ftype, kind="vector", choices=keys, scale=[float(v) for v in th[:k]], bias=bias)
+    return FieldCalibration(type=ftype, kind="matrix", choices=keys,
+                            weights=th[:k * k].reshape(k, k).tolist(), bias=bias)
+
+
+def _nll(fc: FieldCalibration, x: np.ndarray, gold: np.ndarray) -> np.ndarray:
+    return np.array([-fc.log_probs(r)[g] for r, g in zip(x, gold)])
+
+
+def candidates(kinds=SCALAR_KINDS) -> list[tuple[str, float | None]]:
+    return [(k, None) if k == "temperature" else (k, l2) for k in kinds for l2 in
+            ((None,) if k == "temperature" else L2_GRID)]
+
+
+def select_scalar(keys: list[str], ftype: str, x: np.ndarray, gold: np.ndarray, kinds=SCALAR_KINDS):
+    """The candidate with the lowest cross-validated NLL, refitted on every example; and the table
+    [{"kind", "l2", "cv_nll", "cv_ece"}] it was chosen from."""
+    n = len(gold)
+    folds = min(FOLDS, n)
+    fold = np.arange(n) % max(folds, 1)
+    table = []
+    for kind, l2 in candidates(kinds):
+        if folds < 2:
+            continue
+        nll = np.zeros(n)
+        conf, hit = np.zeros(n), np.zeros(n)
+        for f in range(folds):
+            te = fold == f
+            fc = fit_kind(keys, ftype, x[~te], gold[~te], kind, l2 if l2 is not None else 1.0)
+            nll[te] = _nll(fc, x[te], gold[te])
+            p = np.exp(np.array([fc.log_probs(r) for r in x[te]]))
+            conf[te], hit[te] = p.max(1), p.argmax(1) == gold[te]
+        table.append({"kind": kind, "l2": l2, "cv_nll": float(nll.mean()), "cv_ece": ece(conf, hit)})
+    best = min(table, key=lambda r: r["cv_nll"]) if table else {"kind": kinds[0], "l2": None}
+    fc = fit_kind(keys, ftype, x, gold, best["kind"], best["l2"] if best["l2"] is not None else 1.0)
+    return fc, table
+
+
+def fit_fields(examples: list[Example], types: dict[str, str], kinds=SCALAR_KINDS) -> tuple[dict, dict]:
+    """Per field the chosen calibration, and per scalar field the candidates' cross-validation table."""
+    out, tables = {}, {}
+    for name, ftype in types.items():
+        if ftype == "multi":
+            a, b = fit_logistic(*_multi_data(examples, name))
+            out[name] = FieldCalibration(type="multi", kind="logistic", a=a, b=b)
+        else:
+            keys, x, gold = _scalar_data(examples, name)
+            out[name], tables[name] = select_scalar(keys, ftype, x, gold, kinds)
+    return out, tables
+
+
+def evaluate(examples: list[Example], types: dict[str, str], fields: dict[str, FieldCalibration] | None) -> dict:
+    """Per field and pooled ECE (pooled over every point of every field), and the mean NLL of scalar fields."""
+    per, allc, allk = {}, [], []
+    for name, ftype in types.items():
+        fc = fields.get(name) if fields else None
+        c, k = field_points(examples, name, ftype, fc)
+        per[name] = {"ece": ece(c, k), "n": len(c)}
+        if ftype != "multi":
+            _keys, x, gold = _scalar_data(examples, name)
+            lp = [fc.log_probs(r) if fc else _log_softmax(list(r)) for r in x]
+            per[name]["nll"] = float(-np.mean([p[g] for p, g in zip(lp, gold)])) if len(gold) else float("nan")
+        allc += c
+        allk += k
+    return {"ece": ece(allc, allk), "fields": per}
