@@ -15,7 +15,7 @@ from .plan import DEFAULT_SCORING, NONE_OF_ABOVE, Plan, get_plan
 from .prior import DEFAULT_PRIOR, check_mode as check_prior, correct as correct_prior, fingerprint, mean_log_probs, \
     neutral as neutral_prior
 from .prompt import PROMPT_VERSION, prompt_ids, prompt_kwargs
-from .result import Decision, QuestionScore, finish_decision
+from .result import Decision, QuestionScore, field_results, finish_decision, pins
 from .schema import DecisionSchema
 from .score import DEFAULT_BUDGET_BYTES, DEFAULT_PACKING, ScoreStats, _is_oom, prefill_batch, resolve_packing, score_fused, \
     score_rows
@@ -109,6 +109,7 @@ def decide_many(schema: Any, contexts: list[str], *, engine: Engine | None = Non
     runs: list[list[_Scored]] = [[] for _ in contexts]
     records = [{} for _ in contexts]
     values: list[dict] = [{} for _ in contexts]
+    fixed: list[dict] = [{} for _ in contexts]  # constrained fields of earlier waves: the solver keeps them
     index = {(q.field, q.kind, q.option): i for i, q in enumerate(plan.questions)}
     for k, (wave, wplan) in enumerate(zip(waves, sub)):
         if k == 0:
@@ -135,9 +136,13 @@ def decide_many(schema: Any, contexts: list[str], *, engine: Engine | None = Non
             for name in (wave if k else plan.schema.names):
                 records[i][name] = {"score_source": "batched" if k == 0 else "dependency", "prior": prior,
                                     **(bundle.record(name) if bundle is not None else {})}
-            if k + 1 < len(waves):  # the parents' values for the next wave's "Given:" line
-                values[i].update(finish_decision(wplan, sc, timings={}, usage={}, model=engine.name,
-                                                 abstain_below_margin=abstain_below_margin).value_dict())
+                if k:
+                    records[i][name]["given"] = {p: values[i][p] for p in plan.schema[name].depends_on}
+            if k + 1 < len(waves):  # decide this wave (constraints solved over the whole plan, later waves'
+                # first-pass scores standing in) before the next wave's "Given:" line conditions on it
+                got = field_results(plan, final[i], abstain_below_margin=abstain_below_margin, fixed=fixed[i])
+                values[i].update({n: got[n].value for n in wave})
+                fixed[i].update(pins(plan, got, wave))
     out = []
     for i, ids in enumerate(ids_all):
         rs = runs[i]
@@ -147,7 +152,7 @@ def decide_many(schema: Any, contexts: list[str], *, engine: Engine | None = Non
                    "total": compile_s + prefill_s + scoring_s}
         usage = {"prompt_tokens": len(ids), **_merged_usage([r.stats.as_dict() for r in rs])}
         out.append(finish_decision(plan, final[i], timings=timings, usage=usage, model=engine.name,
-                                   abstain_below_margin=abstain_below_margin, records=records[i]))
+                                   abstain_below_margin=abstain_below_margin, records=records[i], fixed=fixed[i]))
         compile_s = 0.0
     return out
 

@@ -382,12 +382,17 @@ class _Infeasible(Exception):
 
 
 # -- the solver --------------------------------------------------------------------------------------
-def solve(scalars: list[ScalarVar], multis: list[MultiVar], cross: Iterable = ()) -> dict[str, Any]:
+def solve(scalars: list[ScalarVar], multis: list[MultiVar], cross: Iterable = (),
+          fixed: dict[str, Any] | None = None) -> dict[str, Any]:
     """Maximum-score assignment satisfying every constraint: {scalar name: value, multi name: [options]}
-    (options in field order). Raises ``_Infeasible`` when none exists (schemas are checked earlier)."""
+    (options in field order). ``fixed`` pins some variables (a scalar to a value, a multi field to a
+    selection): the best assignment among those that keep them (dependency waves decided earlier).
+    Raises ``_Infeasible`` when none exists (schemas are checked earlier)."""
     cross = list(cross)
+    fixed = fixed or {}
     sv = sorted(scalars, key=lambda v: len(v.values))
-    s_order = [sorted(range(len(v.values)), key=lambda i: -v.logp[i]) for v in sv]
+    s_order = [sorted(range(len(v.values)), key=lambda i: -v.logp[i]) if v.name not in fixed
+               else [v.values.index(fixed[v.name])] for v in sv]
     s_max = [max(v.logp) for v in sv]
     s_rest = [sum(s_max[i:]) for i in range(len(sv) + 1)]
     s_index = {v.name: i for i, v in enumerate(sv)}
@@ -408,6 +413,7 @@ def solve(scalars: list[ScalarVar], multis: list[MultiVar], cross: Iterable = ()
         m_lnsuf.append(suf)
         m_hi.append(n if m.hi is None else m.hi)
     m_pos = [{o: i for i, o in enumerate(m.options)} for m in multis]
+    m_fix = [None if m.name not in fixed else [o in fixed[m.name] for o in m.options] for m in multis]
     ex_groups = [[frozenset(m_pos[k][o] for o in g) for g in m.exclusive] for k, m in enumerate(multis)]
     reqs = [[(m_pos[k][a], tuple(m_pos[k][b] for b in need)) for a, need in m.requires] for k, m in enumerate(multis)]
 
@@ -508,7 +514,7 @@ def solve(scalars: list[ScalarVar], multis: list[MultiVar], cross: Iterable = ()
         i = m_order[k][m_depth[k]]
         first = m.ly[i] >= m.ln[i]
         m_depth[k] += 1
-        for yes in (first, not first):
+        for yes in ((first, not first) if m_fix[k] is None else (m_fix[k][i],)):
             m_sel[k][i] = yes
             m_cnt[k] += yes
             m_fixed[k] += m.ly[i] if yes else m.ln[i]

@@ -18,10 +18,11 @@ from .plan import NONE_OF_ABOVE, Plan
 
 TOLERANCE = 0.05  # nats: the one tolerance for batch-shape noise (batched vs one-row-at-a-time scoring)
 FIELD_KEYS = ("value", "probability", "probabilities", "alternatives", "margin", "legal_mass", "reason",
-              "score_source", "temperature", "calibrator", "prior", "constraint_changed")
+              "score_source", "temperature", "calibrator", "prior", "constraint_changed", "solver_value", "given")
 DECISION_KEYS = ("value", "fields", "timings", "usage", "scoring", "model", "summary")
 SCORE_SOURCES = ("batched", "rescored_one_row", "dependency")
-RECORD_KEYS = ("score_source", "temperature", "calibrator", "prior", "constraint_changed")  # the semantics record
+RECORD_KEYS = ("score_source", "temperature", "calibrator", "prior", "constraint_changed", "solver_value",
+               "given")  # the semantics record
 
 
 @dataclass(frozen=True)
@@ -51,12 +52,15 @@ class FieldResult:
     calibrator: str | None = None  # id of the calibration bundle applied, or None
     prior: str = "none"  # prior correction applied: "none" | "neutral" | "batch"
     constraint_changed: bool = False  # the constraint solver changed the unconstrained winner
+    solver_value: Any = None  # constrained fields: the solver's choice (the value unless the field abstained)
+    given: dict | None = None  # dependency fields: the parents' values the field was scored under
 
     def to_dict(self) -> dict:
         return {"value": self.value, "probability": self.probability, "probabilities": self.probabilities,
                 "alternatives": self.alternatives, "margin": self.margin, "legal_mass": self.legal_mass,
                 "reason": self.reason, "score_source": self.score_source, "temperature": self.temperature,
-                "calibrator": self.calibrator, "prior": self.prior, "constraint_changed": self.constraint_changed}
+                "calibrator": self.calibrator, "prior": self.prior, "constraint_changed": self.constraint_changed,
+                "solver_value": self.solver_value, "given": self.given}
 
     def summary(self) -> str:
         how = [self.score_source]
@@ -64,9 +68,13 @@ class FieldResult:
             how.append(f"prior {self.prior}")
         if self.calibrator:
             how.append(f"calibrated {self.calibrator}" + (f" T={self.temperature:.2f}" if self.temperature else ""))
+        if self.given:
+            how.append("given " + ", ".join(f"{k}={format_value(v)}" for k, v in self.given.items()))
         if self.constraint_changed:
             how.append("changed by constraints")
-        if self.reason:
+        if self.reason == "abstain" and self.solver_value is not None:
+            how.append(f"abstain, solver chose {format_value(self.solver_value)}")
+        elif self.reason:
             how.append(self.reason)
         p = "" if self.probability is None else f" p={self.probability:.2f}"
         return f"{self.name}={format_value(self.value)}{p} ({', '.join(how)})"
@@ -116,6 +124,11 @@ def _ranked(probs: dict) -> list[tuple[str, float]]:
     return sorted(probs.items(), key=lambda kv: -kv[1])
 
 
+def _abstains(f, margin: float, abstain_below: float | None) -> bool:
+    """The one abstention rule: a nullable field whose margin is below the threshold."""
+    return f.nullable and abstain_below is not None and margin < abstain_below
+
+
 def _scalar(plan: Plan, f, q, score: QuestionScore, abstain_below: float | None, record: dict) -> FieldResult:
     keys = list(q.keys)
     probs = dict(zip(keys, _softmax(list(score.log_scores))))
@@ -127,7 +140,7 @@ def _scalar(plan: Plan, f, q, score: QuestionScore, abstain_below: float | None,
     reason = None
     if top == NONE_OF_ABOVE:
         value, probability, reason = None, None, "none_of_above"
-    elif f.nullable and abstain_below is not None and margin < abstain_below:
+    elif _abstains(f, margin, abstain_below):
         value, probability, reason = None, None, "abstain"
     alts = [{"value": (k == "true") if f.type == "boolean" else k, "probability": p} for k, p in ranked[1:4]]
     return FieldResult(f.name, f.type, value, probability, probs, alts, margin, math.exp(score.log_legal_mass),
@@ -151,7 +164,7 @@ def _multi(plan: Plan, f, qs: list[int], scores: list[QuestionScore], abstain_be
     margin = min(abs(2 * p - 1) for p in p_yes.values())
     value: Any = selected
     reason = None
-    if f.nullable and abstain_below is not None and margin < abstain_below:
+    if _abstains(f, margin, abstain_below):
         value, reason = None, "abstain"
     close = sorted(p_yes.items(), key=lambda kv: abs(kv[1] - 0.5))[:3]
     alts = [{"value": k, "probability": p} for k, p in close]
@@ -160,11 +173,25 @@ def _multi(plan: Plan, f, qs: list[int], scores: list[QuestionScore], abstain_be
 
 
 def finish_decision(plan: Plan, scores: list[QuestionScore], *, timings: dict, usage: dict, model: str,
-                    abstain_below_margin: float | None = None, records: dict | None = None) -> Decision:
+                    abstain_below_margin: float | None = None, records: dict | None = None,
+                    fixed: dict | None = None) -> Decision:
     """The one finalizer: question scores -> Decision (validated value). ``scores`` are final (prior
     correction and calibration already applied); ``records`` gives each field's semantics record
-    (score_source, temperature, calibrator, prior). Fields under a constraint are set by the exact
-    solver (:mod:`typedlm.decide.constraints`) and do not abstain."""
+    (score_source, temperature, calibrator, prior, given); ``fixed``: see :func:`field_results`."""
+    fields = field_results(plan, scores, abstain_below_margin=abstain_below_margin, records=records, fixed=fixed)
+    value = _validate(plan, {n: r.value for n, r in fields.items()})
+    return Decision(value=value, fields=fields, timings=timings, usage=usage, scoring=plan.scoring, model=model)
+
+
+def field_results(plan: Plan, scores: list[QuestionScore], *, abstain_below_margin: float | None = None,
+                  records: dict | None = None, fixed: dict | None = None) -> dict[str, FieldResult]:
+    """Every field's result. Fields under a constraint are set jointly by the exact solver
+    (:mod:`typedlm.decide.constraints`), which keeps the constrained fields in ``fixed`` (name -> candidate
+    key or selection: decided in an earlier dependency wave, see :func:`pins`) at their values. A constrained
+    field abstains on the same rule as any other, after the solve: its value is hidden (``None``, a multi
+    field as a whole, never a partial set) and the solver's choice stays in ``solver_value``. So the shown
+    values are always the solver's joint assignment with some fields hidden, and that assignment satisfies
+    every constraint: abstaining can never show a violating set (``min_selected`` included)."""
     by_field: dict[str, list[int]] = {}
     for i, q in enumerate(plan.questions):
         by_field.setdefault(q.field, []).append(i)
@@ -180,17 +207,31 @@ def finish_decision(plan: Plan, scores: list[QuestionScore], *, timings: dict, u
         else:
             fields[f.name] = _multi(plan, f, qs, scores, abstain, rec)
     if bound:
-        fields.update(_solve_constraints(plan, fields, bound))
-    value = _validate(plan, {n: r.value for n, r in fields.items()})
-    return Decision(value=value, fields=fields, timings=timings, usage=usage, scoring=plan.scoring, model=model)
+        fields.update(_solve_constraints(plan, fields, bound, abstain_below_margin, fixed or {}))
+    return fields
+
+
+def pins(plan: Plan, fields: dict[str, FieldResult], names) -> dict:
+    """The solver's choices (candidate keys / selections) of the constrained fields among ``names``: what a
+    later dependency wave keeps while it decides the fields conditioned on them."""
+    bound = constrained_fields(plan.schema)
+    out = {}
+    for n in names:
+        if n in bound:
+            v, ftype = fields[n].solver_value, plan.schema[n].type
+            out[n] = NONE_OF_ABOVE if v is None and ftype == "enum" else \
+                ("true" if v else "false") if ftype == "boolean" else v
+    return out
 
 
 def _log(p: float) -> float:
     return math.log(max(p, 1e-300))  # finite: a probability that rounded to 0 is very unlikely, not impossible
 
 
-def _solve_constraints(plan: Plan, fields: dict[str, FieldResult], bound: set[str]) -> dict[str, FieldResult]:
-    """Constrained fields -> the maximum-probability joint assignment satisfying every constraint."""
+def _solve_constraints(plan: Plan, fields: dict[str, FieldResult], bound: set[str], abstain_below: float | None,
+                       fixed: dict) -> dict[str, FieldResult]:
+    """Constrained fields -> the maximum-probability joint assignment satisfying every constraint (keeping
+    ``fixed``), then the abstention rule."""
     scalars, multis = [], []
     for name in sorted(bound):
         f, r = plan.schema[name], fields[name]
@@ -204,24 +245,29 @@ def _solve_constraints(plan: Plan, fields: dict[str, FieldResult], bound: set[st
         else:
             vals = list(r.probabilities)
             scalars.append(ScalarVar(name, vals, [_log(r.probabilities[v]) for v in vals]))
-    chosen = solve(scalars, multis, plan.schema.constraints)
+    chosen = solve(scalars, multis, plan.schema.constraints, fixed)
     free = unconstrained(scalars, multis)
     out = {}
     for name, v in chosen.items():
-        r = fields[name]
+        r, f = fields[name], plan.schema[name]
         changed = v != free[name]
+        hide = _abstains(f, r.margin, abstain_below)
         if r.type == "multi":
-            out[name] = replace(r, value=v, reason=None, constraint_changed=changed)
+            out[name] = replace(r, value=None if hide else v, reason="abstain" if hide else None,
+                                constraint_changed=changed, solver_value=v)
             continue
         value: Any = (v == "true") if r.type == "boolean" else v
+        solver_value = value
         probability: float | None = r.probabilities[v]
         reason = None
         if v == NONE_OF_ABOVE:
-            value, probability, reason = None, None, "none_of_above"
+            value, probability, reason, solver_value = None, None, "none_of_above", None
+        elif hide:
+            value, probability, reason = None, None, "abstain"
         alts = [{"value": (k == "true") if r.type == "boolean" else k, "probability": p}
                 for k, p in _ranked(r.probabilities) if k != v][:3]
         out[name] = replace(r, value=value, probability=probability, reason=reason, alternatives=alts,
-                            constraint_changed=changed)
+                            constraint_changed=changed, solver_value=solver_value)
     return out
 
 
