@@ -76,6 +76,50 @@ def test_decide_input_file_jsonl(tiny_dir, schema_file, tmp_path):
     assert r.exit_code == 2 and "only one of --input" in r.stderr
 
 
+TRUST = {"fields": {
+    "spam": {"type": "boolean", "description": "Is it spam?"},
+    "tone": {"type": "enum", "description": "Tone?", "choices": ["calm", "angry"], "depends_on": "spam"},
+    "tags": {"type": "multi", "description": "Tags?", "choices": ["ads", "bug", "refund"], "min_selected": 1,
+             "max_selected": 2}},
+    "constraints": [{"if": {"spam": True}, "then": {"tags": "ads"}}]}
+
+
+def test_decide_cli_constraints_dependencies_abstention(tiny, tiny_dir, tmp_path):
+    """The CLI (one context and --input) carries constraints, depends_on, abstention, prior and calibration."""
+    from typedlm.decide.calibration import CalibrationBundle, FieldCalibration
+    from typedlm.decide.prior import fingerprint
+    from typedlm.decide.prompt import PROMPT_VERSION
+
+    sch = tmp_path / "trust.json"
+    sch.write_text(json.dumps(TRUST))
+    r = run("decide", "--schema", sch, "--context", "Buy cheap watches!!!", "--model", tiny_dir, "--json",
+            "--abstain-below", "1")
+    assert r.exit_code == 0, r.output
+    f = json.loads(r.stdout)["fields"]
+    assert f["tone"]["score_source"] == "dependency" and set(f["tone"]["given"]) == {"spam"}
+    assert (f["tags"]["value"], f["tags"]["reason"]) == (None, "abstain") and 1 <= len(f["tags"]["solver_value"]) <= 2
+    assert not f["spam"]["solver_value"] or "ads" in f["tags"]["solver_value"]
+    bundle = CalibrationBundle(model="tiny", model_hash=fingerprint(tiny), prompt_version=PROMPT_VERSION,
+                               scoring="labels", prior="batch",
+                               fields={"tone": FieldCalibration(type="enum", kind="bias", choices=["calm", "angry"],
+                                                                temperature=2.0, bias=[0.0, 1.0])})
+    bpath = tmp_path / "b.json"
+    bpath.write_text(bundle.model_dump_json())
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("".join(json.dumps(t) + "\n" for t in ["Buy cheap watches!!!", "Thanks!", "The app broke."] * 3))
+    base = ["decide", "--schema", sch, "--input", inp, "--model", tiny_dir]
+    r = run(*base, "--prior", "batch", "--calibration", bpath)
+    assert r.exit_code == 0, r.output
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    assert len(lines) == 9  # 8 + 1: the last context joins the chunk before (the batch prior needs two)
+    for ln in lines:
+        t = ln["fields"]["tone"]
+        assert (t["prior"], t["calibrator"], t["temperature"]) == ("batch", bundle.id, 2.0)
+        assert 1 <= len(ln["fields"]["tags"]["value"]) <= 2 and t["given"] == {"spam": ln["value"]["spam"]}
+    r = run(*base, "--prior", "none", "--calibration", bpath)
+    assert r.exit_code == 2 and "prior mode" in r.stderr, r.output
+
+
 def test_validate(schema_file, tmp_path):
     r = run("validate", schema_file, "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["valid"] is True

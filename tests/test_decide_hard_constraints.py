@@ -190,6 +190,57 @@ def test_pydantic_markers_and_class_constraints():
     assert s.constraints == (C.Implies(C.Atom("category", ("billing",)), C.Atom("action", ("refund", "invoice"))),)
 
 
+Tag = Literal["a", "b", "c", "d"]
+
+
+@pytest.mark.parametrize("ann, want", [
+    (Annotated[list[Tag], C.MinSelected(1)], {"min_selected": 1}),
+    (Annotated[list[Tag], C.MaxSelected(2)], {"max_selected": 2}),
+    (Annotated[list[Tag], C.Exactly(2)], {"min_selected": 2, "max_selected": 2}),
+    (Annotated[list[Tag], C.Exclusive("a", "b"), C.Exclusive("c", "d")], {"exclusive": (("a", "b"), ("c", "d"))}),
+    (Annotated[list[Tag], C.Requires("c", "d", "a")], {"requires": (("c", ("d", "a")),)}),
+    (Annotated[list[Tag], C.MinSelected(1)] | None, {"min_selected": 1, "nullable": True}),  # markers inside `| None`
+    (Annotated[list[Tag] | None, C.MaxSelected(1)], {"max_selected": 1, "nullable": True}),
+])
+def test_each_pydantic_marker(ann, want):
+    from pydantic import create_model
+
+    m = create_model("M", tags=(ann, Field(description="Tags?")),
+                     parent=(Literal["x", "y"], Field(description="Parent?")),
+                     child=(Annotated[bool, C.DependsOn("parent")], Field(description="Child?")))
+    s = DecisionSchema.from_model(m)
+    assert {k: getattr(s["tags"], k) for k in want} == want
+    assert s["child"].depends_on == ("parent",) and s["parent"].depends_on == ()
+
+
+def test_decide_with_a_pydantic_model_keeps_its_constraints(tiny):
+    """The class-level and per-field constraints of a Pydantic model bind through decide / decide_many: seeded
+    so that each forbids the unconstrained winner, and the answer is a validated instance."""
+    ctx = "I was charged twice for my subscription."
+
+    class Free(BaseModel):
+        category: Literal["billing", "technical", "other"] = Field(description="Category?")
+        action: Literal["refund", "invoice", "reset", "none"] = Field(description="Action?")
+        tags: list[Literal["a", "b", "c", "d"]] = Field(description="Tags?")
+        spam: bool = Field(description="Spam?")
+
+    free = decide(Free, ctx, engine=tiny).fields
+    cat, act = free["category"].value, free["action"].value
+    ranked = sorted(free["tags"].probabilities, key=free["tags"].probabilities.get, reverse=True)
+    others = [a for a in ("refund", "invoice", "reset", "none") if a != act]
+
+    class Bound(Free):
+        tags: Annotated[list[Literal["a", "b", "c", "d"]], C.Exactly(1), C.Requires(ranked[0], ranked[1])] = Field(
+            description="Tags?")
+        decision_constraints: ClassVar[list] = [{"if": {"category": cat}, "then": {"action": others}}]
+
+    for d in (decide(Bound, ctx, engine=tiny), decide_many(Bound, [ctx, "The app crashes."], engine=tiny)[0]):
+        assert isinstance(d.value, Bound)
+        assert (d.value.category, d.value.action) != (cat, act) and d.value.tags != [ranked[0]] and len(d.value.tags) == 1
+        assert d.fields["tags"].constraint_changed
+        assert d.fields["action"].constraint_changed or d.fields["category"].constraint_changed
+
+
 # -- end to end on the tiny model ---------------------------------------------------------------------
 def test_decide_respects_constraints_and_records_the_change(tiny):
     free = decide(BASE, "I was charged twice for my subscription.", engine=tiny)

@@ -146,3 +146,22 @@ def test_decide_route_constraints_prior_calibration(base, tiny):
                         (dict(body, calibration={"model": "x"}), "calibration bundle")):
         r = httpx.post(f"{base}/v1/decide", json=bad, timeout=60)
         assert r.status_code == 400 and needle in r.json()["error"]["message"], r.text
+
+
+def test_decide_route_dependencies_and_constrained_abstention(base, tiny):
+    from typedlm.decide import decide_many
+
+    schema = {"fields": {**SCHEMA["fields"], "tone": {**SCHEMA["fields"]["tone"], "depends_on": "spam"},
+                         "tags": {**SCHEMA["fields"]["tags"], "exactly": 1}},
+              "constraints": [{"if": {"spam": True}, "then": {"tags": "ads"}}]}
+    ctxs = ["Buy cheap watches at example.com!!!", "Hi, my invoice is wrong."]
+    r = httpx.post(f"{base}/v1/decide", json={"schema": schema, "contexts": ctxs, "prior": "none",
+                                              "abstain_below_margin": 1.0}, timeout=120)
+    assert r.status_code == 200, r.text
+    want = decide_many(schema, ctxs, engine=tiny, prior="none", abstain_below_margin=1.0)
+    for got, w in zip(r.json(), want):
+        f = got["fields"]
+        assert f["tone"]["score_source"] == "dependency" and f["tone"]["given"] == w.fields["tone"].given
+        assert (f["tags"]["value"], f["tags"]["reason"]) == (None, "abstain")  # constrained, and it abstains
+        assert f["tags"]["solver_value"] == w.fields["tags"].solver_value and len(f["tags"]["solver_value"]) == 1
+        assert f["tone"]["probabilities"] == pytest.approx(w.fields["tone"].probabilities, rel=1e-4)

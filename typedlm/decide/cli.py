@@ -55,8 +55,19 @@ def read_contexts(path: Path) -> list[tuple]:
     return out
 
 
-def _decide_file(sch, path: Path, output: Optional[Path], *, model, device, scoring, none_of_above, abstain_below):
-    """--input: decide_many over the file in chunks, a progress bar on stderr, one JSON line per context."""
+def _chunks(n: int, size: int, prior: str) -> list[tuple[int, int]]:
+    """(start, end) of each decide_many call; with prior="batch" a last chunk of one context joins the one before
+    (the batch prior needs at least two)."""
+    out = [(i, min(i + size, n)) for i in range(0, n, size)]
+    if prior == "batch" and len(out) > 1 and out[-1][1] - out[-1][0] == 1:
+        out[-2:] = [(out[-2][0], n)]
+    return out
+
+
+def _decide_file(sch, path: Path, output: Optional[Path], *, model, device, scoring, none_of_above, abstain_below,
+                 prior, bundle):
+    """--input: decide_many over the file in chunks, a progress bar on stderr, one JSON line per context
+    (prior="batch": each chunk's own prior)."""
     import json
     import sys
 
@@ -66,20 +77,23 @@ def _decide_file(sch, path: Path, output: Optional[Path], *, model, device, scor
     from ..engine import load_engine
     from .api import decide_many
     from .plan import SCORING_MODES
+    from .prior import check_mode
 
     if scoring not in SCORING_MODES:
         fail(f"--scoring must be one of {', '.join(SCORING_MODES)}, got {scoring!r}")
     items = read_contexts(path)
+    check_mode(prior, len(items))
     engine = load_engine(model, device=device, progress=False)
     sink = open(output, "w", encoding="utf-8") if output else sys.stdout
     try:
         with Progress(TextColumn("[bold]decide"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                       console=Console(stderr=True)) as bar:
             task = bar.add_task("contexts", total=len(items))
-            for i in range(0, len(items), INPUT_CHUNK):
-                chunk = items[i:i + INPUT_CHUNK]
+            for a, b in _chunks(len(items), INPUT_CHUNK, prior):
+                chunk = items[a:b]
                 ds = decide_many(sch, [t for _, t in chunk], engine=engine, scoring=scoring,
-                                 allow_none_of_above=none_of_above, abstain_below_margin=abstain_below)
+                                 allow_none_of_above=none_of_above, abstain_below_margin=abstain_below,
+                                 prior=prior, calibration=bundle)
                 sink.write("".join(json.dumps({"id": cid, **d.to_dict()}, ensure_ascii=False) + "\n"
                                    for (cid, _), d in zip(chunk, ds)))
                 sink.flush()
@@ -101,7 +115,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         none_of_above: bool = typer.Option(False, "--none-of-above", help="offer 'none of the above' on enum fields"),
         abstain_below: Optional[float] = typer.Option(None, "--abstain-below", help="abstain when margin < this"),
         prior: Optional[str] = typer.Option(None, "--prior",
-                                            help="neutral (the default: divide out the content-free prior) | none"),
+                                            help="neutral (the default: divide out the content-free prior) | none | "
+                                                 "batch (with --input: each chunk of contexts' own prior)"),
         calibration: Optional[Path] = typer.Option(None, "--calibration", help="bundle from `typedlm calibrate`"),
         device: str = typer.Option("auto", "--device"),
         as_json: bool = typer.Option(False, "--json", help="print the Decision as JSON"),
@@ -125,8 +140,11 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             if input_file is not None:
                 if context is not None or context_file is not None:
                     fail("give only one of --input, --context or --context-file")
+                from .calibration import load_bundle
+
                 _decide_file(sch, input_file, output, model=model, device=device, scoring=scoring,
-                             none_of_above=none_of_above, abstain_below=abstain_below)
+                             none_of_above=none_of_above, abstain_below=abstain_below, prior=prior,
+                             bundle=load_bundle(calibration) if calibration is not None else None)
                 return
             if context is not None and context_file is not None:
                 fail("give only one of --context or --context-file")

@@ -258,10 +258,14 @@ def _field_from_annotation(name: str, info: Any) -> dict:
         if len(args) != 1 or len(args) == len(typing.get_args(ann)):
             raise SchemaError(f"{where}: only 'X | None' unions are supported, got {ann!r}")
         ann, nullable = args[0], True
+    metadata = list(info.metadata)
+    if typing.get_origin(ann) is typing.Annotated:  # Annotated[list[X], MaxSelected(2)] | None: markers inside
+        ann, *inner = typing.get_args(ann)
+        metadata += inner
     extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
     desc = info.description or name.replace("_", " ")
     spec: dict = {"description": desc, "nullable": nullable,
-                  **merge_specs(m.spec() for m in info.metadata if isinstance(m, MARKERS))}
+                  **merge_specs(m.spec() for m in metadata if isinstance(m, MARKERS))}
     if "depends_on" in extra:
         spec["depends_on"] = extra["depends_on"]
     if ann is bool:
