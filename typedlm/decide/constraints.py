@@ -19,7 +19,8 @@ first); a multi field's options branch in order of decreasing gain log P(yes) - 
 unassigned options are always a suffix of that order and the bound for the field — the best count
 ``k`` within its bounds, choosing the ``k`` best remaining gains — is exact for the field alone and
 computed in O(remaining). Cross-field constraints are evaluated on partial assignments in three-valued
-logic and prune as soon as they are decided false.
+logic and prune as soon as they are decided false. Variables pinned by ``fixed`` (constrained fields a
+dependency wave already decided) branch only on their value; the bounds relax the pin, so stay admissible.
 """
 
 from __future__ import annotations

@@ -4,10 +4,14 @@ Wave 0 is every field without parents. The first batched pass scores the whole p
 (so wave-0 fields get exactly the scores of a decision without dependencies). Wave k holds the fields
 whose parents are all in earlier waves; they are re-scored in one more batched pass over a plan of those
 fields alone, whose prompt adds a "Given:" line with the parents' decided values (:func:`given_text`, sub-plans from
-:meth:`DecisionSchema.subset`;
-wave-0 parents as decided from the first pass, constraints included). Their first-pass scores are
-discarded and their record says ``score_source="dependency"``. Cycles and unknown parents are refused
-when the schema is built.
+:meth:`DecisionSchema.subset`). Their first-pass scores are discarded and their record says
+``score_source="dependency"`` and ``given`` (the parents' values).
+
+Constraints and waves: before wave k+1 is conditioned on wave k, wave k is decided over the *whole* plan
+with the constraints (later waves' first-pass scores standing in for theirs), and its constrained fields are
+then pinned (:func:`typedlm.decide.result.pins`): every later solve keeps them. So a parent never changes
+after a child was scored "given" it, and the pins come from one feasible assignment, so the later solves stay
+feasible. Cycles and unknown parents are refused when the schema is built.
 """
 
 from __future__ import annotations
