@@ -12,9 +12,8 @@ waited for it (10.9 s seen on the CPU). Now the decision runs on a worker thread
   forward costs about two steps on a CPU (every forward of a few tokens reads all weights), so this bounds
   streaming p99 ITL near 2x there.
 - ``parallel``: the forwards run on the worker thread itself, beside the decode steps (torch releases the
-  GIL inside its ops; the model is read-only and the decision has its own KV cache). Only for a CPU engine
-  whose torch intra-op threads leave a core free, where the decision's forwards then cost the streams
-  little (memory bandwidth and the GIL are shared).
+  GIL inside its ops; the model is read-only and the decision has its own KV cache); on a GPU the whole
+  decision runs on its own CUDA stream. On a CPU it needs a core that torch's intra-op threads leave free.
 
 ``auto`` (the default) picks ``parallel`` for a CPU engine with ``torch.get_num_threads()`` below the core
 count, else ``interleaved`` (on a GPU, forwards from two threads would share one stream: not measured to
@@ -130,4 +129,11 @@ async def run_stepwise(engine: Engine, scheduler: Scheduler, fn: Callable[..., A
     stepped = SteppedEngine(engine, scheduler, max_chunk=prefill_chunk, parallel=parallel)
     if not parallel and kwargs.get("max_rows") is None:  # always: a stream may arrive while the rows are scored
         kwargs["max_rows"] = row_chunk
-    return await asyncio.to_thread(fn, *args, engine=stepped, **kwargs)
+
+    def work():
+        if parallel and engine.device.type == "cuda":  # its own stream: its kernels beside the decode graphs
+            with torch.cuda.stream(torch.cuda.Stream(engine.device)):
+                return fn(*args, engine=stepped, **kwargs)
+        return fn(*args, engine=stepped, **kwargs)
+
+    return await asyncio.to_thread(work)
