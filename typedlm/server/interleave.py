@@ -19,7 +19,7 @@ waited for it (10.9 s seen on the CPU). Now the decision runs on a worker thread
 count, else ``interleaved`` (on a GPU, forwards from two threads would share one stream: not measured to
 help). Results are the same decisions in every mode: chunked prefill computes the same cache, and row
 chunking is the ``max_rows`` path whose parity with one pass is pinned by
-``test_parity_batched_vs_one_row_at_a_time``. Numbers (``typedlm bench itl``): ``bench/results/itl-cpu.md``.
+``test_parity_batched_vs_one_row_at_a_time``. Numbers (``typedlm bench itl``): ``bench/results/itl-*.md``.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -31,6 +32,9 @@ from .errors import APIError
 from .interleave import DECIDE_MODES, resolve_decide_mode, run_stepwise
 
 log = logging.getLogger("typedlm.server")
+# Parallel decide: the engine thread waits for the GIL while the decision's thread runs Python between ops;
+# CPython hands it over after this interval (default 5 ms, as long as two GPU decode steps).
+PARALLEL_SWITCH_S = 0.0005
 
 
 @dataclass
@@ -120,6 +124,8 @@ class ServerState:
             engine = self.engine_or_none or self.loader()
             sched = Scheduler(engine, max_batch=self.config.max_batch, max_queue=self.config.max_queue).start()
             self.engine_or_none, self.scheduler = engine, sched
+            if self.decide_mode == "parallel":
+                sys.setswitchinterval(min(sys.getswitchinterval(), PARALLEL_SWITCH_S))
             if self.config.warmup:
                 _warm(engine, sched)
             self.ready = True
