@@ -72,7 +72,8 @@ class Request:
     cancelled: bool = False
     next_logits: torch.Tensor | None = None
     slot: int = -1
-    feed: list[int] = field(default_factory=list)  # tokens the next forward feeds (sampled + forced)
+    feed: list[int] = field(default_factory=list)  # tokens the next forward feeds (sampled + forced + draft)
+    draft: list[int] = field(default_factory=list)  # jump-forward draft at the end of ``feed``, to verify
     decode_t0: float | None = None  # when the row joined the batch (end of its prefill)
     result: GenerationResult | None = None
     done: threading.Event = field(default_factory=threading.Event)
@@ -170,6 +171,7 @@ class Scheduler:
         self._drop_cancelled()
         self._run_calls()
         self._admit()
+        self._verify()
         if not self.running:
             return
         self.sampler.fill([r.seq for r in self.running])  # rows just admitted
@@ -198,11 +200,47 @@ class Scheduler:
         self.sampler.upload()
         at = {id(r): i for i, r in enumerate(rows)}
         for r in self.running:
-            r.next_logits = logits[at[id(r)]]
+            row = logits[at[id(r)]]
+            if row.dim() == 2:  # every position: a drafted row keeps those that predict its draft and after
+                row = row[len(r.feed) - len(r.draft) - 1: len(r.feed)] if r.draft else row[len(r.feed) - 1]
+            r.next_logits = row
 
     def _forward(self) -> torch.Tensor:
-        """One batched forward of each running row's new tokens -> logits in running order."""
-        return self.kv.step([r.feed for r in self.running], [r.slot for r in self.running])
+        """One batched forward of each running row's new tokens -> logits in running order (``[B, V]``;
+        ``[B, k, V]``, every fed position, when a row feeds a jump-forward draft)."""
+        return self.kv.step([r.feed for r in self.running], [r.slot for r in self.running],
+                            every=any(r.draft for r in self.running))
+
+    def _verify(self) -> None:
+        """Jump-forward as speculative decoding with the grammar as the drafter: each drafted row
+        accepts the longest prefix of its draft that it would itself have chosen at each position
+        (``BatchSampler.verify``: greedy = the masked argmax; sampling = the exact rule for a
+        deterministic draft), reports those tokens (``forced``), and the KV forgets the rest. The
+        next draw is from the logits after the last accepted token; after a rejection the rejected
+        draft token is removed from that draw's mask (exact for sampling rows; for greedy rows it
+        was not the argmax anyway). So greedy output equals the output without jump-forward."""
+        drop = [0] * len(self.running)
+        for i, r in enumerate(self.running):
+            if not r.draft:
+                continue
+            seq, logits, draft = r.seq, r.next_logits, r.draft
+            m = 0
+            while m < len(draft) and not seq.finished and self.sampler.verify(logits[m], seq, r.slot, draft[m]):
+                n = len(seq.output_ids)
+                seq.accept(draft[m], forced=True)
+                if len(seq.output_ids) > n:
+                    r.on_event(TokenEvent(draft[m], forced=True))
+                    self.sampler.saw(r.slot, seq, [draft[m]])
+                m += 1
+            if not seq.finished:
+                if m < len(draft):
+                    drop[i] = len(draft) - m
+                    self.sampler.forbid(seq, draft[m])
+                seq.settle()
+            r.next_logits, r.draft = logits[m], []
+        if any(drop):
+            self.kv.truncate(drop, [r.slot for r in self.running])
+        self._evict()
 
     def _evict(self) -> None:
         keep = [i for i, r in enumerate(self.running) if not r.seq.finished]
@@ -238,7 +276,8 @@ class Scheduler:
             for f in forced:
                 r.on_event(TokenEvent(f, forced=True))
             self.sampler.saw(r.slot, seq, forced)
-            r.feed = [t, *forced]
+            r.draft = [] if forced else seq.draft()
+            r.feed = [t, *forced, *r.draft]
         return seqs
 
     def _drop_cancelled(self) -> None:
