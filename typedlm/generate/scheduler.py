@@ -237,6 +237,7 @@ class Scheduler:
                     drop[i] = len(draft) - m
                     self.sampler.forbid(seq, draft[m])
                 seq.settle()
+            seq.jump.verified(m, len(draft))
             r.next_logits, r.draft = logits[m], []
         if any(drop):
             self.kv.truncate(drop, [r.slot for r in self.running])

@@ -23,6 +23,9 @@ drafted tokens, so a request asking for logprobs does not jump forward.
 from __future__ import annotations
 
 
+START, MAX_DRAFT = 8, 64
+
+
 class JumpForward:
     def __init__(self, engine):
         self.tokenizer = engine.tokenizer
@@ -30,6 +33,7 @@ class JumpForward:
         self.stop_ids = engine.stop_ids
         self.calls = 0  # find_jump_forward_string calls (benchmarks)
         self.drafted = 0  # tokens drafted (fed for verification); the accepted ones are ``forced_tokens``
+        self.limit = START  # draft length cap: adapts to how much of its drafts this row accepts
 
     def tokens(self, seq) -> list[int]:
         """Canonical tokens for the text the grammar forces after ``seq``'s last token ([] if none)."""
@@ -53,7 +57,13 @@ class JumpForward:
                 break
             out.append(t)
             at += len(piece)
-        return out
+        return out[: self.limit]
+
+    def verified(self, accepted: int, drafted: int) -> None:
+        """Feedback after a verification: a fully accepted draft doubles the cap, a rejection sets it
+        to one more than the accepted prefix (rejected draft tokens cost compute on a compute-bound
+        device: a model that spells forced text its own way is fed short drafts)."""
+        self.limit = min(2 * self.limit, MAX_DRAFT) if accepted == drafted else max(1, accepted + 1)
 
     def _stable_chars(self, text: str) -> int:
         """Characters of ``text`` before its last pre-tokenizer chunk (tokens there cannot change)."""
