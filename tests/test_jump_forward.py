@@ -265,3 +265,18 @@ def test_sampling_rows_verify_their_drafts_reproducibly(tiny, kv_kind):
     assert [r.token_ids for r in a] == [r.token_ids for r in b]
     assert all(r.finish_reason == "stop" and r.schema_valid for r in a)
     assert sum(r.forced_tokens for r in a) > 0
+
+
+def test_after_a_reasoning_block_greedy_output_is_unchanged():
+    """A reasoning row: free thinking, the end marker forced at its budget, then the grammar with
+    jump-forward drafts; the output equals the same row without jump-forward."""
+    from typedlm.testing import tiny_reasoning_engine
+
+    eng = tiny_reasoning_engine()
+    c = make_constraint(json_schema=SCHEMA, any_whitespace=False)
+    ids = eng.encode_prompt(prompt="x")
+    mk = lambda jump: build_sequence(eng, ids, SamplingParams(max_tokens=150, temperature=0), c, thinking=True,
+                                     reasoning_budget=12, jump_forward=jump)
+    on, off = run_batch(eng, [mk(True)])[0], run_batch(eng, [mk(False)])[0]
+    assert on.token_ids == off.token_ids and on.reasoning == off.reasoning and on.text == off.text
+    assert on.reasoning_tokens >= 12 and on.schema_valid and on.forced_tokens > off.forced_tokens
