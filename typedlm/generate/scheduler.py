@@ -5,18 +5,21 @@ goes through :func:`finish_result`; this module only decides *which* rows run an
 
 One ``step()``:
   1. drop cancelled rows (``finish_reason="abort"``), run queued exclusive calls (``call``)
-  2. admit waiting rows up to ``max_batch``: prefill (equal lengths together) into their KV slots
+  2. admit waiting rows up to ``max_batch``: prefill (equal lengths together) into their KV slots;
+     rows that fed a jump-forward draft verify it (``_verify``: accepted tokens -> ``forced`` events,
+     the rest truncated from the KV)
   3. every row: ``begin_step`` (a complete grammar finishes the row here, before any sampling)
      -> optional logprobs of the raw logits -> one ``BatchSampler`` pass for the whole batch (one
      ``.tolist()``) -> per row ``accept`` (stop ids / strings) -> a ``token`` event -> ``more``
-     (forced tokens: jump-forward, end of a reasoning budget) -> a ``token`` event each (``forced``)
+     (the forced end of a reasoning budget: a ``token`` event each, ``forced``) -> ``draft``
   4. batch of >= 2 rows: evict finished rows and queue the next forward now (overlap)
   5. one batched mask fill for the new grammar states -> per row ``settle`` (a grammar that is
      complete ends the row; max_tokens) -> evict finished rows (slot + matcher freed), ``done`` events
   6. a lone row: its forward only now, if it goes on
 
-The forward feeds each row its sampled token plus any forced ones (``Request.feed``); rows with
-several take the KV's multi-token path (``BatchKV``: right-padded and masked; ``StaticKV``: eager).
+The forward feeds each row its sampled token plus any forced or drafted ones (``Request.feed``); rows
+with several take the KV's multi-token path (``BatchKV``: right-padded and masked; ``StaticKV``: eager),
+which returns the logits at every position when a row has a draft to verify.
 
 ``Scheduler.start()`` runs ``step()`` in one background thread; ``run_batch`` drives it inline
 (tests, benchmarks). Events are delivered by calling ``Request.on_event`` on the engine thread.
