@@ -19,6 +19,7 @@ from .result import Decision, QuestionScore, finish_decision
 from .schema import DecisionSchema
 from .score import DEFAULT_BUDGET_BYTES, DEFAULT_PACKING, ScoreStats, _is_oom, prefill_batch, resolve_packing, \
     score_contexts, score_rows
+from .ties import drift, near_ties, rescore_one_row
 from .trie import score_trie
 
 
@@ -121,19 +122,27 @@ def decide_many(schema: Any, contexts: list[str], *, engine: Engine | None = Non
         wave_scores = [s.scores for s in scored]
         if prior == "batch":
             batch_logs = mean_log_probs(wave_scores)
-        for i, s in enumerate(scored):
-            sc = s.scores
+
+        def adjust(sc):
             if prior_logs is not None:
-                sc = correct_prior(sc, [prior_logs[j] for j in where])
-            elif prior == "batch":
-                sc = correct_prior(sc, batch_logs)
+                return correct_prior(sc, [prior_logs[j] for j in where])
+            return correct_prior(sc, batch_logs) if prior == "batch" else sc
+
+        for i, s in enumerate(scored):
+            sc = adjust(s.scores)
+            ties = near_ties(wplan, sc, wave, drift(engine)) if k == 0 and max_rows != 1 else []
+            if ties:  # the batch shape could pick these winners: score them one row at a time
+                picked = rescore_one_row(engine, wplan, ids_k[i], ties, s.stats)
+                sc = adjust([_question_score(q, qi, picked) if q.field in ties else old
+                             for qi, (q, old) in enumerate(zip(wplan.questions, s.scores))])
             if bundle is not None:
                 sc = bundle.apply(wplan, sc)
             for j, qs in zip(where, sc):
                 final[i][j] = qs
             runs[i].append(s)
             for name in (wave if k else plan.schema.names):
-                records[i][name] = {"score_source": "batched" if k == 0 else "dependency", "prior": prior,
+                source = "dependency" if k else "rescored_one_row" if name in ties else "batched"
+                records[i][name] = {"score_source": source, "prior": prior,
                                     **(bundle.record(name) if bundle is not None else {})}
             if k + 1 < len(waves):  # the parents' values for the next wave's "Given:" line
                 values[i].update(finish_decision(wplan, sc, timings={}, usage={}, model=engine.name,
@@ -198,11 +207,12 @@ def _score_prompts(engine: Engine, plan: Plan, ids_all: list[list[int]], packing
 
 
 def _question_scores(plan: Plan, picked: dict) -> list[QuestionScore]:
-    scores = []
-    for qi, q in enumerate(plan.questions):
-        local, _full, log_mass = score_trie(q.trie, [picked[(qi, p)] for p in range(len(q.trie.points))])
-        scores.append(QuestionScore(tuple(local), log_mass))
-    return scores
+    return [_question_score(q, qi, picked) for qi, q in enumerate(plan.questions)]
+
+
+def _question_score(q, qi: int, picked: dict) -> QuestionScore:
+    local, _full, log_mass = score_trie(q.trie, [picked[(qi, p)] for p in range(len(q.trie.points))])
+    return QuestionScore(tuple(local), log_mass)
 
 
 MAX_BATCH_CONTEXTS = 8
