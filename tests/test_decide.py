@@ -177,7 +177,7 @@ def test_bench_decide_many_runs_on_tiny(tiny):
                  progress=lambda _: None)
     one, three = m["sizes"]["1"], m["sizes"]["3"]
     assert one["tokens_reused"] == 0 and three["tokens_reused"] == 2 * three["shared_prefix_tokens"] > 0
-    assert 0 < three["prefix_hit"] < 1 and three["field_decisions_per_s"] > 0
+    assert 0 < three["prefix_hit"] < 1 and three["field_decisions_per_s"] > 0 and "with_rescoring" in m
     assert m["parity"]["same_values"] and m["parity"]["max_abs_log_score_diff"] <= TOLERANCE
     r = {"model": "tiny", "machine": "cpu", "preset": "invoice_routing", "fields": 3, "many": m}
     assert "| 3 |" in to_markdown(r, "cmd")

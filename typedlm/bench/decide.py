@@ -50,6 +50,17 @@ def contexts(engine, n: int, tokens: int = 400, seed: int = 0) -> list[str]:
     return out
 
 
+def _gap(f) -> float:
+    """A field's smallest top-2 gap in nats (scalar: its log-scores; multi: each option's yes vs no)."""
+    if f.type == "multi":
+        import math
+
+        return min((abs(math.log(max(p, 1e-300)) - math.log(max(1 - p, 1e-300))) for p in f.probabilities.values()),
+                   default=math.inf)
+    top = sorted(f.log_scores.values(), reverse=True)
+    return top[0] - top[1] if len(top) > 1 else float("inf")
+
+
 def run_many(engine, *, preset: str, sizes, runs: int, tokens: int = 400, parity_contexts: int = 4,
              progress=print) -> dict:
     """decide_many throughput per batch size: p50 wall time, field decisions/s, the shared-prefix hit;
@@ -57,18 +68,26 @@ def run_many(engine, *, preset: str, sizes, runs: int, tokens: int = 400, parity
     from ..decide import presets
     from ..decide.api import decide, decide_many
 
+    from ..decide import ties
+
     schema = presets.load(preset)["schema"]
     fields = len(schema.fields)
-    out: dict = {"context_tokens": tokens, "sizes": {}}
+    drift = ties.drift(engine)
+    out: dict = {"context_tokens": tokens, "drift_nats": drift, "sizes": {}}
+    saved = dict(ties.DRIFT_NATS)
     for n in sizes:
         ctxs = contexts(engine, n, tokens)
-        decide_many(schema, ctxs, engine=engine)  # warm-up (and the neutral prior, cached per plan)
         times, ds = [], None
-        for _ in range(runs):
-            t0 = time.perf_counter()
-            ds = decide_many(schema, ctxs, engine=engine)
-            engine.sync()
-            times.append(time.perf_counter() - t0)
+        try:  # the batched scoring alone; the fields near-tie safety would rescore are counted below
+            ties.DRIFT_NATS.update({k: -1.0 for k in saved})
+            decide_many(schema, ctxs, engine=engine)  # warm-up (and the neutral prior, cached per plan)
+            for _ in range(runs):
+                t0 = time.perf_counter()
+                ds = decide_many(schema, ctxs, engine=engine)
+                engine.sync()
+                times.append(time.perf_counter() - t0)
+        finally:
+            ties.DRIFT_NATS.update(saved)
         t = _p50(times)
         prompt = sum(d.usage["prompt_tokens"] for d in ds)
         P = ds[0].usage["shared_prefix_tokens"]
@@ -77,10 +96,18 @@ def run_many(engine, *, preset: str, sizes, runs: int, tokens: int = 400, parity
             "contexts": n, "p50_s": t, "field_decisions_per_s": n * fields / t, "decisions_per_s": n / t,
             "prompt_tokens": prompt, "shared_prefix_tokens": P, "tokens_reused": reused,
             "prefix_hit": reused / prompt, "passes": ds[0].usage["passes"],
-            "rescored_fields": sum(f.score_source == "rescored_one_row" for d in ds for f in d.fields.values()),
+            "near_tie_fields": sum(_gap(f) <= drift for d in ds for f in d.fields.values()),
             "packing": ds[0].usage["packing"]}
         progress(f"decide_many n={n}: p50 {t*1e3:.0f} ms, {n * fields / t:.0f} field decisions/s, "
                  f"prefix {P} tokens shared ({reused} reused)")
+    if sizes:  # what near-tie safety costs: the smallest batch with it on
+        n = min(sizes)
+        ctxs1 = contexts(engine, n, tokens)
+        t0 = time.perf_counter()
+        d1 = decide_many(schema, ctxs1, engine=engine)
+        engine.sync()
+        out["with_rescoring"] = {"contexts": n, "s": time.perf_counter() - t0, "rescored_fields": sum(
+            f.score_source == "rescored_one_row" for d in d1 for f in d.fields.values())}
     diffs, same = [], True
     for ctx, d in list(zip(ctxs, ds))[:parity_contexts]:
         ref = decide(schema, ctx, engine=engine, packing="expand", max_rows=1)
@@ -211,12 +238,17 @@ def to_markdown(r: dict, command: str) -> str:
         lines += ["", f"`decide_many`, preset `{r['preset']}` ({r['fields']} fields), contexts of ~{m['context_tokens']} "
                   "tokens, default packing and prior (target on the H200: ≥ 2,000 field decisions/s):", "",
                   "| contexts | p50 s | field decisions/s | decisions/s | shared prefix tokens | tokens reused "
-                  "| prefix hit | prompt tokens | passes / context | rescored fields | packing |",
+                  f"| prefix hit | prompt tokens | passes / context | near-tie fields (gap ≤ {m['drift_nats']:g}) | packing |",
                   "|---|---|---|---|---|---|---|---|---|---|---|"]
         for n, c in m["sizes"].items():
             lines.append(f"| {n} | {c['p50_s']:.3f} | {c['field_decisions_per_s']:.0f} | {c['decisions_per_s']:.1f} "
                          f"| {c['shared_prefix_tokens']} | {c['tokens_reused']} | {c['prefix_hit']:.0%} "
-                         f"| {c['prompt_tokens']} | {c['passes']} | {c['rescored_fields']} | {c['packing']} |")
+                         f"| {c['prompt_tokens']} | {c['passes']} | {c['near_tie_fields']} | {c['packing']} |")
+        w = m.get("with_rescoring")
+        if w:
+            lines += ["", f"Throughput above: batched scoring alone (near-tie rescoring off). With it on (the default), "
+                      f"{w['contexts']} context(s): {w['s']:.3f} s, {w['rescored_fields']} field(s) rescored one row at "
+                      "a time."]
         p = m["parity"]
         lines += ["", f"decide_many parity (first {p['contexts']} contexts of the largest batch vs one row per "
                   f"forward, batched fields): max |Δ log-score| {p['max_abs_log_score_diff']:.2e} nats, "
