@@ -223,8 +223,10 @@ def _tree(part: list[Row], P: int):
 
 
 def _additive(allow: torch.Tensor, engine: Engine) -> torch.Tensor:
-    mask = torch.zeros(allow.shape, dtype=engine.dtype)
-    return mask.masked_fill_(~allow, torch.finfo(engine.dtype).min)[None, None].to(engine.device)
+    """The bool matrix -> a [1, 1, Q, K] additive mask, built on the device (only the bools travel)."""
+    allow = allow.to(engine.device, non_blocking=True)
+    mask = torch.zeros(allow.shape, dtype=engine.dtype, device=engine.device)
+    return mask.masked_fill_(~allow, torch.finfo(engine.dtype).min)[None, None]
 
 
 def _pass_packed(engine: Engine, plan: Plan, part: list[Row], cache, prefix_len: int) -> tuple[dict, int]:
@@ -266,7 +268,7 @@ def _pass_bytes(engine: Engine, q: int, k: int, reads: int) -> int:
         + q * engine.kv_bytes_per_token
 
 
-MAX_PASS_TOKENS = 4096  # query tokens of one shared-prefix pass: enough for full-size GEMMs, while the dense
+MAX_PASS_TOKENS = 2048  # query tokens of one shared-prefix pass: enough for full-size GEMMs, while the dense
 # mask's wasted attention (every query against every key of the pass) stays a small share of the FLOPs
 
 

@@ -20,7 +20,7 @@ from .result import QuestionScore
 from .score import ScoreStats, prefill, score_rows
 
 # nats: the measured batch-shape drift per dtype, rounded up (see the module docstring)
-DRIFT_NATS = {torch.float32: 5e-5, torch.float64: 5e-5, torch.bfloat16: 0.2, torch.float16: 0.2}
+DRIFT_NATS = {torch.float32: 5e-5, torch.float64: 5e-5, torch.bfloat16: 0.25, torch.float16: 0.25}
 
 
 def drift(engine: Engine) -> float:
