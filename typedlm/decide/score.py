@@ -156,9 +156,11 @@ def score_rows(engine: Engine, plan: Plan, cache, prefix_len: int, *, packing: s
     return out
 
 
-def _gather(engine: Engine, plan: Plan, part: list[Row], logits: torch.Tensor, where, contexts: int = 1) -> list[dict]:
+def _gather(engine: Engine, plan: Plan, part: list[Row], logits: torch.Tensor, where, contexts: int = 1,
+            defer: bool = False):
     """logits rows at every read of ``part`` -> children log-probs (padded lm_head ids excluded), one
-    dict per context: ``part`` is ``contexts`` equal blocks of rows, ``where(context, row, pos)``."""
+    dict per context: ``part`` is ``contexts`` equal blocks of rows, ``where(context, row, pos)``.
+    ``defer``: return a function that copies them to the host then (no device sync before it is called)."""
     reads, idx, size = [], [], len(part) // contexts
     for r_i, row in enumerate(part):
         for point, pos in row.reads:
@@ -171,11 +173,16 @@ def _gather(engine: Engine, plan: Plan, part: list[Row], logits: torch.Tensor, w
     for k, (_, q, p) in enumerate(reads):
         ch = plan.questions[q].trie.points[p].children
         index[k, : len(ch)] = torch.tensor(ch)
-    picked = lsm.gather(1, index.to(lsm.device)).cpu()
-    out: list[dict] = [{} for _ in range(contexts)]
-    for k, (c, q, p) in enumerate(reads):
-        out[c][(q, p)] = picked[k, : len(plan.questions[q].trie.points[p].children)]
-    return out
+    on_device = lsm.gather(1, index.to(lsm.device))
+
+    def finish() -> list[dict]:
+        picked = on_device.cpu()
+        out: list[dict] = [{} for _ in range(contexts)]
+        for k, (c, q, p) in enumerate(reads):
+            out[c][(q, p)] = picked[k, : len(plan.questions[q].trie.points[p].children)]
+        return out
+
+    return finish if defer else finish()
 
 
 def _pass_expand(engine: Engine, plan: Plan, part: list[Row], cache, prefix_len: int) -> tuple[dict, int]:
@@ -322,10 +329,9 @@ def score_contexts(engine: Engine, plan: Plan, ids_all: list[list[int]], *, fuse
             groups[-1].append(i)
         else:
             groups.append([i])
+    done: list[tuple[list[int], object]] = []  # passes are queued back to back; results copied at the end
     while groups:
         group = groups.pop(0)
-        with_prefix = cache is None
-        t1 = time.perf_counter()
         try:
             picked, cache = _pass_contexts(engine, plan, [ids_all[i][P:] for i in group], prefix, cache, tree)
         except Exception as e:  # noqa: BLE001 - only out-of-memory is retried
@@ -339,21 +345,22 @@ def score_contexts(engine: Engine, plan: Plan, ids_all: list[list[int]], *, fuse
             if len(group) > 1:
                 groups[:0] = [group[: len(group) // 2], group[len(group) // 2:]]
             continue  # a single context that does not fit: left to the caller (None)
-        engine.sync()
-        took = time.perf_counter() - t1
-        if with_prefix:
-            prefix_s = 0.0
-        for i, got in zip(group, picked):
+        done.append((group, picked))
+    for group, finish in done:
+        for i, got in zip(group, finish()):
             out[i] = got
-            st = stats[i]
-            st.packing = "fused" if fused else "packed"
-            st.passes, st.rows, st.chunk_rows = 1, len(rows), len(rows)
-            st.scored_tokens = T
-            st.shared_prefix_tokens = P if n > 1 else 0
-            if fused and n == 1:  # one fused forward: all of it is the prompt's read
-                timings[i].update(prefill=took, scoring=0.0)
-            else:
-                timings[i].update(prefill=prefix_s / n, scoring=took / len(group))
+    took = time.perf_counter() - t0 - prefix_s
+    scored = [i for i in range(n) if out[i] is not None]
+    for i in scored:
+        st = stats[i]
+        st.packing = "fused" if fused else "packed"
+        st.passes, st.rows, st.chunk_rows = 1, len(rows), len(rows)
+        st.scored_tokens = T
+        st.shared_prefix_tokens = P if n > 1 else 0
+        if fused and n == 1:  # one fused forward: all of it is the prompt's read
+            timings[i].update(prefill=took, scoring=0.0)
+        else:  # the prefix prefill and the passes, shared evenly
+            timings[i].update(prefill=prefix_s / n, scoring=took / len(scored))
     return out
 
 
@@ -390,7 +397,7 @@ def _pass_contexts(engine: Engine, plan: Plan, suffixes: list[list[int]], prefix
                                      **_keep(engine, torch.tensor(need, device=dev)))
         cache = cache if cache is not None else new
         picked = _gather(engine, plan, rows * len(suffixes), logits,
-                         lambda c, b, p: (0, at[starts[c] + row_nodes[b][p]]), contexts=len(suffixes))
+                         lambda c, b, p: (0, at[starts[c] + row_nodes[b][p]]), contexts=len(suffixes), defer=True)
         return picked, cache
     finally:
         if cache is not None:
