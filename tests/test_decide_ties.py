@@ -24,6 +24,23 @@ def _gaps(d) -> dict:
     return out
 
 
+def test_near_ties_compares_the_two_best_log_scores_with_the_threshold(tiny):
+    from typedlm.decide.api import plan_for
+    from typedlm.decide.result import QuestionScore
+
+    plan = plan_for({"fields": {"a": {"type": "enum", "description": "A?", "choices": ["x", "y", "z"]},
+                                "b": {"type": "boolean", "description": "B?"}}}, tiny)
+    qa, qb = [next(i for i, q in enumerate(plan.questions) if q.field == f) for f in "ab"]
+    scores = [None] * len(plan.questions)
+    scores[qa] = QuestionScore((-0.5, -3.0, -0.7), 0.0)  # best two: -0.5 and -0.7, gap 0.2
+    scores[qb] = QuestionScore((-0.1, -2.4), 0.0)  # gap 2.3
+    assert ties.near_ties(plan, scores, ["a", "b"], 0.25) == ["a"]
+    assert ties.near_ties(plan, scores, ["a", "b"], 0.1) == []
+    assert ties.near_ties(plan, scores, ["b"], 0.25) == []  # only the fields asked about
+    assert ties.near_ties(plan, scores, ["a", "b"], 3.0) == ["a", "b"]
+    assert ties.drift(tiny) == ties.DRIFT_NATS[torch.float32]
+
+
 def test_no_rescoring_at_the_measured_drift(tiny):
     d = decide(presets.load("support_triage")["schema"], CONTEXTS[0], engine=tiny, prior="none")
     small = [n for n, g in _gaps(d).items() if g <= ties.drift(tiny)]
