@@ -12,7 +12,8 @@ repetition penalty reads a per-slot ``seen`` bitmap updated by one scatter per s
 fill one ``[max_batch, V/32]`` host bitmask (``xgr.BatchGrammarMatcher``, rows without a grammar are
 skipped) that is copied once and applied by xgrammar's kernel; draws are exponential races, one
 ``exponential_`` per seeded row on its own generator (so a seeded row draws exactly what it draws
-alone) and one for all unseeded rows; the step ends in one ``.tolist()``. Stages no row needs are
+alone) and one for all unseeded rows (``argmax(p / Exp(1))``: one device op; ``torch.multinomial`` ran
+free text at 12.9 tok/s vs 34 for JSON on the H200, ``bench/gpu_smoke.py``); the step ends in one ``.tolist()``. Stages no row needs are
 skipped. User ``logits_processors`` are the opt-in slow path (a Python call per row); ``logit_bias``
 is sparse: the (row, id, bias) triples of all rows go into one ``index_put_`` (accumulating).
 """

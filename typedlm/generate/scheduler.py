@@ -12,10 +12,11 @@ One ``step()``:
      -> optional logprobs of the raw logits -> one ``BatchSampler`` pass for the whole batch (one
      ``.tolist()``) -> per row ``accept`` (stop ids / strings) -> a ``token`` event -> ``more``
      (the forced end of a reasoning budget: a ``token`` event each, ``forced``) -> ``draft``
-  4. batch of >= 2 rows: evict finished rows and queue the next forward now (overlap)
+  4. evict finished rows and queue the next forward now (overlap; a lone row only if ``settle``
+     cannot end it: below max_tokens, grammar not in an accepting state)
   5. one batched mask fill for the new grammar states -> per row ``settle`` (a grammar that is
      complete ends the row; max_tokens) -> evict finished rows (slot + matcher freed), ``done`` events
-  6. a lone row: its forward only now, if it goes on
+  6. a lone row that settling could end: its forward only now, if it goes on
 
 The forward feeds each row its sampled token plus any forced or drafted ones (``Request.feed``); rows
 with several take the KV's multi-token path (``BatchKV``: right-padded and masked; ``StaticKV``: eager),
@@ -183,14 +184,17 @@ class Scheduler:
             self._evict()
             return
         seqs = self._sample(active)
-        # overlap: in a batch, the next forward needs only the tokens just accepted, so it is queued
-        # now and the grammar masks of the next step are filled on the host while the GPU runs it. A
-        # row that the fill shows complete then leaves the batch with its slot's share discarded; a
-        # lone row is filled first, so a request never pays a forward it will not use.
-        ahead = len(active) > 1
+        # overlap: the next forward needs only the tokens just accepted, so it is queued now and the
+        # grammar masks of the next step are filled on the host while the GPU runs it. In a batch, a
+        # row that the fill shows complete then leaves with its share of that forward discarded; a lone
+        # row overlaps only while settling cannot end it, so a request never pays a forward it will
+        # not use (H200, b1 JSON: the fill, accept and upload no longer add to every step).
+        ahead = len(active) > 1 or not seqs[0].settle_may_end()
+        logits = rows = None
         if ahead:
             self._evict()
-            logits, rows = self._forward(), list(self.running)
+            if self.running:
+                logits, rows = self._forward(), list(self.running)
         self.sampler.fill(seqs)  # the next masks of every grammar row, in one batched call
         for seq in seqs:
             if not seq.finished:

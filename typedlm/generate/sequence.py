@@ -130,6 +130,14 @@ class Sequence:
         if len(self.output_ids) >= self.params.max_tokens:
             self.finish("length")
 
+    def settle_may_end(self) -> bool:
+        """Could ``settle`` end the row? (max_tokens reached, or a masked grammar in an accepting state,
+        where the next mask may allow only stop ids; a grammar that cannot end yet cannot be complete.)"""
+        if len(self.output_ids) >= self.params.max_tokens:
+            return True
+        g = self.grammar
+        return bool(self.masked and g is not None and (g.matcher.is_completed() or g.matcher.is_terminated()))
+
     def more(self) -> list[int]:
         """Accept the tokens that follow without sampling (after ``accept`` of the sampled one,
         before ``settle``): the forced end of a reasoning block past its budget. Returns those
