@@ -44,6 +44,56 @@ def test_variants_from_scores_equal_decide(tiny, prior):
                 assert (g.fields[n].prior, g.fields[n].calibrator) == (w.fields[n].prior, w.fields[n].calibrator)
 
 
+def test_collect_resumes_only_lines_of_this_prompt_version(tiny, tmp_path):
+    path = tmp_path / "scores.jsonl"
+    first = fitting.collect(tiny, SCHEMA, _cases()[:2], path)
+    lines = path.read_text().splitlines()
+    assert [json.loads(x)["prompt_version"] for x in lines] == [PROMPT_VERSION] * 2
+    fitting.collect(tiny, SCHEMA, _cases()[:2], path)  # resumed: nothing scored again
+    assert path.read_text().splitlines() == lines
+    old = json.loads(lines[0])
+    stale = {**old, "prompt_version": "0", "scores": [[0.0, 0.0, 0.0]] + old["scores"][1:]}
+    path.write_text(json.dumps(stale) + "\n" + lines[1] + "\n")
+    again = fitting.collect(tiny, SCHEMA, _cases()[:2], path)  # another prompt's line: that case is scored again
+    assert len(path.read_text().splitlines()) == 3
+    assert again[0].scores[0].log_scores == pytest.approx(first[0].scores[0].log_scores, abs=1e-5)
+
+
+def test_scores_are_reused_only_from_raw_runs_of_this_prompt(tiny, tmp_path):
+    """An eval run's lines stand in for scoring only when they are raw (prior none) and its recorded prompt
+    hash is this code's prompt."""
+    from typedlm.decide.prompt import prompt_hash
+    from typedlm.eval.cases import Case as EvalCase
+    from typedlm.eval.runner import prediction_line
+    from typedlm.eval.tracks import decision_answers
+
+    schema = {"fields": {"topic": SCHEMA["fields"]["topic"]}}
+    plan = plan_for(schema, tiny)
+    cases = [EvalCase(f"c{i}", f"c{i}", "t", schema, t, {"topic": "sport"}, "test") for i, t in enumerate(TEXTS[:3])]
+
+    def run_folder(name, prior, hash_):
+        folder = tmp_path / name
+        folder.mkdir()
+        ds = decide_many(schema, TEXTS[:3], engine=tiny, prior=prior)
+        lines = [prediction_line(run_id="r", track="parallel", mode="labels", case=c, dataset="t", gold=c.labels,
+                                 answer=a, case_latency_s=0.1, permutation=None)
+                 for c, d in zip(cases, ds) for a in decision_answers(plan.schema, d, 0.1)]
+        (folder / "predictions.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+        (folder / "run.json").write_text(json.dumps({"prompts": {"parallel/labels": hash_}}))
+        return folder / "predictions.jsonl"
+
+    ids = {c.id for c in cases}
+    got = fitting.from_predictions(plan, run_folder("raw", "none", prompt_hash(plan)), ids)
+    want = fitting.collect(tiny, schema, [SimpleNamespace(id=c.id, split="test", context=c.context, labels=c.labels)
+                                          for c in cases])
+    assert sorted(c.id for c in got) == sorted(ids)
+    for g in got:
+        w = next(x for x in want if x.id == g.id)
+        assert g.scores[0].log_scores == pytest.approx(w.scores[0].log_scores, abs=1e-5)
+    assert fitting.from_predictions(plan, run_folder("old", "none", "0" * 12), ids) == []  # another prompt
+    assert fitting.from_predictions(plan, run_folder("neutral", "neutral", prompt_hash(plan)), ids) == []
+
+
 def _cases_file(tmp_path):
     import random
 

@@ -27,7 +27,7 @@ from .api import _score_prompts, decide_many, plan_for
 from .calibration import SCALAR_KINDS, CalibrationBundle
 from .calibrators import Example, evaluate, fit_fields
 from .plan import Plan
-from .prompt import PROMPT_VERSION
+from .prompt import PROMPT_VERSION, prompt_hash
 from .result import Decision, QuestionScore, finish_decision
 
 BATCH = 32  # contexts per decide_many call for prior="batch" in measurements
@@ -61,9 +61,9 @@ def question_scores(plan: Plan, d: Decision) -> list[QuestionScore]:
 
 def from_predictions(plan: Plan, path: Path, ids: set[str]) -> list[Case]:
     """Cases scored by an eval run (``typedlm eval``, track parallel, the plan's scoring mode, unpermuted
-    lines): the same prompt and the same scores, so they need not be scored again. Scalar fields only
-    (eval lines carry no count question)."""
-    if any(q.kind != "scalar" for q in plan.questions):
+    lines, prior none) with the prompt this code renders (the run's recorded prompt hash): the same scores,
+    so they need not be scored again. Scalar fields only (eval lines carry no count question)."""
+    if any(q.kind != "scalar" for q in plan.questions) or not _same_prompt(plan, path.parent / "run.json"):
         return []
     by_case: dict[str, dict] = {}
     for line in path.read_text(encoding="utf-8").splitlines():
@@ -72,7 +72,8 @@ def from_predictions(plan: Plan, path: Path, ids: set[str]) -> list[Case]:
         except json.JSONDecodeError:  # a line still being written by a running eval
             continue
         if d["track"] == "parallel" and d["mode"] == plan.scoring and d["permutation"] is None \
-                and d["case_id"] in ids and d["scores"] and not d.get("error"):
+                and d["case_id"] in ids and d["scores"] and not d.get("error") \
+                and (d.get("record") or {}).get("prior", "none") == "none":  # raw scores only
             by_case.setdefault(d["case_id"], {})[d["field"]] = d
     out = []
     for cid, lines in by_case.items():
@@ -85,15 +86,26 @@ def from_predictions(plan: Plan, path: Path, ids: set[str]) -> list[Case]:
     return out
 
 
+def _same_prompt(plan: Plan, run_json: Path) -> bool:
+    try:
+        recorded = json.loads(run_json.read_text())["prompts"][f"parallel/{plan.scoring}"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return recorded == prompt_hash(plan)
+
+
 def collect(engine: Engine, schema: Any, cases: list, path: Path | None = None, progress=None,
             reuse: Path | None = None) -> list[Case]:
-    """Score ``cases`` (eval Cases) with ``decide_many`` in chunks; resumable through ``path`` (JSONL);
-    cases an eval run already scored (``reuse``: its predictions.jsonl) are taken from it."""
+    """Score ``cases`` (eval Cases) with ``decide_many`` in chunks; resumable through ``path`` (JSONL, each
+    line stamped with the prompt version: lines of another version are scored again); cases an eval run
+    already scored with this prompt (``reuse``: its predictions.jsonl) are taken from it."""
     plan = plan_for(schema, engine)
     done: dict[str, Case] = {}
     if path is not None and path.exists():
         for line in path.read_text().splitlines():
             d = json.loads(line)
+            if d.get("prompt_version") != PROMPT_VERSION:
+                continue
             done[d["id"]] = Case(d["id"], d["split"], d["gold"], [QuestionScore(tuple(s), 0.0) for s in d["scores"]],
                                  d["latency_s"])
     if reuse is not None and reuse.exists():
@@ -102,7 +114,8 @@ def collect(engine: Engine, schema: Any, cases: list, path: Path | None = None, 
             done[c.id] = c
         if path is not None and got:
             with open(path, "a", encoding="utf-8") as fh:
-                fh.write("".join(json.dumps({"id": c.id, "split": c.split, "gold": c.gold, "source": str(reuse),
+                fh.write("".join(json.dumps({"id": c.id, "split": c.split, "gold": c.gold,
+                                             "prompt_version": PROMPT_VERSION, "source": str(reuse),
                                              "scores": [list(s.log_scores) for s in c.scores],
                                              "latency_s": c.latency_s}) + "\n" for c in got))
     todo = [c for c in cases if c.id not in done]
@@ -116,6 +129,7 @@ def collect(engine: Engine, schema: Any, cases: list, path: Path | None = None, 
             got = Case(c.id, c.split, c.labels, question_scores(plan, d), dt)
             done[c.id] = got
             lines.append(json.dumps({"id": got.id, "split": got.split, "gold": got.gold,
+                                     "prompt_version": PROMPT_VERSION,
                                      "scores": [list(s.log_scores) for s in got.scores], "latency_s": dt}))
         if path is not None:
             with open(path, "a", encoding="utf-8") as fh:

@@ -55,7 +55,7 @@ def provenance() -> dict:
 def prompt_hashes(tracks, schema_dict: dict, engine) -> dict:
     """sha256 (12 hex) of each track's prompt rendered for the first case's schema with a placeholder context."""
     from ..decide.plan import compile_plan
-    from ..decide.prompt import SYSTEM, render_user
+    from ..decide.prompt import prompt_hash
     from ..decide.schema import DecisionSchema
     from .tracks import OPENAI_PROMPT_VERSION, naive_prompt
 
@@ -64,8 +64,9 @@ def prompt_hashes(tracks, schema_dict: dict, engine) -> dict:
     for t in tracks:
         key = f"{t.name}/{t.mode}"
         if t.name == "parallel":
-            text = SYSTEM + render_user(compile_plan(engine.tokenizer, schema, t.mode), "<context>")
-        elif t.name == "naive_local":
+            out[key] = prompt_hash(compile_plan(engine.tokenizer, schema, t.mode))
+            continue
+        if t.name == "naive_local":
             text = naive_prompt(schema, "<context>")
         else:
             text = OPENAI_PROMPT_VERSION
