@@ -166,13 +166,13 @@ def test_bad_sampling_values(tiny, kw):
 
 
 REFUSED = [
-    ({"not": {"type": "integer"}}, "not", "/not"),
-    ({"type": "object", "properties": {"a": {"if": {"type": "integer"}, "then": {"minimum": 1}}}}, "if",
+    ({"not": {"type": "integer", "multipleOf": 2}}, "not", "/not"),
+    ({"type": "object", "properties": {"a": {"if": {"type": "integer", "multipleOf": 2}, "then": {"minimum": 1}}}}, "if",
      "/properties/a/if"),
     ({"type": "array", "uniqueItems": True}, "uniqueItems", "/uniqueItems"),
-    ({"type": "array", "contains": {"const": 1}}, "contains", "/contains"),
+    ({"type": "array", "prefixItems": [{}], "contains": {"const": 1}}, "contains", "/contains"),
     ({"type": "number", "multipleOf": 0.5}, "multipleOf", "/multipleOf"),
-    ({"oneOf": [{"type": "integer"}, {"minimum": 2}]}, "oneOf", "/oneOf"),
+    ({"oneOf": [{"type": "integer", "multipleOf": 3}, {"minimum": 2}]}, "oneOf", "/oneOf"),
     ({"type": "string", "format": "iri-reference"}, "format", "/format"),
     ({"$ref": "http://example.com/s.json"}, "$ref", "/$ref"),
     ({"type": "object", "propertyNames": {"maxLength": 2}}, "propertyNames", "/propertyNames"),
@@ -194,7 +194,8 @@ def test_unenforceable_keywords_are_refused_with_pointer(tiny, schema, keyword, 
 
 def test_lenient_compiles_and_reports_validity(tiny):
     schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9,
-                                                     "not": {"enum": [0, 1, 2, 3, 4, 5, 6, 7]}}},
+                                                     "not": {"anyOf": [{"enum": [0, 1, 2, 3, 4, 5, 6, 7]},
+                                                                       {"multipleOf": 20}]}}},
               "required": ["n"]}
     verdicts = []
     for seed in range(6):

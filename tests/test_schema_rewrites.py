@@ -97,6 +97,23 @@ CASES = [
      '{"abcd":1}', False),
     ("contains with minContains 0", {"type": "array", "contains": {"type": "string"}, "minContains": 0}, "[1]", True),
     ("property absent", {"type": "object", "dependentSchemas": {"a": False}}, '{"a":1}', False),
+    ("contains counted", {"type": "array", "contains": {"const": 1}, "minContains": 2, "maxContains": 3},
+     "[1,2,1]", True),
+    ("contains counted", {"type": "array", "contains": {"const": 1}, "minContains": 2, "maxContains": 3},
+     "[1,2]", False),
+    ("contains counted", {"type": "array", "contains": {"const": 1}, "minContains": 2, "maxContains": 3},
+     "[1,1,2,1,1]", False),
+    ("contains splits items", {"items": {"type": "integer"}, "contains": {"minimum": 5}}, "[1,6,2]", True),
+    ("contains splits items", {"items": {"type": "integer"}, "contains": {"minimum": 5}}, "[1,2]", False),
+    ("contains splits items", {"items": {"type": "integer"}, "contains": {"minimum": 5}}, "[]", False),
+    ("not contains", {"not": {"contains": {"type": "string"}}}, '[1,"a"]', False),
+    ("not contains", {"not": {"contains": {"type": "string"}}}, "[1,2]", True),
+    ("not integer", {"not": {"type": "integer"}}, "1.5", True),
+    ("not integer", {"not": {"type": "integer"}}, "2.0", False),
+    ("not integer", {"not": {"type": "integer"}}, "-0.0", False),
+    ("not an enum of numbers", {"not": {"enum": [1, 2.5]}}, "2.5", False),
+    ("not an enum of numbers", {"not": {"enum": [1, 2.5]}}, "1.0", False),
+    ("not an enum of numbers", {"not": {"enum": [1, 2.5]}}, "2", True),
 ]
 
 
@@ -127,6 +144,16 @@ def _ours(grammars, schema, text):
 
     compiled, _ = grammars.compile(make_constraint(json_schema=schema, strict=False, any_whitespace=False))
     return accepts(compiled, text)
+
+
+def test_grammar_path_with_any_whitespace(grammars):
+    from typedlm.bench.jsonschema_suite import accepts
+    from typedlm.grammar.spec import make_constraint
+
+    schema = {"type": "array", "items": {"type": "number"}, "contains": {"not": {"type": "integer"}}}
+    compiled, _ = grammars.compile(make_constraint(json_schema=schema, any_whitespace=True))
+    assert accepts(compiled, "[ 1 ,\n 2.5 ]") and accepts(compiled, "[2.5]")
+    assert not accepts(compiled, "[ 1 , 2 ]") and not accepts(compiled, "[]")
 
 
 def _raw(grammars, schema, text):
@@ -176,11 +203,12 @@ def test_pattern_rewrite():
 
 
 @pytest.mark.parametrize("schema,keyword,pointer", [
-    ({"properties": {"a": {"contains": {"type": "string"}}}}, "contains", "/properties/a/contains"),
+    ({"properties": {"a": {"contains": {"type": "string"}, "prefixItems": [{}]}}}, "contains",
+     "/properties/a/contains"),
     ({"type": "string", "pattern": "(?=a)"}, "pattern", "/pattern"),
     ({"type": "string", "format": "iri-reference"}, "format", "/format"),
     ({"type": "string", "pattern": "a", "maxLength": 3}, "maxLength", ""),
-    ({"not": {"type": "integer"}}, "not", "/not"),
+    ({"not": {"type": "integer", "multipleOf": 2}}, "not", "/not"),
     ({"$ref": "http://example.com/x.json"}, "$ref", "/$ref"),
     ({"items": {"$dynamicRef": "#x"}}, "$dynamicRef", "/items/$dynamicRef"),
     ({"type": "object", "patternProperties": {"a": {}, "b": {}}}, "patternProperties", "/patternProperties"),
@@ -195,7 +223,7 @@ def test_pattern_rewrite():
      "contentMediaType", "/contentMediaType"),
     ({"$schema": "http://json-schema.org/draft-04/schema#", "items": [{}, {"pattern": "(?=a)"}]},
      "pattern", "/items/1/pattern"),
-    ({"$schema": "http://json-schema.org/draft-07/schema#", "items": [{}], "additionalItems": {"contains": {}}},
+    ({"$schema": "http://json-schema.org/draft-07/schema#", "items": [{}], "additionalItems": {"contains": {}, "items": [{}]}},
      "contains", "/additionalItems/contains"),
     ({"$schema": "http://json-schema.org/draft-07/schema#", "dependencies": {"a": 3}}, "(schema)", "/dependencies/a"),
 ])

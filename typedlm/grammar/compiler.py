@@ -12,6 +12,7 @@ import xgrammar as xgr
 
 from ..errors import GrammarCompileError
 from .schema import prepare_schema
+from .schema.ebnf import needs_grammar, to_ebnf
 from .spec import MAX_WHITESPACE, Constraint, canonical_json
 
 KILL_SWITCH = "TYPEDLM_GRAMMAR"
@@ -141,6 +142,10 @@ class Grammars:
             if c.kind in ("json_schema", "json_object"):
                 schema = prepare_schema(c.value, lenient=c.lenient, registry=self.schema_registry,
                                         deadline=deadline) if c.kind == "json_schema" else c.value
+                if c.kind == "json_schema" and needs_grammar(schema):
+                    return self.compiler.compile_grammar(to_ebnf(
+                        schema, any_whitespace=c.any_whitespace, strict=c.strict,
+                        max_whitespace=MAX_WHITESPACE if c.any_whitespace else None))
                 return self.compiler.compile_json_schema(
                     canonical_json(schema), any_whitespace=c.any_whitespace,
                     separators=None if c.any_whitespace else (",", ":"),
@@ -180,6 +185,11 @@ def _checked_tag(node, lenient: bool, path: str = ""):
         inner = f"{path}/{k}"
         try:
             out[k] = prepare_schema(v, lenient=lenient) if isinstance(v, dict) else v
+            private = needs_grammar(out[k])
+            if private and not lenient:
+                raise GrammarCompileError(f"'{private.removeprefix('x-typedlm-')}' needs a grammar of its own, "
+                                          "which a structural tag cannot embed", keyword=private.removeprefix("x-typedlm-"),
+                                          pointer="/")
         except GrammarCompileError as e:
             raise GrammarCompileError(f"structural_tag{inner}: {e}", keyword=e.keyword,
                                       pointer=inner + (e.pointer if e.pointer != "/" else "")) from e

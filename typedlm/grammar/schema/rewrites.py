@@ -44,6 +44,7 @@ import referencing.exceptions
 
 from ...errors import EmptySchemaError, GrammarCompileError
 from .drafts import DEFAULT, draft_of, translate
+from .ebnf import contains_automaton
 from .formats import LENGTHS as FORMAT_LENGTHS, NOT_EXACT, PATTERNS as FORMAT_PATTERNS, XGRAMMAR, known
 from .refusal import JSON_TYPES, TYPES, Refusal, Refuse, ptr, rewrite_pattern
 
@@ -410,10 +411,15 @@ class Normalizer:
                 b[kw] = _count(s[kw], kw, ptr(p, kw))
         if "contains" in s:
             mn = _count(s.get("minContains", 1), "minContains", ptr(p, "minContains"))
-            if mn != 0 or "maxContains" in s:
-                raise Refuse("contains", ptr(p, "contains"), "contains is not enforced by the grammar")
+            mx = _count(s["maxContains"], "maxContains", ptr(p, "maxContains")) if "maxContains" in s else None
             b["evc"] = True
+            if mn != 0 or mx is not None:
+                if "prefixItems" in b:
+                    raise Refuse("contains", ptr(p, "contains"), "contains beside prefixItems is not enforced")
+                b["contains"] = (self.norm(s["contains"], ptr(p, "contains")), mn, mx)
         if s.get("uniqueItems") is True and not (b.get("maxItems", 2) <= 1):
+            if "contains" in b:
+                raise Refuse("uniqueItems", ptr(p, "uniqueItems"), "uniqueItems beside contains is not enforced")
             return self.unique_items(b, p)
         return _check_array(b)
 
@@ -640,6 +646,10 @@ class Normalizer:
         ms = [x["multipleOf"] for x in (a, b) if "multipleOf" in x]
         if ms:
             out["multipleOf"] = math.lcm(*ms)
+        if a.get("frac") or b.get("frac"):
+            if kind == "integer" or ms:  # non-integral numbers meet integers: nothing
+                return None
+            out["frac"] = True
         return _fix_int(out)
 
     def m_integer(self, a, b, p, kw):
@@ -673,6 +683,12 @@ class Normalizer:
             vals = [x[k] for x in (a, b) if k in x]
             if vals:
                 out[k] = f(vals)
+        cs = [x["contains"] for x in (a, b) if "contains" in x]
+        if cs:
+            if len(cs) > 1 or "prefixItems" in out:
+                raise Refuse("contains", a.get("@", p), "contains beside another contains or prefixItems "
+                             "is not enforced")
+            out["contains"] = cs[0]
         return _check_array(out)
 
     def meet_opt(self, x, y, p, kw):
@@ -728,12 +744,23 @@ class Normalizer:
                     out += [{"enum": rest}] if rest else []
                 elif t == "string" and all(_regex_safe(v) for v in vals):
                     out.append({"type": "string", "@": p, "pattern": _not_strings(vals)})
+                elif t == "number":  # the open intervals between the values
+                    cuts = sorted(set(Fraction(v) for v in vals))
+                    out.append({"type": "number", "@": p, "hi": (_num(cuts[0]), True)})
+                    out += [{"type": "number", "@": p, "lo": (_num(x), True), "hi": (_num(y), True)}
+                            for x, y in zip(cuts, cuts[1:])]
+                    out.append({"type": "number", "@": p, "lo": (_num(cuts[-1]), True)})
                 elif t != "null":
                     raise Refuse(kw, p, f"the complement of an enum of {t}s cannot be enforced")
             return out
         t = b["type"]
-        if t == "integer":
-            raise Refuse(kw, p, "the complement of 'integer' (non-integral numbers) cannot be enforced")
+        if t == "integer":  # a non-integral number, another type, or a number outside the bounds
+            if "multipleOf" in b:
+                raise Refuse(kw, p, "the complement of 'multipleOf' cannot be enforced")
+            out = [{"type": u} for u in TYPES if u != "number"] + [{"type": "number", "@": b.get("@", p), "frac": True}]
+            for k in set(b) & {"lo", "hi"}:
+                out += self.complement_keyword("number", k, b, p, kw)
+            return out
         out = [{"type": u} for u in TYPES if u != t]
         keys = set(b) - {"type"} - META
         if t == "object":
@@ -745,6 +772,8 @@ class Normalizer:
 
     def complement_keyword(self, t, k, b, p, kw) -> list:
         q = b.get("@", p)
+        if t == "number" and k == "frac":
+            return [{"type": "integer", "@": q}]
         if t == "number" and k in ("lo", "hi"):
             v, excl = b[k]
             return [{"type": "number", "@": q, "hi" if k == "lo" else "lo": (v, not excl)}]
@@ -763,6 +792,10 @@ class Normalizer:
                     out.append({"type": "array", "@": q, "prefixItems": [_any() for _ in range(i)] + [neg],
                                 "minItems": i + 1})
             return out
+        if t == "array" and k == "contains":  # fewer than minContains matches, or more than maxContains
+            c, mn, mx = b["contains"]
+            out = [{"type": "array", "@": q, "contains": (c, 0, mn - 1)}] if mn > 0 else []
+            return out + ([{"type": "array", "@": q, "contains": (c, mx + 1, None)}] if mx is not None else [])
         if t == "object" and k == "required":
             return [{"type": "object", "@": q, "properties": {r: []}} for r in b["required"]]
         if t == "object" and k == "properties":
@@ -816,6 +849,29 @@ class Normalizer:
         values = list(range(first, last + 1, m))
         return {"enum": values} if values else dict(NOTHING)
 
+    def emit_contains(self, b, out) -> bool:
+        """Add ``contains`` (and for the grammar, the item split, see :mod:`.ebnf`) to emitted array
+        ``out``; False when no array satisfies it."""
+        c, mn, mx = b["contains"]
+        q = b.get("@", "")
+        items = b.get("items", _any())
+        match = self.intersect(items, c, q, "contains")
+        other = self.intersect(items, self.complement(c, q, "contains"), q, "contains")
+        try:
+            auto = contains_automaton(mn, mx, out.get("minItems", 0), out.get("maxItems"), bool(match), bool(other))
+        except ValueError as e:
+            raise Refuse("contains", q, str(e)) from None
+        if auto is None:
+            return False
+        out["contains"] = self.emit(c)
+        if mn != 1:
+            out["minContains"] = mn
+        if mx is not None:
+            out["maxContains"] = mx
+        out["x-typedlm-contains"] = {"match": self.emit(match) if match else False,
+                                     "other": self.emit(other) if other else False}
+        return True
+
     def emit_branch(self, b):
         if "$ref" in b:
             return {"$ref": "#/$defs/" + self.def_name(b["$ref"])}
@@ -823,6 +879,10 @@ class Normalizer:
             return {"enum": b["enum"]}
         t, out = b["type"], {"type": b["type"]}
         if t in ("number", "integer"):
+            if b.get("frac"):
+                if "lo" in b or "hi" in b:
+                    raise Refuse("type", b.get("@", ""), "non-integral numbers between bounds are not enforced")
+                return {"type": "number", "not": {"type": "integer"}, "x-typedlm-fraction": True}
             if "multipleOf" in b and ("lo" in b or "hi" in b):
                 return self.bounded_multiples(b)
             for side, (inc, exc) in (("lo", ("minimum", "exclusiveMinimum")), ("hi", ("maximum", "exclusiveMaximum"))):
@@ -850,8 +910,8 @@ class Normalizer:
                 out["maxItems"] = mx
             if out.get("minItems", 0) > out.get("maxItems", math.inf):
                 return None
-            if mx is not None and "items" in out and out["items"] is False and mx >= len(pre):
-                pass
+            if "contains" in b and not self.emit_contains(b, out):
+                return None
         elif t == "object":
             props = b.get("properties", {})
             pats = b.get("patternProperties", {})
@@ -896,9 +956,9 @@ def _whole_match(core):
             out[k] = f"^(?:{v})\\Z"
         elif k == "patternProperties":
             out[k] = {f"^(?:{pat})\\Z": _whole_match(x) for pat, x in v.items()}
-        elif k in ("properties", "$defs"):
+        elif k in ("properties", "$defs", "x-typedlm-contains"):
             out[k] = {name: _whole_match(x) for name, x in v.items()}
-        elif k in ("anyOf", "allOf", "prefixItems", "items", "additionalProperties"):
+        elif k in ("anyOf", "allOf", "prefixItems", "items", "additionalProperties", "contains"):
             out[k] = _whole_match(v)
         else:
             out[k] = v
@@ -975,6 +1035,11 @@ def _merge_meta(a, b) -> dict:
 
 def _needs_escape(name: str) -> bool:
     return any(ch in '"\\' or ord(ch) < 0x20 for ch in name)
+
+
+def _num(f: Fraction):
+    """A Fraction made of a JSON number back into that number (int when whole)."""
+    return int(f) if f.denominator == 1 else float(f)
 
 
 def _kw_name(k):
