@@ -114,6 +114,35 @@ CASES = [
     ("not an enum of numbers", {"not": {"enum": [1, 2.5]}}, "2.5", False),
     ("not an enum of numbers", {"not": {"enum": [1, 2.5]}}, "1.0", False),
     ("not an enum of numbers", {"not": {"enum": [1, 2.5]}}, "2", True),
+    ("not multipleOf", {"not": {"multipleOf": 3}}, "-4", True),
+    ("not multipleOf", {"not": {"multipleOf": 3}}, "-3", False),
+    ("not multipleOf", {"type": "integer", "multipleOf": 2, "not": {"multipleOf": 3}}, "12", False),
+    ("not multipleOf", {"type": "integer", "multipleOf": 2, "not": {"multipleOf": 3}}, "14", True),
+    ("several patterns", {"patternProperties": {"a*": {"type": "integer"}, "aaa*": {"maximum": 20}}},
+     '{"aaaa":31}', False),
+    ("several patterns", {"patternProperties": {"a*": {"type": "integer"}, "aaa*": {"maximum": 20}}},
+     '{"aaaa":18,"b":3}', True),
+    ("properties beside patterns", {"properties": {"foo": {"maxItems": 3}}, "patternProperties": {"f.o": {"minItems": 2}},
+                                    "additionalProperties": {"type": "integer"}}, '{"foo":[1]}', False),
+    ("properties beside patterns", {"properties": {"foo": {"maxItems": 3}}, "patternProperties": {"f.o": {"minItems": 2}},
+                                    "additionalProperties": {"type": "integer"}}, '{"fxo":[1,2],"q":"x"}', False),
+    ("properties beside patterns", {"properties": {"foo": {"maxItems": 3}}, "patternProperties": {"f.o": {"minItems": 2}},
+                                    "additionalProperties": {"type": "integer"}}, '{"foo":[1,2],"fxo":[1,2],"q":3}', True),
+    ("propertyNames", {"propertyNames": {"maxLength": 3}}, '{"abcd":1}', False),
+    ("propertyNames", {"propertyNames": {"pattern": "^a+$"}}, '{"aa":1,"a":2}', True),
+    ("propertyNames", {"propertyNames": {"pattern": "^a+$"}}, '{"aa":1,"ab":2}', False),
+    ("propertyNames", {"allOf": [{"properties": {"abcd": {}}}, {"propertyNames": {"maxLength": 3}}]}, '{"abcd":1}', False),
+    ("escaped names", {"properties": {"a\nb": {"type": "number"}}, "required": ["a\nb"]}, '{"a\\nb":1}', True),
+    ("escaped names", {"properties": {"a\nb": {"type": "number"}}, "required": ["a\nb"]}, '{"a\\nb":"x"}', False),
+    ("contains evaluates items", {"prefixItems": [True], "contains": {"type": "string"}, "unevaluatedItems": False},
+     '[1,"a",2]', False),
+    ("contains evaluates items", {"prefixItems": [True], "contains": {"type": "string"}, "unevaluatedItems": False},
+     '[1,"a","b"]', True),
+    ("contains evaluates items", {"contains": {"type": "string"}, "minContains": 0, "unevaluatedItems": False},
+     '[1]', False),
+    ("two contains", {"allOf": [{"contains": {"multipleOf": 2}}, {"contains": {"multipleOf": 3}}]}, "[2,9]", True),
+    ("two contains", {"allOf": [{"contains": {"multipleOf": 2}}, {"contains": {"multipleOf": 3}}]}, "[2,4]", False),
+    ("two contains", {"allOf": [{"contains": {"multipleOf": 2}}, {"contains": {"multipleOf": 3}}]}, "[6]", True),
 ]
 
 
@@ -122,7 +151,7 @@ ECMA_ONLY = {"pattern ECMA dot"}
 # rewrites that make a keyword usable at all: raw xgrammar happens to be right on these instances, but
 # it is not in general (oneOf is anyOf to it, contains and unevaluated* are unchecked), so without the
 # rewrite the refusal layer would have to refuse them
-ENABLING = {"oneOf disjoint", "contains with minContains 0", "unevaluatedItems alone"}
+ENABLING = {"oneOf disjoint", "contains with minContains 0", "unevaluatedItems alone", "escaped names"}
 
 
 def test_enabling_rewrites_are_not_refused():
@@ -203,18 +232,18 @@ def test_pattern_rewrite():
 
 
 @pytest.mark.parametrize("schema,keyword,pointer", [
-    ({"properties": {"a": {"contains": {"type": "string"}, "prefixItems": [{}]}}}, "contains",
-     "/properties/a/contains"),
+    ({"properties": {"a": {"contains": {"type": "string"}, "minContains": 5000}}}, "contains", "/properties/a"),
     ({"type": "string", "pattern": "(?=a)"}, "pattern", "/pattern"),
     ({"type": "string", "format": "iri-reference"}, "format", "/format"),
     ({"type": "string", "pattern": "a", "maxLength": 3}, "maxLength", ""),
-    ({"not": {"type": "integer", "multipleOf": 2}}, "not", "/not"),
+    ({"not": {"type": "string", "pattern": "a"}}, "not", "/not"),
     ({"$ref": "http://example.com/x.json"}, "$ref", "/$ref"),
     ({"items": {"$dynamicRef": "#x"}}, "$dynamicRef", "/items/$dynamicRef"),
-    ({"type": "object", "patternProperties": {"a": {}, "b": {}}}, "patternProperties", "/patternProperties"),
-    ({"type": "object", "properties": {"a\nb": {}}}, "properties", ""),
-    ({"type": "object", "properties": {"a": {}}, "patternProperties": {"^b": {"type": "integer"}}},
-     "patternProperties", ""),
+    ({"type": "object", "patternProperties": {"a": {}, "b": {}, "c": {}, "d": {}, "e": {}}}, "patternProperties",
+     "/patternProperties"),
+    ({"type": "object", "propertyNames": {"pattern": "^a"}, "maxProperties": 2}, "maxProperties", ""),
+    ({"type": "object", "properties": {"a": {}}, "patternProperties": {"^b": {"type": "integer"}},
+      "minProperties": 1}, "minProperties", ""),
     ({"type": "array", "uniqueItems": True}, "uniqueItems", "/uniqueItems"),
     ({"anyOf": [{"properties": {"a": {}}}, {"properties": {"b": {}}}], "unevaluatedProperties": False},
      "unevaluatedProperties", "/unevaluatedProperties"),
@@ -223,8 +252,8 @@ def test_pattern_rewrite():
      "contentMediaType", "/contentMediaType"),
     ({"$schema": "http://json-schema.org/draft-04/schema#", "items": [{}, {"pattern": "(?=a)"}]},
      "pattern", "/items/1/pattern"),
-    ({"$schema": "http://json-schema.org/draft-07/schema#", "items": [{}], "additionalItems": {"contains": {}, "items": [{}]}},
-     "contains", "/additionalItems/contains"),
+    ({"$schema": "http://json-schema.org/draft-07/schema#", "items": [{}], "additionalItems": {"uniqueItems": True}},
+     "uniqueItems", "/additionalItems/uniqueItems"),
     ({"$schema": "http://json-schema.org/draft-07/schema#", "dependencies": {"a": 3}}, "(schema)", "/dependencies/a"),
 ])
 def test_refusals_name_keyword_and_pointer(schema, keyword, pointer):

@@ -171,8 +171,8 @@ def test_history_rendering_native_and_fallback(tiny, rclient):
 
 def test_tool_schema_goes_through_the_refusal_layer(client, tiny):
     bad = [{"type": "function", "function": {"name": "f", "parameters": {
-        "type": "object", "properties": {"x": {"type": "array", "contains": {"const": 1}}}}}}]
-    with pytest.raises(openai.BadRequestError, match=r"tools\[0\]\.function\.parameters.*contains"):
+        "type": "object", "properties": {"x": {"type": "array", "uniqueItems": True}}}}}]
+    with pytest.raises(openai.BadRequestError, match=r"tools\[0\]\.function\.parameters.*uniqueItems"):
         client.chat.completions.create(model=tiny.name, messages=MSG, tools=bad, tool_choice="required")
     with pytest.raises(openai.BadRequestError, match="not in 'tools'"):
         client.chat.completions.create(model=tiny.name, messages=MSG, tools=TOOLS,

@@ -18,18 +18,29 @@ replaced by a rule of ours built from those definition rules.
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import re
 
 from ...errors import GrammarCompileError
 
-PRIVATE = ("x-typedlm-contains", "x-typedlm-fraction")
+PRIVATE = ("x-typedlm-contains", "x-typedlm-fraction", "x-typedlm-object", "x-typedlm-residues")
 # A non-integral number: below 1e9 in magnitude, 1 to 6 decimals, the last one not 0. At most 15
 # digits in all, so that a double (how jsonschema, Python and JavaScript read JSON numbers) holds it
 # exactly enough to be non-integral too ("1.00000000000000001" reads as 1.0).
 FRACTION = '("-" | "") ("0" | [1-9] [0-9]{0,8}) "." [0-9]{0,5} [1-9]'
 MAX_STATES = 4096  # counter automaton states (count × length) before the keyword is refused
 _HOLE = "typedlm-hole-"
+
+
+def ebnf_literal(text: str) -> str:
+    """An EBNF string literal matching exactly ``text`` (every non-alphanumeric char escaped)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise GrammarCompileError(f"text {text!r} is not valid Unicode (lone surrogate)") from e
+    return '"' + "".join(ch if ch.isascii() and ch.isalnum() else f"\\U{ord(ch):08X}" for ch in text) + '"'
 
 
 def needs_grammar(core) -> str | None:
@@ -44,27 +55,35 @@ def needs_grammar(core) -> str | None:
     return None
 
 
-def contains_automaton(mn: int, mx: int | None, lo: int, hi: int | None, match: bool, other: bool):
-    """States ``(count, length, started)`` of an array read item by item, and for each live state its
-    moves: ``(end_ok, [(kind, next_state)])`` with kind ``"match"``/``"other"``. Counts above the
-    largest bound that matters are merged. None when no array satisfies the bounds. Refused (ValueError)
-    past :data:`MAX_STATES`."""
-    cap_c = mx if mx is not None else mn
-    cap_l = hi if hi is not None else lo
-    if (cap_c + 1) * (cap_l + 1) * 2 > MAX_STATES:
+def contains_automaton(bounds, lo: int, hi: int | None, prefix: list[set], tail: set):
+    """The counter automaton of an array under ``contains`` constraints ``bounds`` (``[min, max]`` per
+    constraint, max None: unbounded) and length bounds ``lo``/``hi``. An item is of a *class*: the mask
+    of the constraints it matches; ``prefix[i]`` holds the classes an item at position i can have,
+    ``tail`` those of later items. States ``(counts, length, started)``; counts and lengths above the
+    largest bound that matters are merged. Returns ``(start, {state: (may_end, [(class, next)])})``
+    over live states, or None when no array satisfies the bounds. ValueError past :data:`MAX_STATES`."""
+    caps = [mx if mx is not None else mn for mn, mx in bounds]
+    cap_l = hi if hi is not None else max(lo, len(prefix))
+    size = math.prod(c + 1 for c in caps) * (cap_l + 1) * 2
+    if size > MAX_STATES:
         raise ValueError(f"contains needs more than {MAX_STATES} counter states")
     moves = {}
-    for c in range(cap_c + 1):
+    for counts in itertools.product(*(range(c + 1) for c in caps)):
         for n in range(cap_l + 1):
-            for s in (False, True):
+            for started in (False, True):
                 out = []
                 if hi is None or n < hi:
-                    n2 = n + 1 if hi is not None else min(n + 1, lo)
-                    if match and (mx is None or c < mx):
-                        out.append(("match", (c + 1 if mx is not None else min(c + 1, mn), n2, True)))
-                    if other:
-                        out.append(("other", (c, n2, True)))
-                moves[(c, n, s)] = (c >= mn and n >= lo, out)
+                    n2 = n + 1 if hi is not None else min(n + 1, cap_l)
+                    for mask in sorted(prefix[n] if n < len(prefix) else tail):
+                        nxt, ok = [], True
+                        for j, ((mn, mx), c) in enumerate(zip(bounds, counts)):
+                            hit = mask >> j & 1
+                            ok = ok and not (hit and mx is not None and c >= mx)
+                            nxt.append(min(c + hit, caps[j]))
+                        if ok:
+                            out.append((mask, (tuple(nxt), n2, True)))
+                end = n >= lo and all(c >= mn for (mn, _), c in zip(bounds, counts))
+                moves[(counts, n, started)] = (end, out)
     live = {st for st, (end, _) in moves.items() if end}
     grew = True
     while grew:
@@ -73,7 +92,7 @@ def contains_automaton(mn: int, mx: int | None, lo: int, hi: int | None, match: 
             if st not in live and any(nx in live for _, nx in out):
                 live.add(st)
                 grew = True
-    start = (0, 0, False)
+    start = (tuple(0 for _ in bounds), 0, False)
     if start not in live:
         return None
     reach, todo = {start}, [start]
@@ -115,6 +134,10 @@ class _Builder:
             return node
         if "x-typedlm-contains" in node:
             return self.contains(node)
+        if "x-typedlm-object" in node:
+            return self.object(node)
+        if "x-typedlm-residues" in node:
+            return self.residues(*node["x-typedlm-residues"])
         if "x-typedlm-fraction" in node:
             return self.hole("typedlm_fraction", FRACTION)
         return {k: (v if k in ("enum", "const") else self.walk(v)) for k, v in node.items()}
@@ -127,21 +150,74 @@ class _Builder:
                 self.rules.append(f"{rule} ::= {body}")
         return {"const": self.holes[rule]}
 
+    def residues(self, modulus: int, accept: list[int]) -> dict:
+        """Integers whose remainder modulo ``modulus`` is in ``accept``: the decimal digits read by a
+        remainder automaton (the sign does not change whether a remainder is 0, and -r ≡ m-r)."""
+        rule = f"typedlm_residues_{_letters(len(self.holes))}"
+        ok = set(accept)
+        neg = {(-r) % modulus for r in ok}
+        for sign, good in (("pos", ok), ("neg", neg)):
+            for r in range(modulus):
+                by_next: dict[int, list[str]] = {}
+                for d in range(10):
+                    by_next.setdefault((10 * r + d) % modulus, []).append(str(d))
+                alts = (['""'] if r in good else []) + [f"[{''.join(ds)}] {rule}_{sign}_{t}" for t, ds in by_next.items()]
+                self.rules.append(f"{rule}_{sign}_{r} ::= " + " | ".join(f"({a})" for a in alts))
+        first = " | ".join(f'("{d}" {rule}_pos_{d % modulus}) | ("-{d}" {rule}_neg_{d % modulus})' for d in range(1, 10))
+        self.rules.append(f"{rule} ::= " + ('("0") | ' if 0 in ok else "") + first)
+        return self.hole(rule)
+
+    def object(self, node) -> dict:
+        """Listed names in order (each once, required ones present), then any number of other keys, each
+        in one class of keys (an automaton) with that class's value schema."""
+        spec = node["x-typedlm-object"]
+        rule = f"typedlm_object_{_letters(len(self.holes))}"
+        self.holes[rule] = _HOLE + _letters(len(self.holes))
+        colon = f'{self.ws} ":" {self.ws}' if self.ws else '":"'
+        sep = f'{self.ws} "," {self.ws}' if self.ws else '","'
+        members = [(ebnf_literal(json.dumps(name, ensure_ascii=False)) + f" {colon} defs_{self.define(v)}", req)
+                   for name, v, req in spec["listed"] if v is not False]
+        others = []
+        for i, (keys, value) in enumerate(spec["others"]):
+            key = f"{rule}_key{_letters(i)}"
+            states = {s: f"{key}_{j}" for j, s in enumerate(dict.fromkeys(
+                [keys["initial"]] + [e[0] for e in keys["edges"]] + [e[2] for e in keys["edges"]] + keys["finals"]))}
+            for s, name in states.items():
+                alts = (['""'] if s in keys["finals"] else []) + [f"{c} {states[n]}" for f, c, n in keys["edges"] if f == s]
+                self.rules.append(f"{name} ::= " + " | ".join(f"({a})" for a in alts))
+            others.append(f'"\\"" {states[keys["initial"]]} "\\"" {colon} defs_{self.define(value)}')
+        n = len(members)
+        for i in range(n + 1):
+            for started in (0, 1):
+                lead = f"{sep} " if started else ""
+                if i < n:
+                    member, req = members[i]
+                    alts = [] if req else [f"{rule}_{i + 1}_{started}"]
+                    alts.append(f"{lead}{member} {rule}_{i + 1}_1")
+                else:
+                    alts = ['""'] + ([f"{lead}({' | '.join(others)}) {rule}_{n}_1"] if others else [])
+                self.rules.append(f"{rule}_{i}_{started} ::= " + " | ".join(f"({a})" for a in alts))
+        self.rules.append(f'{rule} ::= "{{" {self.ws} {rule}_0_0 {self.ws} "}}"')
+        return {"const": self.holes[rule]}
+
     def contains(self, node) -> dict:
-        split = node["x-typedlm-contains"]
-        parts = {k: self.define(split[k]) for k in ("match", "other") if split[k] is not False}
-        auto = contains_automaton(node.get("minContains", 1), node.get("maxContains"), node.get("minItems", 0),
-                                  node.get("maxItems"), "match" in parts, "other" in parts)
+        spec = node["x-typedlm-contains"]
+        prefix = [{mask: self.define(x) for mask, x in pos} for pos in spec["prefix"]]
+        tail = {mask: self.define(x) for mask, x in spec["tail"]}
+        auto = contains_automaton(spec["bounds"], node.get("minItems", 0), node.get("maxItems"),
+                                  [set(p) for p in prefix], set(tail))
         if auto is None:
             raise GrammarCompileError("internal: an empty contains array reached the grammar emitter")
         start, moves = auto
         rule = f"typedlm_contains_{_letters(len(self.holes))}"
         names = {st: f"{rule}_{i}" for i, st in enumerate(moves)}
-        sep = f'{self.ws} "," {self.ws}'.strip() if self.ws else '","'
+        sep = f'{self.ws} "," {self.ws}' if self.ws else '","'
         for st, (end, out) in moves.items():
+            _, n, started = st
+            defs = prefix[n] if n < len(prefix) else tail
             alts = ['""'] if end else []
-            for kind, nx in out:
-                alts.append(" ".join(x for x in ((sep if st[2] else ""), f"defs_{parts[kind]}", names[nx]) if x))
+            for mask, nx in out:
+                alts.append(" ".join(x for x in ((sep if started else ""), f"defs_{defs[mask]}", names[nx]) if x))
             self.rules.append(f"{names[st]} ::= " + " | ".join(f"({a})" for a in alts))
         self.rules.append(f'{rule} ::= "[" {self.ws} {names[start]} {self.ws} "]"'.replace("  ", " "))
         return self.hole(rule)

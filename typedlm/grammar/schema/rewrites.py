@@ -44,12 +44,17 @@ import referencing.exceptions
 
 from ...errors import EmptySchemaError, GrammarCompileError
 from .drafts import DEFAULT, draft_of, translate
+from .keys import TooLarge, anything as any_key, lengths as key_lengths, names as key_names
+from .keys import pattern as key_pattern, spec as key_spec
 from .ebnf import contains_automaton
 from .formats import LENGTHS as FORMAT_LENGTHS, NOT_EXACT, PATTERNS as FORMAT_PATTERNS, XGRAMMAR, known
 from .refusal import JSON_TYPES, TYPES, Refusal, Refuse, ptr, rewrite_pattern
 
 MAX_BRANCHES = 64  # a rewrite that needs more alternatives than this is refused (size, compile time)
 MAX_ENUM = 256
+MAX_PATTERNS = 4  # patternProperties: 2**n classes of keys
+MAX_CONTAINS = 3  # contains on one array (allOf): 2**n classes of items
+MAX_MODULUS = 1000  # integers by residue (a multipleOf complement): one grammar rule per residue
 INTERNAL = "the schema could not be analysed (a typedlm bug; please report it)"  # the most arrays uniqueItems may enumerate
 NOTHING = {"anyOf": []}  # xgrammar: accepts no value (as a property: the key must be absent)
 APPLICATORS = ("allOf", "anyOf", "oneOf", "not", "if", "$ref", "$dynamicRef", "$recursiveRef", "dependentSchemas")
@@ -186,6 +191,7 @@ class Normalizer:
         if any(k in s for k in APPLICATORS):
             if "unevaluatedProperties" in s:
                 d = self.unevaluated_properties(d, s["unevaluatedProperties"], ptr(p, "unevaluatedProperties"))
+        if any(k in s for k in APPLICATORS + ("contains",)):  # b_array left it to here
             if "unevaluatedItems" in s:
                 d = self.unevaluated_items(d, s["unevaluatedItems"], ptr(p, "unevaluatedItems"))
         return d
@@ -226,14 +232,15 @@ class Normalizer:
             if b.get("type") != "array" or b.get("evi") is True:
                 out.append(b)
                 continue
-            if b.get("evx") or b.get("evc"):
-                raise Refuse("unevaluatedItems", q, "overlapping anyOf branches or contains: which items "
-                             "were evaluated depends on the instance")
+            if b.get("evx"):
+                raise Refuse("unevaluatedItems", q, "overlapping anyOf branches: which items were evaluated "
+                             "depends on the instance")
             n = b.get("evi", 0)
             pre = list(b.get("prefixItems", []))
+            ub = u + b["evc"] if b.get("evc") and not _is_any(u) else u  # an item contains matched is evaluated
             for i in range(n, len(pre)):
-                pre[i] = self.intersect(pre[i], u, q, "unevaluatedItems")
-            b = {**b, "evi": True, "items": self.meet_opt(b.get("items"), u, q, "unevaluatedItems")}
+                pre[i] = self.intersect(pre[i], ub, q, "unevaluatedItems")
+            b = {**b, "evi": True, "items": self.meet_opt(b.get("items"), ub, q, "unevaluatedItems")}
             if pre:
                 b["prefixItems"] = pre
             out.append(b)
@@ -402,9 +409,7 @@ class Normalizer:
         alone = not any(k in s for k in APPLICATORS)  # else unevaluated_items() applies it afterwards
         if "items" in s:
             b["items"], b["evi"] = self.norm(s["items"], _at(s, p, "items")), True
-        elif "unevaluatedItems" in s and "contains" in s:
-            raise Refuse("unevaluatedItems", ptr(p, "unevaluatedItems"), "unevaluatedItems beside contains")
-        elif "unevaluatedItems" in s and alone:
+        elif "unevaluatedItems" in s and alone and "contains" not in s:
             b["items"], b["evi"] = self.norm(s["unevaluatedItems"], ptr(p, "unevaluatedItems")), True
         for kw in ("minItems", "maxItems"):
             if kw in s:
@@ -412,11 +417,10 @@ class Normalizer:
         if "contains" in s:
             mn = _count(s.get("minContains", 1), "minContains", ptr(p, "minContains"))
             mx = _count(s["maxContains"], "maxContains", ptr(p, "maxContains")) if "maxContains" in s else None
-            b["evc"] = True
+            c = self.norm(s["contains"], ptr(p, "contains"))
+            b["evc"] = c  # the items it matches are evaluated (unevaluatedItems)
             if mn != 0 or mx is not None:
-                if "prefixItems" in b:
-                    raise Refuse("contains", ptr(p, "contains"), "contains beside prefixItems is not enforced")
-                b["contains"] = (self.norm(s["contains"], ptr(p, "contains")), mn, mx)
+                b["contains"] = [(c, mn, mx)]
         if s.get("uniqueItems") is True and not (b.get("maxItems", 2) <= 1):
             if "contains" in b:
                 raise Refuse("uniqueItems", ptr(p, "uniqueItems"), "uniqueItems beside contains is not enforced")
@@ -460,9 +464,9 @@ class Normalizer:
             if not isinstance(pp, dict):
                 raise Refuse("patternProperties", ptr(p, "patternProperties"), "must be an object")
             b["patternProperties"] = {}
-            if len(pp) > 1:
+            if len(pp) > MAX_PATTERNS:
                 raise Refuse("patternProperties", ptr(p, "patternProperties"),
-                             "several patterns: a key matching two of them must match both schemas")
+                             f"more than {MAX_PATTERNS} patterns (each set of them is a class of keys)")
             for pat, sub in pp.items():
                 if rewrite_pattern(pat) is None:
                     raise Refuse("patternProperties", ptr(p, "patternProperties", pat),
@@ -484,15 +488,14 @@ class Normalizer:
             if kw in s:
                 b[kw] = _count(s[kw], kw, ptr(p, kw))
         if "propertyNames" in s:
-            pn = s["propertyNames"]
-            if pn is False:
+            pn = self.norm(s["propertyNames"], ptr(p, "propertyNames"))
+            names = [x for x in pn if x.get("type") == "string" or "enum" in x]
+            if not names:
                 b["maxProperties"] = 0
-            elif pn is not True and pn != {}:
-                if b.get("additionalProperties") != [] or b.get("patternProperties"):
-                    raise Refuse("propertyNames", ptr(p, "propertyNames"),
-                                 "propertyNames is enforced only when additionalProperties is false")
+            elif not (len(names) == 1 and _plain(names[0])):
+                b["propertyNames"] = names
                 for name in b["properties"]:
-                    if not self.valid(name, pn, ptr(p, "propertyNames")):
+                    if not self.valid(name, s["propertyNames"], ptr(p, "propertyNames")):
                         b["properties"][name] = []
         return self.complete_object(b)
 
@@ -650,6 +653,9 @@ class Normalizer:
             if kind == "integer" or ms:  # non-integral numbers meet integers: nothing
                 return None
             out["frac"] = True
+        ns = tuple(dict.fromkeys(a.get("notMultipleOf", ()) + b.get("notMultipleOf", ())))
+        if ns:
+            out["notMultipleOf"] = ns
         return _fix_int(out)
 
     def m_integer(self, a, b, p, kw):
@@ -683,12 +689,11 @@ class Normalizer:
             vals = [x[k] for x in (a, b) if k in x]
             if vals:
                 out[k] = f(vals)
-        cs = [x["contains"] for x in (a, b) if "contains" in x]
+        cs = a.get("contains", []) + b.get("contains", [])
+        if len(cs) > MAX_CONTAINS:
+            raise Refuse("contains", a.get("@", p), f"more than {MAX_CONTAINS} contains on one array")
         if cs:
-            if len(cs) > 1 or "prefixItems" in out:
-                raise Refuse("contains", a.get("@", p), "contains beside another contains or prefixItems "
-                             "is not enforced")
-            out["contains"] = cs[0]
+            out["contains"] = cs
         return _check_array(out)
 
     def meet_opt(self, x, y, p, kw):
@@ -712,6 +717,12 @@ class Normalizer:
         add = self.meet_opt(a.get("additionalProperties"), b.get("additionalProperties"), p, kw)
         if add is not None:
             out["additionalProperties"] = add
+        pn = self.meet_opt(a.get("propertyNames"), b.get("propertyNames"), p, kw)
+        if pn is not None:
+            if not pn:
+                out["maxProperties"] = 0
+            else:
+                out["propertyNames"] = pn
         req = list(dict.fromkeys(a.get("required", []) + b.get("required", [])))
         if req:
             out["required"] = req
@@ -754,18 +765,24 @@ class Normalizer:
                     raise Refuse(kw, p, f"the complement of an enum of {t}s cannot be enforced")
             return out
         t = b["type"]
-        if t == "integer":  # a non-integral number, another type, or a number outside the bounds
-            if "multipleOf" in b:
-                raise Refuse(kw, p, "the complement of 'multipleOf' cannot be enforced")
-            out = [{"type": u} for u in TYPES if u != "number"] + [{"type": "number", "@": b.get("@", p), "frac": True}]
+        if t == "integer":  # a non-integral number, another type, a number outside the bounds or the residues
+            q = b.get("@", p)
+            out = [{"type": u} for u in TYPES if u != "number"] + [{"type": "number", "@": q, "frac": True}]
             for k in set(b) & {"lo", "hi"}:
                 out += self.complement_keyword("number", k, b, p, kw)
+            if "multipleOf" in b:
+                out.append({"type": "integer", "@": q, "notMultipleOf": (b["multipleOf"],)})
+            out += [{"type": "integer", "@": q, "multipleOf": n} for n in b.get("notMultipleOf", ())]
             return out
         out = [{"type": u} for u in TYPES if u != t]
         keys = set(b) - {"type"} - META
         if t == "object":
             if not b.get("properties") and not b.get("required"):
                 keys -= {"properties"}
+            if all(_is_any(d) for d in b.get("patternProperties", {}).values()):
+                keys -= {"patternProperties"}  # constrains nothing
+            if "additionalProperties" in b and _is_any(b["additionalProperties"]):
+                keys -= {"additionalProperties"}
         for k in keys:
             out += self.complement_keyword(t, k, b, p, kw)
         return out
@@ -793,9 +810,11 @@ class Normalizer:
                                 "minItems": i + 1})
             return out
         if t == "array" and k == "contains":  # fewer than minContains matches, or more than maxContains
-            c, mn, mx = b["contains"]
-            out = [{"type": "array", "@": q, "contains": (c, 0, mn - 1)}] if mn > 0 else []
-            return out + ([{"type": "array", "@": q, "contains": (c, mx + 1, None)}] if mx is not None else [])
+            out = []
+            for c, mn, mx in b["contains"]:
+                out += [{"type": "array", "@": q, "contains": [(c, 0, mn - 1)]}] if mn > 0 else []
+                out += [{"type": "array", "@": q, "contains": [(c, mx + 1, None)]}] if mx is not None else []
+            return out
         if t == "object" and k == "required":
             return [{"type": "object", "@": q, "properties": {r: []}} for r in b["required"]]
         if t == "object" and k == "properties":
@@ -849,28 +868,95 @@ class Normalizer:
         values = list(range(first, last + 1, m))
         return {"enum": values} if values else dict(NOTHING)
 
-    def emit_contains(self, b, out) -> bool:
-        """Add ``contains`` (and for the grammar, the item split, see :mod:`.ebnf`) to emitted array
-        ``out``; False when no array satisfies it."""
-        c, mn, mx = b["contains"]
-        q = b.get("@", "")
-        items = b.get("items", _any())
-        match = self.intersect(items, c, q, "contains")
-        other = self.intersect(items, self.complement(c, q, "contains"), q, "contains")
+    def emit_contains(self, b, out, pre) -> bool:
+        """Add ``contains`` (and for the grammar, the item classes, see :mod:`.ebnf`) to emitted array
+        ``out`` whose prefix is ``pre``; False when no array satisfies it."""
+        cs, q = b["contains"], b.get("@", "")
+        negs = [self.complement(c, q, "contains") for c, _, _ in cs]
+
+        def classes(base):  # mask of the contains an item matches -> the schema of such items
+            out = []
+            for mask in range(2 ** len(cs)):
+                d = base
+                for j, (c, _, _) in enumerate(cs):
+                    d = self.intersect(d, c if mask >> j & 1 else negs[j], q, "contains")
+                if d:
+                    out.append([mask, self.emit(d)])
+            return out
+
+        prefix = [classes(x) for x in pre]
+        tail = classes(b["items"]) if "items" in b else classes(_any())
+        bounds = [[mn, mx] for _, mn, mx in cs]
         try:
-            auto = contains_automaton(mn, mx, out.get("minItems", 0), out.get("maxItems"), bool(match), bool(other))
+            auto = contains_automaton(bounds, out.get("minItems", 0), out.get("maxItems"),
+                                      [{m for m, _ in x} for x in prefix], {m for m, _ in tail})
         except ValueError as e:
             raise Refuse("contains", q, str(e)) from None
         if auto is None:
             return False
-        out["contains"] = self.emit(c)
-        if mn != 1:
-            out["minContains"] = mn
-        if mx is not None:
-            out["maxContains"] = mx
-        out["x-typedlm-contains"] = {"match": self.emit(match) if match else False,
-                                     "other": self.emit(other) if other else False}
+        emitted = [{"contains": self.emit(c), **({"minContains": mn} if mn != 1 else {}),
+                    **({"maxContains": mx} if mx is not None else {})} for c, mn, mx in cs]
+        if len(emitted) == 1:
+            out.update(emitted[0])
+        else:
+            out["allOf"] = emitted
+        out["x-typedlm-contains"] = {"bounds": bounds, "prefix": prefix, "tail": tail}
         return True
+
+    def key_fsm(self, d, q):
+        """The automaton of the strings that branches ``d`` (a propertyNames schema) accept; None: none."""
+        out = None
+        for x in d:
+            if "enum" in x:
+                vals = [v for v in x["enum"] if isinstance(v, str)]
+                f = key_names(vals) if vals else None
+            elif x.get("type") == "string":
+                if "format" in x:
+                    raise Refuse("propertyNames", q, f"format {x['format']!r} on property names is not enforced")
+                f = key_lengths(x.get("minLength", 0), x.get("maxLength"))
+                if "pattern" in x:
+                    f = f & key_pattern(x["pattern"])
+            else:
+                continue
+            if f is not None:
+                out = f if out is None else out | f
+        return out
+
+    def key_classes(self, b) -> dict | None:
+        """For the grammar (:mod:`.ebnf`): each listed name with the schema its value must match, and each
+        class of other keys (the set of patterns a key matches) as an automaton with its value schema."""
+        q = b.get("@", "")
+        if "minProperties" in b or "maxProperties" in b:
+            raise Refuse("minProperties" if "minProperties" in b else "maxProperties", q,
+                         "property counts beside patternProperties/propertyNames are not enforced")
+        props, pats = b.get("properties", {}), list(b.get("patternProperties", {}).items())
+        try:
+            allowed = self.key_fsm(b["propertyNames"], q) if "propertyNames" in b else any_key()
+            listed = []
+            for name in props:
+                d = self.prop_schema(b, name) if allowed is not None and allowed.accepts(name) else []
+                if not d and name in b.get("required", []):
+                    return None
+                listed.append([name, self.emit(d) if d else False, name in b.get("required", [])])
+            others = []
+            if allowed is not None:
+                if props:
+                    allowed = allowed & key_names(list(props)).everythingbut()
+                fsms = [key_pattern(rewrite_pattern(pat)) for pat, _ in pats]
+                for mask in range(2 ** len(pats)):
+                    f, value = allowed, b.get("additionalProperties", _any()) if mask == 0 else _any()
+                    for i, g in enumerate(fsms):
+                        if mask >> i & 1:
+                            f = f & g
+                            value = self.intersect(value, pats[i][1], q, "patternProperties")
+                        else:
+                            f = f & g.everythingbut()
+                    spec = key_spec(f) if value else None
+                    if spec is not None:
+                        others.append([spec, self.emit(value)])
+        except TooLarge as e:
+            raise Refuse("patternProperties" if pats else "propertyNames", q, str(e)) from None
+        return {"listed": listed, "others": others}
 
     def emit_branch(self, b):
         if "$ref" in b:
@@ -883,6 +969,17 @@ class Normalizer:
                 if "lo" in b or "hi" in b:
                     raise Refuse("type", b.get("@", ""), "non-integral numbers between bounds are not enforced")
                 return {"type": "number", "not": {"type": "integer"}, "x-typedlm-fraction": True}
+            if "notMultipleOf" in b:  # residues modulo the lcm: a grammar of its own (.ebnf)
+                m, ns = b.get("multipleOf", 1), b["notMultipleOf"]
+                modulus = math.lcm(m, *ns)
+                if "lo" in b or "hi" in b or modulus > MAX_MODULUS:
+                    raise Refuse("multipleOf", b.get("@", ""), "a multipleOf complement between bounds or "
+                                 f"modulo more than {MAX_MODULUS} is not enforced")
+                residues = [r for r in range(modulus) if r % m == 0 and all(r % n for n in ns)]
+                if not residues:
+                    return None
+                return {"type": "integer", **({"multipleOf": m} if m != 1 else {}),
+                        "not": {"anyOf": [{"multipleOf": n} for n in ns]}, "x-typedlm-residues": [modulus, residues]}
             if "multipleOf" in b and ("lo" in b or "hi" in b):
                 return self.bounded_multiples(b)
             for side, (inc, exc) in (("lo", ("minimum", "exclusiveMinimum")), ("hi", ("maximum", "exclusiveMaximum"))):
@@ -910,21 +1007,20 @@ class Normalizer:
                 out["maxItems"] = mx
             if out.get("minItems", 0) > out.get("maxItems", math.inf):
                 return None
-            if "contains" in b and not self.emit_contains(b, out):
+            if "contains" in b and not self.emit_contains(b, out, pre):
                 return None
         elif t == "object":
             props = b.get("properties", {})
             pats = b.get("patternProperties", {})
-            for name in props:
-                if _needs_escape(name):
-                    raise Refuse("properties", b.get("@", ""),
-                                 f"property name {name!r} needs JSON escapes, which the grammar mishandles")
-                if any(re.search(pat, name) for pat in pats):
-                    raise Refuse("patternProperties", b.get("@", ""),
-                                 f"property {name!r} also matches a patternProperties pattern")
-            if props and pats:  # measured: xgrammar then lets any extra key through with any value
-                raise Refuse("patternProperties", b.get("@", ""),
-                             "patternProperties beside properties (or required names) is not enforced")
+            # measured: xgrammar lets any extra key through beside properties and patternProperties; it
+            # mishandles names that need JSON escapes; one pattern alone it enforces
+            if len(pats) > 1 or (props and pats) or "propertyNames" in b or any(map(_needs_escape, props)):
+                classes = self.key_classes(b)
+                if classes is None:
+                    return None
+                out["x-typedlm-object"] = classes
+            if "propertyNames" in b:
+                out["propertyNames"] = self.emit(b["propertyNames"])
             if props:
                 out["properties"] = {n: self.emit(d) for n, d in props.items()}
             if pats:
@@ -958,7 +1054,7 @@ def _whole_match(core):
             out[k] = {f"^(?:{pat})\\Z": _whole_match(x) for pat, x in v.items()}
         elif k in ("properties", "$defs", "x-typedlm-contains"):
             out[k] = {name: _whole_match(x) for name, x in v.items()}
-        elif k in ("anyOf", "allOf", "prefixItems", "items", "additionalProperties", "contains"):
+        elif k in ("anyOf", "allOf", "prefixItems", "items", "additionalProperties", "contains", "propertyNames"):
             out[k] = _whole_match(v)
         else:
             out[k] = v
@@ -1027,7 +1123,7 @@ def _merge_meta(a, b) -> dict:
         ia, ib = a.get("evi", 0), b.get("evi", 0)
         out["evi"] = True if ia is True or ib is True else max(ia, ib)
         if a.get("evc") or b.get("evc"):
-            out["evc"] = True
+            out["evc"] = a.get("evc", []) + b.get("evc", [])
     if a.get("evx") or b.get("evx"):
         out["evx"] = True
     return out
