@@ -300,7 +300,7 @@ def test_recursive_ref_becomes_a_definition(grammars):
 def test_not_strings_regex_is_the_exact_complement(values, texts):
     import re
 
-    from typedlm.grammar.schema.rewrites import _not_strings
+    from typedlm.grammar.schema.algebra import not_strings as _not_strings
 
     rx = _not_strings(values)
     for t in texts + values:
