@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 from fractions import Fraction
 
 from ...errors import GrammarCompileError
-from .branches import META, any_, is_any, same, type_of
+from .branches import (KEYWORD, Array, Enum, Number, Object, Ref, Scalar, String, any_, is_any, keywords, plain,
+                       same, type_of)
 from .refusal import TYPES, Refuse
 
 MAX_BRANCHES = 64  # a rewrite that needs more alternatives than this is refused (size, compile time)
@@ -39,89 +41,83 @@ class Algebra:
         return out
 
     def expand(self, b, p, kw):
-        target = b["$ref"]
-        if target in self.active:
+        if b.key in self.active:
             raise Refuse(kw, p, "a recursive $ref inside an intersection or negation")
-        return self.memo[target]
+        return self.memo[b.key]
 
     def meet(self, a, b, p, kw) -> list:
-        if "$ref" in a:
+        if isinstance(a, Ref):
             return self.intersect(self.expand(a, p, kw), [b], p, kw)
-        if "$ref" in b:
+        if isinstance(b, Ref):
             return self.intersect([a], self.expand(b, p, kw), p, kw)
-        if "enum" in a or "enum" in b:
-            e, other = (a, b) if "enum" in a else (b, a)
-            if "enum" in other:
-                kept = [v for v in e["enum"] if any(same(v, w) for w in other["enum"])]
+        if isinstance(a, Enum) or isinstance(b, Enum):
+            e, other = (a, b) if isinstance(a, Enum) else (b, a)
+            if isinstance(other, Enum):
+                kept = [v for v in e.values if any(same(v, w) for w in other.values)]
             else:
                 probe = whole_match(self.emit_standalone([other]))
-                kept = [v for v in e["enum"] if self.valid(v, probe, p, core=True)]
-            return [{"enum": kept}] if kept else []
-        ta, tb = a["type"], b["type"]
-        if ta != tb and {ta, tb} != {"number", "integer"}:
+                kept = [v for v in e.values if self.valid(v, probe, p, core=True)]
+            return [Enum(kept)] if kept else []
+        if isinstance(a, Number) and isinstance(b, Number):
+            out = self.m_number(a, b, p)
+        elif type(a) is not type(b):
             return []
-        t = "integer" if "integer" in (ta, tb) else ta
-        m = getattr(self, "m_" + t, None)
-        out = {**a, **b, "type": t, "@": a.get("@", b.get("@", p))} if m is None else m(a, b, p, kw)
-        if out is not None and t in ("object", "array"):
-            out.update(merge_meta(a, b))
+        elif isinstance(a, Scalar):
+            out = a if a.type == b.type else None
+        elif isinstance(a, String):
+            out = self.m_string(a, b, p)
+        elif isinstance(a, Array):
+            out = self.m_array(a, b, p, kw)
+        else:
+            out = self.m_object(a, b, p, kw)
         return [out] if out is not None else []
 
-    def m_number(self, a, b, p, kw, kind="number"):
-        out = {"type": kind, "@": a.get("@", p)}
-        for side in ("lo", "hi"):
-            for x in (a, b):
-                if side in x:
-                    out = bound(out, side, x[side])
-        ms = [x["multipleOf"] for x in (a, b) if "multipleOf" in x]
+    def m_number(self, a, b, p):
+        out = Number(integer=a.integer or b.integer, at=a.at or p)
+        for x in (a, b):
+            for side in ("lo", "hi"):
+                if getattr(x, side) is not None:
+                    out = bound(out, side, getattr(x, side))
+        ms = [x.multiple_of for x in (a, b) if x.multiple_of is not None]
         if ms:
-            out["multipleOf"] = math.lcm(*ms)
-        if a.get("frac") or b.get("frac"):
-            if kind == "integer" or ms:  # non-integral numbers meet integers: nothing
+            out = replace(out, multiple_of=math.lcm(*ms))
+        if a.frac or b.frac:
+            if out.integer or ms:  # non-integral numbers meet integers: nothing
                 return None
-            out["frac"] = True
-        ns = tuple(dict.fromkeys(a.get("notMultipleOf", ()) + b.get("notMultipleOf", ())))
+            out = replace(out, frac=True)
+        ns = tuple(dict.fromkeys(a.not_multiple_of + b.not_multiple_of))
         if ns:
-            out["notMultipleOf"] = ns
+            out = replace(out, not_multiple_of=ns)
         return fix_int(out)
 
-    def m_integer(self, a, b, p, kw):
-        return self.m_number(a, b, p, kw, "integer")
-
-    def m_string(self, a, b, p, kw):
-        out = {"type": "string", "@": a.get("@", p)}
-        for x in (a, b):
-            if "minLength" in x:
-                out["minLength"] = max(out.get("minLength", 0), x["minLength"])
-            if "maxLength" in x:
-                out["maxLength"] = min(out.get("maxLength", math.inf), x["maxLength"])
-            for k in ("pattern", "format"):
-                if k in x:
-                    if k in out and out[k] != x[k]:
-                        raise Refuse(k, x.get("@", p), f"two different {k}s on one string cannot be intersected")
-                    out[k] = x[k]
-        return check_string(out)
+    def m_string(self, a, b, p):
+        out = {}
+        lows = [x.min_length for x in (a, b) if x.min_length is not None]
+        highs = [x.max_length for x in (a, b) if x.max_length is not None]
+        for k in ("pattern", "format"):
+            vals = [getattr(x, k) for x in (a, b) if getattr(x, k) is not None]
+            if len(vals) == 2 and vals[0] != vals[1]:
+                raise Refuse(k, b.at or p, f"two different {k}s on one string cannot be intersected")
+            out[k] = vals[0] if vals else None
+        return check_string(String(min_length=max(lows) if lows else None, max_length=min(highs) if highs else None,
+                                   at=a.at or p, **out))
 
     def m_array(self, a, b, p, kw):
-        out = {"type": "array", "@": a.get("@", p)}
-        pa, pb = a.get("prefixItems", []), b.get("prefixItems", [])
+        pa, pb = a.prefix or [], b.prefix or []
         n = max(len(pa), len(pb))
-        if n:
-            out["prefixItems"] = [self.meet_opt(pa[i] if i < len(pa) else a.get("items"),
-                                                pb[i] if i < len(pb) else b.get("items"), p, kw) for i in range(n)]
-        items = self.meet_opt(a.get("items"), b.get("items"), p, kw)
-        if items is not None:
-            out["items"] = items
-        for k, f in (("minItems", max), ("maxItems", min)):
-            vals = [x[k] for x in (a, b) if k in x]
-            if vals:
-                out[k] = f(vals)
-        cs = a.get("contains", []) + b.get("contains", [])
+        prefix = [self.meet_opt(pa[i] if i < len(pa) else a.items, pb[i] if i < len(pb) else b.items, p, kw)
+                  for i in range(n)] or None
+        cs = a.contains + b.contains
         if len(cs) > MAX_CONTAINS:
-            raise Refuse("contains", a.get("@", p), f"more than {MAX_CONTAINS} contains on one array")
-        if cs:
-            out["contains"] = cs
-        return check_array(out)
+            raise Refuse("contains", a.at or p, f"more than {MAX_CONTAINS} contains on one array")
+        lows = [x.min_items for x in (a, b) if x.min_items is not None]
+        highs = [x.max_items for x in (a, b) if x.max_items is not None]
+        ia, ib = a.evaluated, b.evaluated
+        return check_array(Array(
+            prefix=prefix, items=self.meet_opt(a.items, b.items, p, kw), min_items=max(lows) if lows else None,
+            max_items=min(highs) if highs else None, contains=cs, at=a.at or p,
+            evaluated=True if ia is True or ib is True else max(ia, ib), contained=a.contained + b.contained,
+            partial=a.partial or b.partial))
 
     def meet_opt(self, x, y, p, kw):
         if x is None:
@@ -131,129 +127,114 @@ class Algebra:
         return self.intersect(x, y, p, kw)
 
     def m_object(self, a, b, p, kw):
-        if a.get("patternProperties") and b.get("patternProperties"):
-            raise Refuse("patternProperties", a.get("@", p), "two patternProperties cannot be intersected")
-        out = {"type": "object", "@": a.get("@", p), "properties": {}}
-        for name in list(a.get("properties", {})) + list(b.get("properties", {})):
-            if name not in out["properties"]:
-                out["properties"][name] = self.intersect(self.prop_schema(a, name), self.prop_schema(b, name), p, kw)
+        if a.patterns and b.patterns:
+            raise Refuse("patternProperties", a.at or p, "two patternProperties cannot be intersected")
+        props = {}
+        for name in list(a.properties) + list(b.properties):
+            if name not in props:
+                props[name] = self.intersect(self.prop_schema(a, name), self.prop_schema(b, name), p, kw)
+        patterns = None
         for x, y in ((a, b), (b, a)):
-            if x.get("patternProperties"):
-                out["patternProperties"] = {pat: self.meet_opt(d, y.get("additionalProperties"), p, kw)
-                                            for pat, d in x["patternProperties"].items()}
-        add = self.meet_opt(a.get("additionalProperties"), b.get("additionalProperties"), p, kw)
-        if add is not None:
-            out["additionalProperties"] = add
-        pn = self.meet_opt(a.get("propertyNames"), b.get("propertyNames"), p, kw)
-        if pn is not None:
-            if not pn:
-                out["maxProperties"] = 0
-            else:
-                out["propertyNames"] = pn
-        req = list(dict.fromkeys(a.get("required", []) + b.get("required", [])))
-        if req:
-            out["required"] = req
-        for k, f in (("minProperties", max), ("maxProperties", min)):
-            vals = [x[k] for x in (a, b) if k in x]
-            if vals:
-                out[k] = f(vals)
-        return self.complete_object(out)
+            if x.patterns:
+                patterns = {pat: self.meet_opt(d, y.additional, p, kw) for pat, d in x.patterns.items()}
+        names = self.meet_opt(a.names, b.names, p, kw)
+        highs = [x.max_props for x in (a, b) if x.max_props is not None] + ([0] if names == [] else [])
+        lows = [x.min_props for x in (a, b) if x.min_props is not None]
+        return self.complete_object(Object(
+            properties=props, patterns=patterns, additional=self.meet_opt(a.additional, b.additional, p, kw),
+            required=tuple(dict.fromkeys(a.required + b.required)), min_props=max(lows) if lows else None,
+            max_props=min(highs) if highs else None, names=names or None, at=a.at or p,
+            evaluated_names=a.evaluated_names | b.evaluated_names,
+            evaluated_patterns=tuple(dict.fromkeys(a.evaluated_patterns + b.evaluated_patterns)),
+            evaluated_all=a.evaluated_all or b.evaluated_all, partial=a.partial or b.partial))
 
     def complement(self, d, p, kw) -> list:
         out = any_()
         for b in d:
-            if "$ref" in b:
-                c = self.complement(self.expand(b, p, kw), p, kw)
-            else:
-                c = self.complement_branch(b, p, kw)
+            c = self.complement(self.expand(b, p, kw), p, kw) if isinstance(b, Ref) else self.complement_branch(b, p, kw)
             out = self.intersect(out, c, p, kw)
         return out
 
     def complement_branch(self, b, p, kw) -> list:
-        if "enum" in b:
+        if isinstance(b, Enum):
             out = []
             for t in TYPES:
-                vals = [v for v in b["enum"] if type_of(v) == t]
+                vals = [v for v in b.values if type_of(v) == t]
                 if not vals:
-                    out.append({"type": t})
+                    out.append(plain(t))
                 elif t == "boolean":
                     rest = [v for v in (True, False) if not any(same(v, w) for w in vals)]
-                    out += [{"enum": rest}] if rest else []
+                    out += [Enum(rest)] if rest else []
                 elif t == "string" and all(regex_safe(v) for v in vals):
-                    out.append({"type": "string", "@": p, "pattern": not_strings(vals)})
+                    out.append(String(pattern=not_strings(vals), at=p))
                 elif t == "number":  # the open intervals between the values
                     cuts = sorted(set(Fraction(v) for v in vals))
-                    out.append({"type": "number", "@": p, "hi": (num(cuts[0]), True)})
-                    out += [{"type": "number", "@": p, "lo": (num(x), True), "hi": (num(y), True)}
-                            for x, y in zip(cuts, cuts[1:])]
-                    out.append({"type": "number", "@": p, "lo": (num(cuts[-1]), True)})
+                    out.append(Number(hi=(num(cuts[0]), True), at=p))
+                    out += [Number(lo=(num(x), True), hi=(num(y), True), at=p) for x, y in zip(cuts, cuts[1:])]
+                    out.append(Number(lo=(num(cuts[-1]), True), at=p))
                 elif t != "null":
                     raise Refuse(kw, p, f"the complement of an enum of {t}s cannot be enforced")
             return out
-        t = b["type"]
-        if t == "integer":  # a non-integral number, another type, a number outside the bounds or the residues
-            q = b.get("@", p)
-            out = [{"type": u} for u in TYPES if u != "number"] + [{"type": "number", "@": q, "frac": True}]
-            for k in set(b) & {"lo", "hi"}:
-                out += self.complement_keyword("number", k, b, p, kw)
-            if "multipleOf" in b:
-                out.append({"type": "integer", "@": q, "notMultipleOf": (b["multipleOf"],)})
-            out += [{"type": "integer", "@": q, "multipleOf": n} for n in b.get("notMultipleOf", ())]
+        if isinstance(b, Number) and b.integer:
+            # a non-integral number, another type, a number outside the bounds or the residues
+            q = b.at or p
+            out = [plain(u) for u in TYPES if u != "number"] + [Number(frac=True, at=q)]
+            for k in ("lo", "hi"):
+                if getattr(b, k) is not None:
+                    out += self.complement_keyword(b, k, p, kw)
+            if b.multiple_of is not None:
+                out.append(Number(integer=True, not_multiple_of=(b.multiple_of,), at=q))
+            out += [Number(integer=True, multiple_of=n, at=q) for n in b.not_multiple_of]
             return out
-        out = [{"type": u} for u in TYPES if u != t]
-        keys = set(b) - {"type"} - META
-        if t == "object":
-            if not b.get("properties") and not b.get("required"):
-                keys -= {"properties"}
-            if all(is_any(d) for d in b.get("patternProperties", {}).values()):
-                keys -= {"patternProperties"}  # constrains nothing
-            if "additionalProperties" in b and is_any(b["additionalProperties"]):
-                keys -= {"additionalProperties"}
+        out = [plain(u) for u in TYPES if u != b.type]
+        keys = keywords(b)
+        if isinstance(b, Object):
+            if b.patterns is not None and all(is_any(d) for d in b.patterns.values()):
+                keys.remove("patterns")  # constrains nothing
+            if b.additional is not None and is_any(b.additional):
+                keys.remove("additional")
         for k in keys:
-            out += self.complement_keyword(t, k, b, p, kw)
+            out += self.complement_keyword(b, k, p, kw)
         return out
 
-    def complement_keyword(self, t, k, b, p, kw) -> list:
-        q = b.get("@", p)
-        if t == "number" and k == "frac":
-            return [{"type": "integer", "@": q}]
-        if t == "number" and k in ("lo", "hi"):
-            v, excl = b[k]
-            return [{"type": "number", "@": q, "hi" if k == "lo" else "lo": (v, not excl)}]
-        pairs = {"string": ("minLength", "maxLength"), "array": ("minItems", "maxItems"),
-                 "object": ("minProperties", "maxProperties")}
-        if t in pairs and k in pairs[t]:
-            lo, hi = pairs[t]
+    def complement_keyword(self, b, k, p, kw) -> list:
+        q = b.at or p
+        if isinstance(b, Number) and k == "frac":
+            return [Number(integer=True, at=q)]
+        if isinstance(b, Number) and k in ("lo", "hi"):
+            v, excl = getattr(b, k)
+            return [Number(**{"hi" if k == "lo" else "lo": (v, not excl)}, at=q)]
+        pairs = {String: ("min_length", "max_length"), Array: ("min_items", "max_items"),
+                 Object: ("min_props", "max_props")}
+        if type(b) in pairs and k in pairs[type(b)]:
+            lo, hi = pairs[type(b)]
+            v = getattr(b, k)
             if k == lo:
-                return [{"type": t, "@": q, hi: b[k] - 1}] if b[k] > 0 else []
-            return [{"type": t, "@": q, lo: b[k] + 1}]
-        if t == "array" and k == "prefixItems":  # some position i holds an item that fails prefixItems[i]
+                return [type(b)(**{hi: v - 1}, at=q)] if v > 0 else []
+            return [type(b)(**{lo: v + 1}, at=q)]
+        if isinstance(b, Array) and k == "prefix":  # some position i holds an item that fails prefixItems[i]
             out = []
-            for i, d in enumerate(b["prefixItems"]):
+            for i, d in enumerate(b.prefix):
                 neg = self.complement(d, p, kw)
                 if neg:
-                    out.append({"type": "array", "@": q, "prefixItems": [any_() for _ in range(i)] + [neg],
-                                "minItems": i + 1})
+                    out.append(Array(prefix=[any_() for _ in range(i)] + [neg], min_items=i + 1, at=q))
             return out
-        if t == "array" and k == "contains":  # fewer than minContains matches, or more than maxContains
+        if isinstance(b, Array) and k == "contains":  # fewer than minContains matches, or more than maxContains
             out = []
-            for c, mn, mx in b["contains"]:
-                out += [{"type": "array", "@": q, "contains": [(c, 0, mn - 1)]}] if mn > 0 else []
-                out += [{"type": "array", "@": q, "contains": [(c, mx + 1, None)]}] if mx is not None else []
+            for c, mn, mx in b.contains:
+                out += [Array(contains=((c, 0, mn - 1),), at=q)] if mn > 0 else []
+                out += [Array(contains=((c, mx + 1, None),), at=q)] if mx is not None else []
             return out
-        if t == "object" and k == "required":
-            return [{"type": "object", "@": q, "properties": {r: []}} for r in b["required"]]
-        if t == "object" and k == "properties":
+        if isinstance(b, Object) and k == "required":
+            return [Object(properties={r: []}, at=q) for r in b.required]
+        if isinstance(b, Object) and k == "properties":
             out = []
-            for name, d in b["properties"].items():
-                if name in b.get("required", []):  # covered by required's complement: present and ¬S
+            for name, d in b.properties.items():
+                if name in b.required or d != any_():  # required: present and ¬S (¬required covers absent)
                     neg = self.complement(d, p, kw)
-                    out += [{"type": "object", "@": q, "properties": {name: neg}, "required": [name]}] if neg else []
-                elif d != any_():
-                    neg = self.complement(d, p, kw)
-                    out += [{"type": "object", "@": q, "properties": {name: neg}, "required": [name]}] if neg else []
+                    out += [Object(properties={name: neg}, required=(name,), at=q)] if neg else []
             return out
-        raise Refuse(kw, p, f"the complement of '{kw_name(k)}' on {t}s cannot be enforced")
+        raise Refuse(kw, p, f"the complement of '{KEYWORD.get(k, k)}' on {b.type}s cannot be enforced")
 
 
 def whole_match(core):
@@ -299,75 +280,54 @@ def not_strings(values) -> str:
     return node(list(dict.fromkeys(values)))
 
 
-def merge_meta(a, b) -> dict:
-    """Evaluated keys/items of a conjunction: everything either part evaluated."""
-    out = {}
-    if a.get("type") == "object" or b.get("type") == "object":
-        out["evn"] = frozenset(a.get("evn", ())) | frozenset(b.get("evn", ()))
-        out["evp"] = tuple(dict.fromkeys(a.get("evp", ()) + b.get("evp", ())))
-        if a.get("eva") or b.get("eva"):
-            out["eva"] = True
-    else:
-        ia, ib = a.get("evi", 0), b.get("evi", 0)
-        out["evi"] = True if ia is True or ib is True else max(ia, ib)
-        if a.get("evc") or b.get("evc"):
-            out["evc"] = a.get("evc", []) + b.get("evc", [])
-    if a.get("evx") or b.get("evx"):
-        out["evx"] = True
-    return out
-
-
 def num(f: Fraction):
     """A Fraction made of a JSON number back into that number (int when whole)."""
     return int(f) if f.denominator == 1 else float(f)
 
 
-def kw_name(k):
-    return {"lo": "minimum", "hi": "maximum"}.get(k, k)
-
-
 def bound(b, side, new):
-    """Tighten the lower ('lo') or upper ('hi') bound ``(value, exclusive)`` of a numeric branch."""
-    if side not in b:
-        return {**b, side: new}
-    (v0, e0), (v1, e1) = b[side], new
+    """Tighten the lower ('lo') or upper ('hi') bound ``(value, exclusive)`` of a number branch."""
+    old = getattr(b, side)
+    if old is None:
+        return replace(b, **{side: new})
+    (v0, e0), (v1, e1) = old, new
     if v0 == v1:
         keep = (v0, e0 or e1)
     elif side == "lo":
-        keep = new if Fraction(v1) > Fraction(v0) else b[side]
+        keep = new if Fraction(v1) > Fraction(v0) else old
     else:
-        keep = new if Fraction(v1) < Fraction(v0) else b[side]
-    return {**b, side: keep}
+        keep = new if Fraction(v1) < Fraction(v0) else old
+    return replace(b, **{side: keep})
 
 
 def fix_int(b):
     """Integer bounds become whole and inclusive (xgrammar needs whole numbers); empty ranges -> None."""
-    if b["type"] == "integer":
-        if "lo" in b:
-            v, excl = b["lo"]
-            b["lo"] = (math.floor(v) + 1 if excl else math.ceil(v), False)
-        if "hi" in b:
-            v, excl = b["hi"]
-            b["hi"] = (math.ceil(v) - 1 if excl else math.floor(v), False)
-    if "lo" in b and "hi" in b:
-        (lo, le), (hi, he) = b["lo"], b["hi"]
+    if b.integer:
+        if b.lo is not None:
+            v, excl = b.lo
+            b = replace(b, lo=(math.floor(v) + 1 if excl else math.ceil(v), False))
+        if b.hi is not None:
+            v, excl = b.hi
+            b = replace(b, hi=(math.ceil(v) - 1 if excl else math.floor(v), False))
+    if b.lo is not None and b.hi is not None:
+        (lo, le), (hi, he) = b.lo, b.hi
         if Fraction(lo) > Fraction(hi) or (lo == hi and (le or he)):
             return None
     return b
 
 
 def check_string(b):
-    if ("pattern" in b or "format" in b) and ("minLength" in b or "maxLength" in b):
-        kw = "minLength" if "minLength" in b else "maxLength"
-        raise Refuse(kw, b.get("@", ""), f"{kw} beside pattern/format is not enforced by the grammar")
-    if "pattern" in b and "format" in b:
-        raise Refuse("format", b.get("@", ""), "format beside pattern is not enforced by the grammar")
-    if b.get("minLength", 0) > b.get("maxLength", math.inf):
+    if (b.pattern or b.format) and (b.min_length is not None or b.max_length is not None):
+        kw = "minLength" if b.min_length is not None else "maxLength"
+        raise Refuse(kw, b.at, f"{kw} beside pattern/format is not enforced by the grammar")
+    if b.pattern and b.format:
+        raise Refuse("format", b.at, "format beside pattern is not enforced by the grammar")
+    if (b.min_length or 0) > (math.inf if b.max_length is None else b.max_length):
         return None
     return b
 
 
 def check_array(b):
-    if b.get("minItems", 0) > b.get("maxItems", math.inf):
+    if (b.min_items or 0) > (math.inf if b.max_items is None else b.max_items):
         return None
     return b

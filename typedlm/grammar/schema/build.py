@@ -8,11 +8,13 @@ from __future__ import annotations
 import itertools
 import math
 import re
+from dataclasses import replace
 
 import referencing.exceptions
 
 from .algebra import bound, check_array, check_string, fix_int
-from .branches import any_, at, count, finite, is_any, is_num, is_plain, same
+from .branches import (Array, Enum, Number, Object, Ref, String, any_, at, count, finite, is_any, is_num, is_plain,
+                       plain, same)
 from .drafts import DEFAULT, draft_of, translate
 from .formats import LENGTHS as FORMAT_LENGTHS, NOT_EXACT, PATTERNS as FORMAT_PATTERNS, XGRAMMAR, known
 from .refusal import JSON_TYPES, TYPES, Refuse, ptr, rewrite_pattern
@@ -53,7 +55,7 @@ class Builder:
         values = self.enum_values(s, p)
         if values is not None:
             kept = [v for v in values if self.valid(v, raw, p)]
-            return [{"enum": kept}] if kept else []
+            return [Enum(kept)] if kept else []
         d = self.applicators(self.typed(s, p), s, p)
         if any(k in s for k in APPLICATORS):
             if "unevaluatedProperties" in s:
@@ -69,21 +71,18 @@ class Builder:
         u = self.norm(sub, q)
         out = []
         for b in d:
-            if "$ref" in b or ("enum" in b and any(isinstance(v, dict) for v in b["enum"])):
+            if isinstance(b, Ref) or (isinstance(b, Enum) and any(isinstance(v, dict) for v in b.values)):
                 raise Refuse("unevaluatedProperties", q, "which keys were evaluated is unknown here "
                              "(a recursive $ref or an enum of objects)")
-            if b.get("type") != "object" or b.get("eva"):
+            if not isinstance(b, Object) or b.evaluated_all:
                 out.append(b)
                 continue
-            if b.get("evx"):
+            if b.partial:
                 raise Refuse("unevaluatedProperties", q, "anyOf branches that overlap: which of them "
                              "evaluated a key depends on the instance")
-            b = {**b, "properties": dict(b.get("properties", {})), "eva": True}
-            for name in list(b["properties"]):
-                if name not in b.get("evn", ()) and not any(re.search(pt, name) for pt in b.get("evp", ())):
-                    b["properties"][name] = self.intersect(b["properties"][name], u, q, "unevaluatedProperties")
-            b["additionalProperties"] = u
-            b = self.complete_object(b)
+            props = {name: d if name in b.evaluated_names or any(re.search(pt, name) for pt in b.evaluated_patterns)
+                     else self.intersect(d, u, q, "unevaluatedProperties") for name, d in b.properties.items()}
+            b = self.complete_object(replace(b, properties=props, additional=u, evaluated_all=True))
             if b is not None:
                 out.append(b)
         return out
@@ -93,24 +92,20 @@ class Builder:
         u = self.norm(sub, q)
         out = []
         for b in d:
-            if "$ref" in b or ("enum" in b and any(isinstance(v, list) for v in b["enum"])):
+            if isinstance(b, Ref) or (isinstance(b, Enum) and any(isinstance(v, list) for v in b.values)):
                 raise Refuse("unevaluatedItems", q, "which items were evaluated is unknown here "
                              "(a recursive $ref or an enum of arrays)")
-            if b.get("type") != "array" or b.get("evi") is True:
+            if not isinstance(b, Array) or b.evaluated is True:
                 out.append(b)
                 continue
-            if b.get("evx"):
+            if b.partial:
                 raise Refuse("unevaluatedItems", q, "overlapping anyOf branches: which items were evaluated "
                              "depends on the instance")
-            n = b.get("evi", 0)
-            pre = list(b.get("prefixItems", []))
-            ub = u + b["evc"] if b.get("evc") and not is_any(u) else u  # an item contains matched is evaluated
-            for i in range(n, len(pre)):
-                pre[i] = self.intersect(pre[i], ub, q, "unevaluatedItems")
-            b = {**b, "evi": True, "items": self.meet_opt(b.get("items"), ub, q, "unevaluatedItems")}
-            if pre:
-                b["prefixItems"] = pre
-            out.append(b)
+            ub = u + list(b.contained) if b.contained and not is_any(u) else u  # contains' matches are evaluated
+            pre = [x if i < b.evaluated else self.intersect(x, ub, q, "unevaluatedItems")
+                   for i, x in enumerate(b.prefix or [])]
+            out.append(replace(b, prefix=pre or None, evaluated=True,
+                               items=self.meet_opt(b.items, ub, q, "unevaluatedItems")))
         return out
 
     def enum_values(self, s, p):
@@ -180,7 +175,7 @@ class Builder:
             return self.memo[key]
         if key in self.active:
             self.cyclic.add(key)
-            return [{"$ref": key}]
+            return [Ref(key)]
         self.active.add(key)
         self._keep = getattr(self, "_keep", []) + [node]
         old, self.res = self.res, resolved.resolver
@@ -206,7 +201,7 @@ class Builder:
         out = []
         for x in dict.fromkeys(tl):
             b = getattr(self, "b_" + x)(s, p) if x in ("number", "integer", "string", "array", "object") \
-                else {"type": x}
+                else plain(x)
             if b is not None:
                 out.append(b)
         return out
@@ -215,7 +210,7 @@ class Builder:
         return self.b_number(s, p, "integer")
 
     def b_number(self, s, p, kind="number"):
-        b = {"type": kind, "@": p}
+        b = Number(integer=kind == "integer", at=p)
         for kw, side, excl in (("minimum", "lo", False), ("exclusiveMinimum", "lo", True),
                                ("maximum", "hi", False), ("exclusiveMaximum", "hi", True)):
             if kw in s:
@@ -228,17 +223,15 @@ class Builder:
                 raise Refuse("multipleOf", ptr(p, "multipleOf"), "multipleOf must be a positive number")
             if float(m) != int(m):
                 raise Refuse("multipleOf", ptr(p, "multipleOf"), "a non-integer multipleOf is not enforced")
-            b["type"] = "integer"
-            if int(m) != 1:
-                b["multipleOf"] = int(m)
+            b = replace(b, integer=True, multiple_of=int(m) if int(m) != 1 else None)
         return fix_int(b)
 
     def b_string(self, s, p):
-        b = {"type": "string", "@": p}
+        b = {}
         if "minLength" in s and count(s["minLength"], "minLength", ptr(p, "minLength")) > 0:
-            b["minLength"] = int(s["minLength"])
+            b["min_length"] = int(s["minLength"])
         if "maxLength" in s:
-            b["maxLength"] = count(s["maxLength"], "maxLength", ptr(p, "maxLength"))
+            b["max_length"] = count(s["maxLength"], "maxLength", ptr(p, "maxLength"))
         if "pattern" in s:
             rw = rewrite_pattern(s["pattern"])
             if rw is None:
@@ -260,36 +253,37 @@ class Builder:
             raise Refuse("format", ptr(p, "format"), f"format {f!r} {NOT_EXACT}")
         if f is not None and f in FORMAT_LENGTHS and ("pattern" in b or "format" in b):
             lo, hi = FORMAT_LENGTHS[f]
-            if b.get("minLength", 0) <= lo:  # implied by the format: Pydantic's AnyUrl has minLength 1
-                b.pop("minLength", None)
-            if hi is not None and b.get("maxLength", math.inf) >= hi:
-                b.pop("maxLength", None)
-        return check_string(b)
+            if b.get("min_length", 0) <= lo:  # implied by the format: Pydantic's AnyUrl has minLength 1
+                b.pop("min_length", None)
+            if hi is not None and b.get("max_length", math.inf) >= hi:
+                b.pop("max_length", None)
+        return check_string(String(at=p, **b))
 
     def b_array(self, s, p):
-        b = {"type": "array", "@": p}
+        b = {}
         if "prefixItems" in s:
             if not isinstance(s["prefixItems"], list):
                 raise Refuse("prefixItems", at(s, p, "prefixItems"), "prefixItems must be an array")
-            b["prefixItems"] = [self.norm(x, at(s, p, "prefixItems", i)) for i, x in enumerate(s["prefixItems"])]
-        b["evi"] = len(b.get("prefixItems", []))
+            b["prefix"] = [self.norm(x, at(s, p, "prefixItems", i)) for i, x in enumerate(s["prefixItems"])] or None
+        b["evaluated"] = len(b.get("prefix") or [])
         alone = not any(k in s for k in APPLICATORS)  # else unevaluated_items() applies it afterwards
         if "items" in s:
-            b["items"], b["evi"] = self.norm(s["items"], at(s, p, "items")), True
+            b["items"], b["evaluated"] = self.norm(s["items"], at(s, p, "items")), True
         elif "unevaluatedItems" in s and alone and "contains" not in s:
-            b["items"], b["evi"] = self.norm(s["unevaluatedItems"], ptr(p, "unevaluatedItems")), True
-        for kw in ("minItems", "maxItems"):
+            b["items"], b["evaluated"] = self.norm(s["unevaluatedItems"], ptr(p, "unevaluatedItems")), True
+        for kw, name in (("minItems", "min_items"), ("maxItems", "max_items")):
             if kw in s:
-                b[kw] = count(s[kw], kw, ptr(p, kw))
+                b[name] = count(s[kw], kw, ptr(p, kw))
         if "contains" in s:
             mn = count(s.get("minContains", 1), "minContains", ptr(p, "minContains"))
             mx = count(s["maxContains"], "maxContains", ptr(p, "maxContains")) if "maxContains" in s else None
             c = self.norm(s["contains"], ptr(p, "contains"))
-            b["evc"] = c  # the items it matches are evaluated (unevaluatedItems)
+            b["contained"] = tuple(c)  # the items it matches are evaluated (unevaluatedItems)
             if mn != 0 or mx is not None:
-                b["contains"] = [(c, mn, mx)]
-        if s.get("uniqueItems") is True and not (b.get("maxItems", 2) <= 1):
-            if "contains" in b:
+                b["contains"] = ((c, mn, mx),)
+        b = Array(at=p, **b)
+        if s.get("uniqueItems") is True and not ((2 if b.max_items is None else b.max_items) <= 1):
+            if b.contains:
                 raise Refuse("uniqueItems", ptr(p, "uniqueItems"), "uniqueItems beside contains is not enforced")
             return self.unique_items(b, p)
         return check_array(b)
@@ -297,8 +291,8 @@ class Builder:
     def unique_items(self, b, p):
         """uniqueItems over a finite array space (every position an enum, boolean or null, and a
         bounded length): every array of distinct values, as an enum."""
-        pre, items = b.get("prefixItems", []), b.get("items")
-        hi = b.get("maxItems")
+        pre, items = b.prefix or [], b.items
+        hi = b.max_items
         if items == []:
             hi = len(pre) if hi is None else min(hi, len(pre))
         refuse = Refuse("uniqueItems", ptr(p, "uniqueItems"),
@@ -311,85 +305,81 @@ class Builder:
         if any(v is None for v in pos) or math.prod(max(1, len(v)) for v in pos) > 4096:
             raise refuse
         arrays = []
-        for k in range(b.get("minItems", 0), hi + 1):
+        for k in range(b.min_items or 0, hi + 1):
             for combo in itertools.product(*pos[:k]):
                 if all(not same(x, y) for i, x in enumerate(combo) for y in combo[i + 1:]):
                     arrays.append(list(combo))
         if len(arrays) > MAX_ENUM:
             raise refuse
-        return {"enum": arrays} if arrays else None
+        return Enum(arrays) if arrays else None
 
     def b_object(self, s, p):
-        b = {"type": "object", "@": p, "properties": {}}
+        b = {}
         props = s.get("properties", {})
         if not isinstance(props, dict):
             raise Refuse("properties", ptr(p, "properties"), "properties must be an object")
-        for name, sub in props.items():
-            b["properties"][name] = self.norm(sub, ptr(p, "properties", name))
+        b["properties"] = {name: self.norm(sub, ptr(p, "properties", name)) for name, sub in props.items()}
         if "patternProperties" in s:
             pp = s["patternProperties"]
             if not isinstance(pp, dict):
                 raise Refuse("patternProperties", ptr(p, "patternProperties"), "must be an object")
-            b["patternProperties"] = {}
             if len(pp) > MAX_PATTERNS:
                 raise Refuse("patternProperties", ptr(p, "patternProperties"),
                              f"more than {MAX_PATTERNS} patterns (each set of them is a class of keys)")
-            for pat, sub in pp.items():
+            for pat in pp:
                 if rewrite_pattern(pat) is None:
                     raise Refuse("patternProperties", ptr(p, "patternProperties", pat),
                                  "pattern cannot be enforced exactly")
-                b["patternProperties"][pat] = self.norm(sub, ptr(p, "patternProperties", pat))
-        b["evn"], b["evp"] = frozenset(b["properties"]), tuple(b.get("patternProperties", ()))
+            b["patterns"] = {pat: self.norm(sub, ptr(p, "patternProperties", pat)) for pat, sub in pp.items()}
+        b["evaluated_names"], b["evaluated_patterns"] = frozenset(b["properties"]), tuple(b.get("patterns") or ())
         if "additionalProperties" in s:
-            b["additionalProperties"] = self.norm(s["additionalProperties"], ptr(p, "additionalProperties"))
-            b["eva"] = True
+            b["additional"] = self.norm(s["additionalProperties"], ptr(p, "additionalProperties"))
+            b["evaluated_all"] = True
         elif "unevaluatedProperties" in s and not any(k in s for k in APPLICATORS):
-            b["additionalProperties"] = self.norm(s["unevaluatedProperties"], ptr(p, "unevaluatedProperties"))
-            b["eva"] = True
+            b["additional"] = self.norm(s["unevaluatedProperties"], ptr(p, "unevaluatedProperties"))
+            b["evaluated_all"] = True
         if "required" in s:
             r = s["required"]
             if not isinstance(r, list) or not all(isinstance(x, str) for x in r):
                 raise Refuse("required", ptr(p, "required"), "required must be an array of strings")
-            b["required"] = list(dict.fromkeys(r))
-        for kw in ("minProperties", "maxProperties"):
+            b["required"] = tuple(dict.fromkeys(r))
+        for kw, name in (("minProperties", "min_props"), ("maxProperties", "max_props")):
             if kw in s:
-                b[kw] = count(s[kw], kw, ptr(p, kw))
+                b[name] = count(s[kw], kw, ptr(p, kw))
         if "propertyNames" in s:
             pn = self.norm(s["propertyNames"], ptr(p, "propertyNames"))
-            names = [x for x in pn if x.get("type") == "string" or "enum" in x]
+            names = [x for x in pn if isinstance(x, (String, Enum))]
             if not names:
-                b["maxProperties"] = 0
+                b["max_props"] = 0
             elif not (len(names) == 1 and is_plain(names[0])):
-                b["propertyNames"] = names
+                b["names"] = names
                 for name in b["properties"]:
                     if not self.valid(name, s["propertyNames"], ptr(p, "propertyNames")):
                         b["properties"][name] = []
-        return self.complete_object(b)
+        return self.complete_object(Object(at=p, **b))
 
     def complete_object(self, b):
         """List every required name in properties; drop the branch when a required key is impossible."""
-        for r in b.get("required", []):
-            if r not in b["properties"]:
-                b["properties"][r] = self.prop_schema(b, r)
-            if b["properties"][r] == []:
+        props = dict(b.properties)
+        for r in b.required:
+            if r not in props:
+                props[r] = self.prop_schema(b, r)
+            if props[r] == []:
                 return None
-        if b.get("minProperties", 0) > b.get("maxProperties", math.inf):
+        if (b.min_props or 0) > (math.inf if b.max_props is None else b.max_props):
             return None
-        if not b.get("properties"):
-            b.pop("properties", None)
-        return b
+        return replace(b, properties=props)
 
     def prop_schema(self, b, name):
         """What a value under key ``name`` must match in object branch ``b``."""
-        parts = [d for pat, d in b.get("patternProperties", {}).items() if re.search(pat, name)]
-        if name in b.get("properties", {}):
-            parts.insert(0, b["properties"][name])
+        parts = [d for pat, d in (b.patterns or {}).items() if re.search(pat, name)]
+        if name in b.properties:
+            parts.insert(0, b.properties[name])
         if not parts:
-            add = b.get("additionalProperties")
-            return any_() if add is None else add
+            return any_() if b.additional is None else b.additional
         out = parts[0]
         for d in parts[1:]:
-            out = self.intersect(out, d, b.get("@", ""), "patternProperties")
+            out = self.intersect(out, d, b.at, "patternProperties")
         return out
 
     def applicators(self, d, s, p) -> list:
@@ -408,7 +398,7 @@ class Builder:
             ds = [self.norm(sub, ptr(p, "anyOf", i)) for i, sub in enumerate(s["anyOf"])]
             u = [b for x in ds for b in x]
             if len(ds) > 1 and not self.disjoint(ds, ptr(p, "anyOf")):
-                u = [{**b, "evx": True} if b.get("type") in ("object", "array") else b for b in u]
+                u = [replace(b, partial=True) if isinstance(b, (Object, Array)) else b for b in u]
             d = self.intersect(d, u, ptr(p, "anyOf"), "anyOf")
         if "oneOf" in s:
             d = self.intersect(d, self.one_of(s["oneOf"], ptr(p, "oneOf")), ptr(p, "oneOf"), "oneOf")
@@ -431,10 +421,10 @@ class Builder:
                 q = at(s, p, kw, key)
                 if kw == "dependentRequired":
                     dep = {"required": dep}
-                need = self.intersect([{"type": "object", "@": q, "properties": {key: any_()}, "required": [key]}],
+                need = self.intersect([Object(properties={key: any_()}, required=(key,), at=q)],
                                       self.norm(dep, q), q, kw)
-                absent = [{"type": "object", "@": q, "properties": {key: []}}]
-                others = [{"type": t} for t in TYPES if t != "object"]
+                absent = [Object(properties={key: []}, at=q)]
+                others = [plain(t) for t in TYPES if t != "object"]
                 d = self.intersect(d, others + absent + need, q, kw)
         return d
 
