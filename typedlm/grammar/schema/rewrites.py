@@ -6,7 +6,8 @@ branches), intersection and complement (:mod:`.algebra`) and emission (:mod:`.em
 of :mod:`.branches`.
 
 Core form: a disjunction (``anyOf``) of branches; a branch is ``{"enum": [...]}`` or one JSON type
-with only keywords xgrammar enforces for that type, or a ``$ref`` to a recursive definition.
+with only keywords xgrammar enforces for that type (or an ``x-typedlm-*`` node, see :mod:`.ebnf`),
+or a ``$ref`` to a recursive definition.
 Every rewrite is exact (the output accepts exactly the instances the input accepts, given that
 xgrammar enforces the core keywords); where no exact rewrite exists, :class:`Refuse` names the
 keyword and its JSON pointer. The rewrites (each pinned by tests/test_schema_rewrites.py):
@@ -29,9 +30,17 @@ keyword and its JSON pointer. The rewrites (each pinned by tests/test_schema_rew
 - ``pattern`` / ``patternProperties``: search semantics and ECMA ``.`` (see refusal.rewrite_pattern).
 - ``uniqueItems`` over a finite array space (positions that are enums/booleans/null, bounded
   length): the enum of every array of distinct values; on arrays of at most one item: dropped.
-- ``contains`` with ``minContains: 0``,
-  ``unevaluatedProperties``/``unevaluatedItems`` with no in-place applicator: dropped or turned into
-  ``additionalProperties``/``items``, their exact meaning there.
+- ``contains``/``minContains``/``maxContains`` (up to 3 per array): items split into classes by the
+  ``contains`` schemas they match (``items ∧ C`` / ``items ∧ ¬C``), counted by an automaton; with
+  ``minContains: 0`` and no maximum only its annotation stays (the items it matches are evaluated).
+- ``patternProperties`` (several, beside ``properties``), ``propertyNames``, names needing escapes:
+  keys in classes by the patterns they match (automata: intersections and complements), each with
+  the intersection of its schemas; a listed name's value also meets the patterns it matches.
+- complements: ``integer`` -> non-integral numbers (no exponent, at most 15 digits), ``multipleOf``
+  -> other residues, a number enum -> the open intervals between its values.
+- ``unevaluatedProperties``/``unevaluatedItems`` with no in-place applicator: turned into
+  ``additionalProperties``/``items``, their exact meaning there; after applicators: applied to the
+  keys/items no part evaluated.
 """
 
 from __future__ import annotations
