@@ -20,7 +20,7 @@ from typedlm.generate.sampling import SamplingParams
 from typedlm.generate.scheduler import Request, Scheduler
 from typedlm.grammar.spec import make_constraint
 from typedlm.server.app import create_app
-from typedlm.server.interleave import SteppedEngine, run_stepwise
+from typedlm.server.interleave import SteppedEngine, resolve_decide_mode, run_stepwise
 from typedlm.server.state import ServerConfig
 from typedlm.server.testing import live_server
 
@@ -91,9 +91,40 @@ def test_run_stepwise_without_streams(tiny):
         sched.stop()
 
 
-def test_http_decide_and_stream_both_progress(tiny):
+def test_parallel_forwards_run_beside_the_steps_not_between(tiny, streaming, monkeypatch):
+    """Parallel mode: no decide forward is queued on the engine thread, the stream keeps decoding while
+    the decision runs on its own thread, and the decision is the one computed alone."""
+    sched, times = streaming
+    p = presets.load(PRESET)
+    queued = []
+    real_call = sched.call
+    monkeypatch.setattr(sched, "call", lambda fn, *a, **kw: queued.append(fn) or real_call(fn, *a, **kw))
+    stepped = SteppedEngine(tiny, sched, max_chunk=32, parallel=True)
+    t0 = time.perf_counter()
+    got = decide(p["schema"], context(p), engine=stepped).to_dict()
+    t1 = time.perf_counter()
+    assert stepped.forwards >= 2 and queued == []
+    assert sum(t0 < t < t1 for t in times) >= 2, "the stream decoded while the decision ran"
+    same_decision(got, decide(p["schema"], context(p), engine=tiny).to_dict())
+
+
+def test_auto_mode_is_parallel_only_with_a_spare_cpu_core(tiny, monkeypatch):
+    import torch
+
+    monkeypatch.setattr("os.cpu_count", lambda: torch.get_num_threads() + 1)
+    assert resolve_decide_mode("auto", tiny) == "parallel"
+    monkeypatch.setattr("os.cpu_count", lambda: torch.get_num_threads())
+    assert resolve_decide_mode("auto", tiny) == "interleaved"
+    assert resolve_decide_mode("exclusive", tiny) == "exclusive"
+    with pytest.raises(ValueError, match="decide_mode must be one of"):
+        ServerConfig(decide_mode="sometimes")
+
+
+@pytest.mark.parametrize("mode", ["interleaved", "parallel"])
+def test_http_decide_and_stream_both_progress(tiny, mode):
     p, raw = presets.load(PRESET), presets.raw(PRESET)
-    with live_server(create_app(tiny, ServerConfig(warmup=False, decide_chunk_tokens=32))) as url:
+    with live_server(create_app(tiny, ServerConfig(warmup=False, decide_chunk_tokens=32, decide_mode=mode))) as url:
+        assert httpx.get(url + "/ready").json()["decide_mode"] == mode
         model = httpx.get(url + "/v1/models").json()["data"][0]["id"]
         times, started = [], threading.Event()
 
@@ -118,4 +149,7 @@ def test_http_decide_and_stream_both_progress(tiny):
     assert sum(t0 < x < t1 for x in times) >= 10
     alone = decide(p["schema"], context(p), engine=tiny).to_dict()
     same_decision(d.json(), alone)
-    assert d.json()["usage"]["passes"] > alone["usage"]["passes"], "rows were scored in smaller passes"
+    if mode == "interleaved":
+        assert d.json()["usage"]["passes"] > alone["usage"]["passes"], "rows were scored in smaller passes"
+    else:
+        assert d.json()["usage"]["passes"] == alone["usage"]["passes"], "parallel: the decision's own passes"

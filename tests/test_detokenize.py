@@ -110,3 +110,26 @@ def test_logit_bias_changes_the_greedy_choice_but_never_beats_the_grammar(server
         client.chat.completions.create(**base, logit_bias={"999999": 1})
     with pytest.raises(openai.BadRequestError, match="logit_bias"):
         client.chat.completions.create(**base, logit_bias={"5": 101})
+
+
+def test_streaming_detokenizes_linearly(tiny):
+    """Regression (the streaming side): SSE deltas come from the incremental detokenizer, not from
+    re-decoding the output each token. A 60-token stream through the official client costs at most
+    the finalizer's decode of each route, and the deltas add up to the final text."""
+    import dataclasses
+
+    counting = CountingTokenizer(tiny.tokenizer)
+    eng = dataclasses.replace(tiny, tokenizer=counting)
+    with live_server(create_app(eng, ServerConfig())) as url:
+        client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=120)
+        counting.decodes = 0
+        chunks = list(client.chat.completions.create(model=eng.name, messages=[{"role": "user", "content": "x"}],
+                                                     max_tokens=60, seed=3, stream=True))
+        chat_decodes = counting.decodes
+        counting.decodes = 0
+        text = "".join(c.choices[0].text for c in client.completions.create(
+            model=eng.name, prompt="x", max_tokens=60, seed=3, stream=True) if c.choices)
+        completion_decodes = counting.decodes
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert streamed and text
+    assert 1 <= chat_decodes <= 2 and 1 <= completion_decodes <= 2  # counted: the finalizer decodes once

@@ -1,4 +1,5 @@
-"""Jump-forward: forced text appended without sampling, canonical tokens only, batched rows unaffected."""
+"""Jump-forward: grammar-forced text drafted as canonical tokens and verified by the model, so greedy
+output equals the output without it; batched rows unaffected; both KV backends."""
 
 import json
 
@@ -28,13 +29,74 @@ def _seq(eng, c, jump, prompt="x", max_tokens=120):
     return build_sequence(eng, ids, SamplingParams(max_tokens=max_tokens, temperature=0), c, jump_forward=jump)
 
 
+OTHER = {"type": "object", "properties": {
+    "name_of_the_person": {"type": "string", "maxLength": 8},
+    "list_of_items": {"type": "array", "items": {"enum": ["alpha_value", "beta_value"]}, "maxItems": 3}},
+    "required": ["name_of_the_person", "list_of_items"], "additionalProperties": False}
+
+
+@pytest.fixture(params=["StaticKV", "BatchKV"])
+def kv_kind(request, monkeypatch):
+    """Run the scheduler on either KV backend (the tiny Llama takes StaticKV by default)."""
+    if request.param == "BatchKV":
+        from typedlm.generate import scheduler
+        from typedlm.generate.batch_cache import BatchKV
+
+        monkeypatch.setattr(scheduler, "make_kv", lambda engine, n: BatchKV(engine, n))
+    return request.param
+
+
 def test_forced_tokens_are_appended_and_output_stays_valid(tiny):
     c = make_constraint(json_schema=SCHEMA, any_whitespace=False)
     on, off = run_batch(tiny, [_seq(tiny, c, True)])[0], run_batch(tiny, [_seq(tiny, c, False)])[0]
     for r in (on, off):
         assert r.finish_reason == "stop" and r.schema_valid, r
-    assert on.forced_tokens > 10 and off.forced_tokens == 0
+    assert on.forced_tokens > 0 and off.forced_tokens == 0
     assert on.usage["completion_tokens"] == len(on.token_ids)
+
+
+@pytest.mark.parametrize("schema", [SCHEMA, OTHER], ids=["record", "list"])
+@pytest.mark.parametrize("ws", [False, True], ids=["compact", "any_ws"])
+def test_greedy_output_equals_the_output_without_jump_forward(tiny, kv_kind, schema, ws):
+    """Drafts are verified: a row keeps only the draft tokens its own masked argmax picks, the KV
+    forgets the rest. Several prompts in one batch (rows accept and reject at different steps), next
+    to a free-text row; every row equals its run without jump-forward, token for token. The random
+    model takes some drafts and rejects others (both paths run), and the accepted ones are reported
+    as forced tokens, each one a ``forced`` token event."""
+    c = make_constraint(json_schema=schema, any_whitespace=ws)
+    prompts = ["x", "hello there", "JSON please"]
+    mk = lambda jump: [_seq(tiny, c, jump, p) for p in prompts] + [_seq(tiny, None, False, "free", 20)]
+    on_seqs = mk(True)
+    events, on = _run_events(tiny, on_seqs)
+    _, off = _run_events(tiny, mk(False))
+    for a, b in zip(on, off):
+        assert a.token_ids == b.token_ids and a.text == b.text and a.finish_reason == b.finish_reason
+    assert all(r.finish_reason == "stop" and r.schema_valid for r in on[:3])
+    drafted = sum(s.jump.drafted for s in on_seqs[:3])
+    forced = sum(r.forced_tokens for r in on)
+    assert 0 < forced < drafted  # some drafts accepted, some rejected
+    assert forced == sum(f for ev in events for _, f in ev)
+    for ev, r in zip(events, on):
+        assert [t for t, _ in ev] == r.token_ids
+
+
+def test_rejected_drafts_are_forgotten_by_the_kv(tiny, kv_kind, monkeypatch):
+    """Without the KV rollback the rejected draft tokens stay in the context and the output drifts
+    from the run without jump-forward (this fails when ``truncate`` does nothing)."""
+    from typedlm.generate import scheduler
+
+    c = make_constraint(json_schema=SCHEMA, any_whitespace=False)
+    off = run_batch(tiny, [_seq(tiny, c, False, "hello there")])[0]
+    real = scheduler.make_kv
+
+    def kv_without_rollback(engine, n):
+        kv = real(engine, n)
+        monkeypatch.setattr(kv, "truncate", lambda *a: None)
+        return kv
+
+    monkeypatch.setattr(scheduler, "make_kv", kv_without_rollback)
+    broken = run_batch(tiny, [_seq(tiny, c, True, "hello there")])[0]
+    assert broken.token_ids != off.token_ids
 
 
 def test_jump_forward_rows_in_a_batch_leave_other_rows_unchanged(tiny):
@@ -108,41 +170,15 @@ def _run_events(eng, seqs):
     return events, [r.result for r in reqs]
 
 
-def test_given_the_same_forced_tokens_the_sampled_ones_are_the_same(tiny):
-    """What jump-forward changes is only *which* tokens spell the forced text (canonical ones, fed in
-    one multi-token forward). A run without jump-forward that is pinned to the same tokens at the
-    forced steps only (a logits processor) must sample exactly the same tokens at every other step:
-    the multi-token forward gives the same next-token logits as feeding the tokens one by one."""
-    c = make_constraint(json_schema=SCHEMA, any_whitespace=False)
-    events, results = _run_events(tiny, [_seq(tiny, c, True), _seq(tiny, None, False, "free", 20)])
-    forced = {i: t for i, (t, f) in enumerate(events[0]) if f}
-    sampled = [i for i, (_, f) in enumerate(events[0]) if not f]
-    assert len(forced) > 10 and len(sampled) > 5
-    prompt_len = len(tiny.encode_prompt(prompt="x"))
-
-    def pin(seen, logits):
-        step = len(seen) - prompt_len
-        if step in forced:
-            logits[forced[step]] += 1e4
-        return logits
-
-    ids = tiny.encode_prompt(prompt="x")
-    seq = build_sequence(tiny, ids, SamplingParams(max_tokens=120, temperature=0, logits_processors=(pin,)), c)
-    _, without = _run_events(tiny, [seq, _seq(tiny, None, False, "free", 20)])
-    assert without[0].token_ids == results[0].token_ids and without[0].text == results[0].text
-    assert without[0].forced_tokens == 0 and results[0].forced_tokens == len(forced)
-
-
 @pytest.mark.real_model
-def test_default_model_output_is_valid_and_takes_fewer_steps(real):
-    """On SmolLM2 greedy output with jump-forward is NOT the same text as without: the model's own
-    greedy spelling of forced keys is not the canonical tokenization, so the contexts differ after the
-    first forced stretch (measured: bench/results/jump-forward-cpu.md). Both stay schema-valid."""
+def test_default_model_output_equals_the_output_without_jump_forward(real):
+    """On SmolLM2 (a trained model) greedy output with jump-forward is the same text as without, and
+    the model confirms drafted tokens (measured: bench/results/jump-forward-cpu.md)."""
     msgs = [{"role": "user", "content": "Customer 42 prefers the telephone and has an active subscription. "
                                         "Give the record as JSON."}]
     kw = dict(messages=msgs, engine=real, json_schema=SCHEMA, any_whitespace=False, max_tokens=80, temperature=0)
-    on = generate(**kw, jump_forward=True)
-    assert on.schema_valid and on.finish_reason == "stop"
+    on, off = generate(**kw, jump_forward=True), generate(**kw)
+    assert on.token_ids == off.token_ids and on.text == off.text
     assert on.forced_tokens > 0
 
 
@@ -182,3 +218,65 @@ def test_multi_token_step_gives_the_logits_of_one_token_steps(tiny, kind):
     for row in range(3):
         assert torch.allclose(multi[row], singles[row], atol=1e-4), row
         assert torch.allclose(after[row], afters[row], atol=1e-4), row
+
+
+def test_a_sampling_row_keeps_its_distribution_at_draft_positions(tiny):
+    """The exact rule for a deterministic draft: accept the draft token with probability p(draft),
+    else draw from p without it. Over many trials (seeded: deterministic) the token a sampling row
+    takes at a draft position follows p itself — accepting always (unverified forcing) or redrawing
+    from p with the draft still allowed both fail this."""
+    import torch
+
+    from typedlm.generate.sampler import BatchSampler
+
+    c = make_constraint(choice=["alpha", "beta", "gamma"])
+    ids = tiny.encode_prompt(prompt="x")
+    seq = build_sequence(tiny, ids, SamplingParams(max_tokens=8, temperature=1.0, seed=7), c)
+    sampler = BatchSampler(max_batch=1, vocab_size=tiny.model_vocab_size,
+                           tokenizer_vocab_size=tiny.tokenizer_vocab_size, device=tiny.device)
+    sampler.admit(0, seq)
+    first = {w: tiny.tokenizer.encode(w, add_special_tokens=False)[0] for w in ("alpha", "beta", "gamma")}
+    assert len(set(first.values())) == 3
+    p = {"alpha": 0.2, "beta": 0.5, "gamma": 0.3}
+    logits = torch.full((tiny.model_vocab_size,), -30.0)
+    for w, t in first.items():
+        logits[t] = float(torch.tensor(p[w]).log())
+    draft, counts, n = first["alpha"], {t: 0 for t in first.values()}, 1500
+    for _ in range(n):
+        seq.grammar.filled = False
+        if sampler.verify(logits, seq, 0, draft):
+            t = draft
+        else:
+            sampler.forbid(seq, draft)
+            t = sampler.finish(sampler.sample(logits.clone()[None], [seq], [0]), [seq])[0]
+        counts[t] += 1
+    for w, t in first.items():
+        assert abs(counts[t] / n - p[w]) < 0.05, (w, counts[t] / n)
+
+
+def test_sampling_rows_verify_their_drafts_reproducibly(tiny, kv_kind):
+    """Seeded sampling rows with jump-forward: drafts are accepted by the row's own generator, so a
+    seed gives the same output twice; the output stays schema-valid and some drafts are accepted."""
+    c = make_constraint(json_schema=SCHEMA, any_whitespace=False)
+    ids = tiny.encode_prompt(prompt="x")
+    mk = lambda: [build_sequence(tiny, ids, SamplingParams(max_tokens=120, temperature=0.8, seed=s), c,
+                                 jump_forward=True) for s in range(3)]
+    a, b = run_batch(tiny, mk(), max_batch=3), run_batch(tiny, mk(), max_batch=3)
+    assert [r.token_ids for r in a] == [r.token_ids for r in b]
+    assert all(r.finish_reason == "stop" and r.schema_valid for r in a)
+    assert sum(r.forced_tokens for r in a) > 0
+
+
+def test_after_a_reasoning_block_greedy_output_is_unchanged():
+    """A reasoning row: free thinking, the end marker forced at its budget, then the grammar with
+    jump-forward drafts; the output equals the same row without jump-forward."""
+    from typedlm.testing import tiny_reasoning_engine
+
+    eng = tiny_reasoning_engine()
+    c = make_constraint(json_schema=SCHEMA, any_whitespace=False)
+    ids = eng.encode_prompt(prompt="x")
+    mk = lambda jump: build_sequence(eng, ids, SamplingParams(max_tokens=150, temperature=0), c, thinking=True,
+                                     reasoning_budget=12, jump_forward=jump)
+    on, off = run_batch(eng, [mk(True)])[0], run_batch(eng, [mk(False)])[0]
+    assert on.token_ids == off.token_ids and on.reasoning == off.reasoning and on.text == off.text
+    assert on.reasoning_tokens >= 12 and on.schema_valid and on.forced_tokens > off.forced_tokens

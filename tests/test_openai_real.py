@@ -47,3 +47,60 @@ def test_parse_with_a_pydantic_response_format(client, real):
         response_format=Person, max_tokens=60, temperature=0, extra_body={"jump_forward": True})
     assert isinstance(r.choices[0].message.parsed, Person)
     assert r.usage.model_extra["forced_tokens"] > 0
+
+
+ADD = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+       "required": ["a", "b"], "additionalProperties": False}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city",
+                                           "parameters": WEATHER}},
+         {"type": "function", "function": {"name": "add", "description": "Add two integers", "parameters": ADD}}]
+SCHEMAS = {"get_weather": WEATHER, "add": ADD}
+ASK = [{"role": "user", "content": "What is the weather in Paris, in celsius? And what is 2 plus 3?"}]
+
+
+def _valid_calls(calls):
+    assert calls
+    for c in calls:
+        assert c.id.startswith("call_") and c.type == "function"
+        jsonschema.validate(json.loads(c.function.arguments), SCHEMAS[c.function.name])
+
+
+def test_named_none_and_auto_on_the_default_model(client, real):
+    kw = dict(model=real.name, messages=ASK, tools=TOOLS, max_tokens=40, temperature=0, parallel_tool_calls=False)
+    named = client.chat.completions.create(**kw, tool_choice={"type": "function", "function": {"name": "add"}})
+    assert named.choices[0].finish_reason == "tool_calls"
+    assert [c.function.name for c in named.choices[0].message.tool_calls] == ["add"]
+    _valid_calls(named.choices[0].message.tool_calls)
+    none = client.chat.completions.create(**kw, tool_choice="none")
+    assert none.choices[0].message.tool_calls is None and none.choices[0].message.content
+    assert "<tool_call>" not in none.choices[0].message.content
+    auto = client.chat.completions.create(**kw, tool_choice="auto").choices[0]
+    if auto.message.tool_calls:  # the model chose to call: the call is constrained
+        assert auto.finish_reason == "tool_calls"
+        _valid_calls(auto.message.tool_calls)
+    else:
+        assert auto.message.content and auto.finish_reason in ("stop", "length")
+
+
+def test_parallel_calls_and_a_stream_assembled_by_the_client_on_the_default_model(client, real):
+    kw = dict(model=real.name, messages=ASK, tools=TOOLS, tool_choice="required", max_tokens=80, temperature=0)
+    par = client.chat.completions.create(**kw, parallel_tool_calls=True).choices[0]
+    _valid_calls(par.message.tool_calls)
+    assert len({c.id for c in par.message.tool_calls}) == len(par.message.tool_calls)
+    one = dict(kw, parallel_tool_calls=False, max_tokens=40)
+    plain = client.chat.completions.create(**one).choices[0]
+    with client.chat.completions.stream(**one) as stream:
+        snap = stream.get_final_completion().choices[0]
+    assert snap.finish_reason == plain.finish_reason == "tool_calls"
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in snap.message.tool_calls] == \
+        [(c.function.name, json.loads(c.function.arguments)) for c in plain.message.tool_calls]
+
+
+def test_multi_turn_with_a_tool_result_on_the_default_model(client, real):
+    history = ASK[:1] + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "5"}]
+    r = client.chat.completions.create(model=real.name, messages=history, tools=TOOLS, tool_choice="none",
+                                       max_tokens=30, temperature=0).choices[0]
+    assert r.message.tool_calls is None and r.message.content and r.finish_reason in ("stop", "length")

@@ -169,14 +169,63 @@ def test_history_rendering_native_and_fallback(tiny, rclient):
     assert "<tool_response>\n3\n</tool_response>" in fallback
 
 
+# uniqueItems over integers is not enforced (not context-free unless the items are a small finite set)
+UNIQUE = {"type": "object", "properties": {"x": {"type": "array", "items": {"type": "integer", "minimum": 0,
+                                                                          "maximum": 3}, "maxItems": 3,
+                                              "uniqueItems": True}},
+          "required": ["x"], "additionalProperties": False}
+
+
 def test_tool_schema_goes_through_the_refusal_layer(client, tiny):
-    bad = [{"type": "function", "function": {"name": "f", "parameters": {
-        "type": "object", "properties": {"x": {"type": "array", "uniqueItems": True}}}}}]
+    bad = [{"type": "function", "function": {"name": "f", "parameters": UNIQUE, "strict": True}}]
     with pytest.raises(openai.BadRequestError, match=r"tools\[0\]\.function\.parameters.*uniqueItems"):
         client.chat.completions.create(model=tiny.name, messages=MSG, tools=bad, tool_choice="required")
     with pytest.raises(openai.BadRequestError, match="not in 'tools'"):
         client.chat.completions.create(model=tiny.name, messages=MSG, tools=TOOLS,
                                        tool_choice={"type": "function", "function": {"name": "nope"}})
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_non_strict_tool_schema_is_relaxed_and_the_arguments_validated(client, tiny, stream):
+    """A non-strict tool whose schema has a keyword the grammar cannot enforce (``uniqueItems``) is not a
+    400: the call is generated under the schema without it (still an array of small integers), and
+    ``Warning: 199`` + the ``typedlm`` field say so, with each choice's arguments checked on the
+    original schema by jsonschema (compared here with jsonschema's own verdict)."""
+    tools = [{"type": "function", "function": {"name": "f", "parameters": UNIQUE}}, TOOLS[1]]
+    kw = dict(model=tiny.name, messages=MSG, tools=tools, tool_choice={"type": "function", "function": {"name": "f"}},
+              n=3, seed=5, temperature=1.0, max_tokens=120, parallel_tool_calls=False)
+    raw = client.chat.completions.with_raw_response.create(**kw, stream=stream)
+    assert raw.headers["warning"].startswith('199 typedlm "tool parameters partly enforced: relaxed uniqueItems at '
+                                             '/properties/x/uniqueItems of tool f')
+    if stream:
+        chunks = list(raw.parse())
+        notice = [c.model_extra["typedlm"] for c in chunks if (c.model_extra or {}).get("typedlm")]
+        assert len(notice) == 1
+        notice, args = notice[0], {}
+        for c in chunks:
+            for ch in c.choices:
+                for tc in ch.delta.tool_calls or []:
+                    args[ch.index] = args.get(ch.index, "") + (tc.function.arguments or "")
+        args = [args[i] for i in range(3)]
+    else:
+        resp = raw.parse()
+        notice = resp.model_extra["typedlm"]
+        assert all(ch.finish_reason == "tool_calls" and len(ch.message.tool_calls) == 1 for ch in resp.choices)
+        assert all(ch.message.tool_calls[0].function.name == "f" for ch in resp.choices)
+        args = [ch.message.tool_calls[0].function.arguments for ch in resp.choices]
+    assert notice["degraded"] == "relaxed" and "uniqueItems" in notice["reason"]
+    assert notice["relaxed"] == [{"tool": "f", "keyword": "uniqueItems", "pointer": "/properties/x/uniqueItems",
+                                  "action": "dropped 'uniqueItems'"}]
+    relaxed = {**UNIQUE, "properties": {"x": {k: v for k, v in UNIQUE["properties"]["x"].items()
+                                               if k != "uniqueItems"}}}
+    verdicts = []
+    for a, valid, errors in zip(args, notice["schema_valid"], notice["schema_errors"]):
+        value = json.loads(a)
+        jsonschema.validate(value, relaxed)  # the superset grammar held
+        ok = jsonschema.Draft202012Validator(UNIQUE).is_valid(value)
+        assert valid is ok and bool(errors) is not ok
+        verdicts.append(ok)
+    assert len(verdicts) == 3
 
 
 def test_parse_and_stream_parsers_agree():

@@ -2,11 +2,13 @@
 
 A real server on loopback (the app ``typedlm serve`` runs) serves ``--streams`` streaming chat requests at
 once; every SSE content chunk's arrival time is recorded per stream and the gaps between consecutive
-chunks are the inter-token latencies (the first chunk, TTFT, is not one). Three runs on the same engine:
+chunks are the inter-token latencies (the first chunk, TTFT, is not one). Runs on the same engine:
 
 - ``alone``        the streams only
 - ``interleaved``  the streams while ``--decide-clients`` clients post ``/v1/decide`` back to back
                    (decide forwards interleave with decode steps: :mod:`typedlm.server.interleave`)
+- ``parallel``     the same traffic with decide forwards on their own thread beside the decode steps
+                   (CPU, with a core left free by ``--threads``)
 - ``exclusive``    the same traffic with each decision run as one block between two steps (the old path)
 
 Reported: p50 / p90 / p99 / max ITL per run, decisions completed and their p50 latency, and p99 ITL
@@ -29,7 +31,7 @@ import typer
 
 from .grammar import _pct
 
-MODES = ("alone", "interleaved", "exclusive")
+MODES = ("alone", "interleaved", "parallel", "exclusive")
 
 
 def _stream(url: str, body: dict, arrivals: list[float]) -> None:
@@ -61,7 +63,7 @@ def run_mode(engine, mode: str, *, streams: int, max_tokens: int, decide_clients
     from ..server.testing import live_server
 
     raw = presets.raw(preset)
-    config = ServerConfig(warmup=True, max_batch=streams, interleave_decide=mode != "exclusive",
+    config = ServerConfig(warmup=True, max_batch=streams, decide_mode="interleaved" if mode == "alone" else mode,
                           decide_chunk_tokens=chunk_tokens, decide_chunk_rows=chunk_rows)
     decide_body = {"schema": raw["schema"], "context": raw["examples"][0]}
     with live_server(create_app(engine, config), timeout=600) as url:
@@ -102,6 +104,8 @@ def bench_itl(engine, *, modes=MODES, streams: int = 4, max_tokens: int = 64, de
               preset: str = "support_triage", chunk_tokens: int = 256, chunk_rows: int = 1, progress=None) -> dict:
     import torch
 
+    from ..server.interleave import resolve_decide_mode
+
     runs = []
     for mode in modes:
         if progress:
@@ -114,7 +118,7 @@ def bench_itl(engine, *, modes=MODES, streams: int = 4, max_tokens: int = 64, de
     return {"model": engine.name, "device": str(engine.device), "dtype": str(engine.dtype).replace("torch.", ""),
             "machine": f"{os.cpu_count()}-core {platform.machine()} CPU" if engine.device.type == "cpu"
             else torch.cuda.get_device_name(engine.device),
-            "torch_threads": torch.get_num_threads(), "streams": streams, "max_tokens": max_tokens,
+            "torch_threads": torch.get_num_threads(), "auto_decide_mode": resolve_decide_mode("auto", engine), "streams": streams, "max_tokens": max_tokens,
             "decide_clients": decide_clients, "preset": preset, "decide_chunk_tokens": chunk_tokens,
             "decide_chunk_rows": chunk_rows, "runs": runs}
 
@@ -162,7 +166,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         chunk_tokens: int = typer.Option(256, "--chunk-tokens", help="at most this many decide prefill tokens per forward"),
         chunk_rows: int = typer.Option(1, "--chunk-rows", help="decision rows per scoring pass"),
         threads: Optional[int] = typer.Option(None, "--threads", help="torch intra-op threads"),
-        mode: Optional[list[str]] = typer.Option(None, "--mode", help="alone | interleaved | exclusive (repeatable)"),
+        mode: Optional[list[str]] = typer.Option(None, "--mode", help="alone | interleaved | parallel | exclusive (repeatable)"),
         out: Optional[Path] = typer.Option(None, "--json", help="write the results JSON here"),
     ):
         """p50/p99 inter-token latency of streaming requests alone and beside /v1/decide traffic."""

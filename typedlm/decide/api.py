@@ -17,8 +17,9 @@ from .prior import DEFAULT_PRIOR, check_mode as check_prior, correct as correct_
 from .prompt import PROMPT_VERSION, prompt_ids, prompt_kwargs
 from .result import Decision, QuestionScore, finish_decision
 from .schema import DecisionSchema
-from .score import DEFAULT_BUDGET_BYTES, DEFAULT_PACKING, ScoreStats, _is_oom, prefill_batch, resolve_packing, score_fused, \
-    score_rows
+from .score import DEFAULT_BUDGET_BYTES, DEFAULT_PACKING, ScoreStats, _is_oom, prefill_batch, resolve_packing, \
+    score_contexts, score_rows
+from .ties import drift, near_ties, rescore_one_row
 from .trie import score_trie
 
 
@@ -121,19 +122,27 @@ def decide_many(schema: Any, contexts: list[str], *, engine: Engine | None = Non
         wave_scores = [s.scores for s in scored]
         if prior == "batch":
             batch_logs = mean_log_probs(wave_scores)
-        for i, s in enumerate(scored):
-            sc = s.scores
+
+        def adjust(sc):
             if prior_logs is not None:
-                sc = correct_prior(sc, [prior_logs[j] for j in where])
-            elif prior == "batch":
-                sc = correct_prior(sc, batch_logs)
+                return correct_prior(sc, [prior_logs[j] for j in where])
+            return correct_prior(sc, batch_logs) if prior == "batch" else sc
+
+        for i, s in enumerate(scored):
+            sc = adjust(s.scores)
+            ties = near_ties(wplan, sc, wave, drift(engine)) if k == 0 and max_rows != 1 else []
+            if ties:  # the batch shape could pick these winners: score them one row at a time
+                picked = rescore_one_row(engine, wplan, ids_k[i], ties, s.stats)
+                sc = adjust([_question_score(q, qi, picked) if q.field in ties else old
+                             for qi, (q, old) in enumerate(zip(wplan.questions, s.scores))])
             if bundle is not None:
                 sc = bundle.apply(wplan, sc)
             for j, qs in zip(where, sc):
                 final[i][j] = qs
             runs[i].append(s)
             for name in (wave if k else plan.schema.names):
-                records[i][name] = {"score_source": "batched" if k == 0 else "dependency", "prior": prior,
+                source = "dependency" if k else "rescored_one_row" if name in ties else "batched"
+                records[i][name] = {"score_source": source, "prior": prior,
                                     **(bundle.record(name) if bundle is not None else {})}
             if k + 1 < len(waves):  # the parents' values for the next wave's "Given:" line
                 values[i].update(finish_decision(wplan, sc, timings={}, usage={}, model=engine.name,
@@ -156,7 +165,7 @@ def _merged_usage(parts: list[dict]) -> dict:
     """Usage of several waves: counts add up, ``chunk_rows`` is the largest, ``waves`` when more than one."""
     out = dict(parts[0])
     for p in parts[1:]:
-        for k in ("rows", "scored_tokens", "passes", "oom_retries"):
+        for k in ("rows", "scored_tokens", "passes", "oom_retries", "shared_prefix_tokens"):
             out[k] += p[k]
         out["chunk_rows"] = max(out["chunk_rows"], p["chunk_rows"])
     if len(parts) > 1:
@@ -166,24 +175,23 @@ def _merged_usage(parts: list[dict]) -> dict:
 
 def _score_prompts(engine: Engine, plan: Plan, ids_all: list[list[int]], packing: str, budget_bytes: int,
                    max_rows: int | None) -> list[_Scored]:
-    """Every question of ``plan`` scored on each prompt: fused where it fits, else batched prefill + rows."""
+    """Every question of ``plan`` scored on each prompt: the prompts' shared prefix once and the contexts
+    packed on it (``score_contexts``) where they fit, else batched prefill + rows in chunks."""
     out: list[_Scored | None] = [None] * len(ids_all)
     todo = list(range(len(ids_all)))
-    if packing == "fused" and max_rows is None:
-        todo = []
-        for i, ids in enumerate(ids_all):  # prompt + rows in one forward per context, where they fit
-            st = ScoreStats()
-            t0 = time.perf_counter()
-            picked = score_fused(engine, plan, ids, budget_bytes=budget_bytes, stats=st)
-            if picked is None:
-                todo.append(i)
-                continue
-            engine.sync()
-            out[i] = _Scored(_question_scores(plan, picked), time.perf_counter() - t0, 0.0, st)
+    stats_all = [ScoreStats() for _ in ids_all]  # a context left to the chunked path keeps its OOM count
+    if packing in ("fused", "packed") and max_rows is None:
+        times = [{} for _ in ids_all]
+        picked = score_contexts(engine, plan, ids_all, fused=packing == "fused", budget_bytes=budget_bytes,
+                                stats=stats_all, timings=times)
+        todo = [i for i, p in enumerate(picked) if p is None]
+        for i, p in enumerate(picked):
+            if p is not None:
+                out[i] = _Scored(_question_scores(plan, p), times[i]["prefill"], times[i]["scoring"], stats_all[i])
         packing = "packed"
     for group in _groups([ids_all[i] for i in todo]):
         group = [todo[g] for g in group]
-        stats = [ScoreStats() for _ in group]
+        stats = [stats_all[i] for i in group]
         t0 = time.perf_counter()
         caches = _prefill_group(engine, [ids_all[i] for i in group], stats[0])
         engine.sync()
@@ -199,11 +207,12 @@ def _score_prompts(engine: Engine, plan: Plan, ids_all: list[list[int]], packing
 
 
 def _question_scores(plan: Plan, picked: dict) -> list[QuestionScore]:
-    scores = []
-    for qi, q in enumerate(plan.questions):
-        local, _full, log_mass = score_trie(q.trie, [picked[(qi, p)] for p in range(len(q.trie.points))])
-        scores.append(QuestionScore(tuple(local), log_mass))
-    return scores
+    return [_question_score(q, qi, picked) for qi, q in enumerate(plan.questions)]
+
+
+def _question_score(q, qi: int, picked: dict) -> QuestionScore:
+    local, _full, log_mass = score_trie(q.trie, [picked[(qi, p)] for p in range(len(q.trie.points))])
+    return QuestionScore(tuple(local), log_mass)
 
 
 MAX_BATCH_CONTEXTS = 8

@@ -2,18 +2,25 @@
 forward passes that reuse the prefix KV cache.
 
 Ways to put many rows on one prefix (``packing``):
-  ``fused``   the prompt and every row in ONE forward (:func:`score_fused`); falls back to
-              ``packed`` when the rows do not fit one pass
+  ``fused``   the prompt and every row in ONE forward (:func:`score_contexts`, the prefix inside the
+              first pass); falls back to ``packed`` chunks when the rows do not fit one pass
   ``packed``  all rows of a chunk in ONE sequence after the prefix, as a token tree (shared row
               prefixes fed once) with a 4-D attention mask (each token sees the prefix, its ancestors
               and itself) and per-token position ids; the prefix KV is never copied; the cache is
               cut back to the prefix afterwards.
   ``expand``  rows as a batch; the prefix KV is broadcast to the batch (materialized per chunk).
 Rows are chunked to a memory budget; an out-of-memory error halves the chunk and retries (counted).
+
+Several contexts (``decide_many``, :func:`score_contexts`): their common prompt prefix (system,
+schema, questions: prompt layout 3) is computed once; contexts are packed side by side on its KV,
+each its own tokens + its row tree, under a block mask. A dense additive mask over SDPA, not
+``flex_attention``: the same code on the CPU and CUDA, and on CUDA the masked-out pairs cost FLOPs
+only within one pass of at most :data:`MAX_PASS_TOKENS` queries (bench/results/decide-h200.md).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import torch
@@ -41,12 +48,14 @@ class ScoreStats:
     scored_tokens: int = 0  # tokens fed to scoring passes (packed: after prefix sharing; expand: incl. padding)
     passes: int = 0
     oom_retries: int = 0
+    shared_prefix_tokens: int = 0  # prompt tokens read from a prefix KV computed once for several contexts
     chunk_rows: int = 0  # rows per pass actually used (after OOM halving)
     packing: str = DEFAULT_PACKING
 
     def as_dict(self) -> dict:
         return {"rows": self.rows, "scored_tokens": self.scored_tokens, "passes": self.passes,
-                "oom_retries": self.oom_retries, "chunk_rows": self.chunk_rows, "packing": self.packing}
+                "oom_retries": self.oom_retries, "chunk_rows": self.chunk_rows, "packing": self.packing,
+                "shared_prefix_tokens": self.shared_prefix_tokens}
 
 
 
@@ -147,22 +156,33 @@ def score_rows(engine: Engine, plan: Plan, cache, prefix_len: int, *, packing: s
     return out
 
 
-def _gather(engine: Engine, plan: Plan, part: list[Row], logits: torch.Tensor, where) -> dict:
-    """logits rows at every read of ``part`` -> children log-probs (padded lm_head ids excluded)."""
-    reads, idx = [], []
+def _gather(engine: Engine, plan: Plan, part: list[Row], logits: torch.Tensor, where, contexts: int = 1,
+            defer: bool = False):
+    """logits rows at every read of ``part`` -> children log-probs (padded lm_head ids excluded), one
+    dict per context: ``part`` is ``contexts`` equal blocks of rows, ``where(context, row, pos)``.
+    ``defer``: return a function that copies them to the host then (no device sync before it is called)."""
+    reads, idx, size = [], [], len(part) // contexts
     for r_i, row in enumerate(part):
         for point, pos in row.reads:
-            reads.append((row.question, point))
-            idx.append(where(r_i, pos))
+            reads.append((r_i // size, row.question, point))
+            idx.append(where(r_i // size, r_i % size, pos))
     rows_t = torch.stack([logits[b, t] for b, t in idx]).float()[:, : engine.tokenizer_vocab_size]
     lsm = torch.log_softmax(rows_t, dim=-1)
-    width = max(len(plan.questions[q].trie.points[p].children) for q, p in reads)
+    width = max(len(plan.questions[q].trie.points[p].children) for _, q, p in reads)
     index = torch.zeros(len(reads), width, dtype=torch.long)
-    for k, (q, p) in enumerate(reads):
+    for k, (_, q, p) in enumerate(reads):
         ch = plan.questions[q].trie.points[p].children
         index[k, : len(ch)] = torch.tensor(ch)
-    picked = lsm.gather(1, index.to(lsm.device)).cpu()
-    return {(q, p): picked[k, : len(plan.questions[q].trie.points[p].children)] for k, (q, p) in enumerate(reads)}
+    on_device = lsm.gather(1, index.to(lsm.device))
+
+    def finish() -> list[dict]:
+        picked = on_device.cpu()
+        out: list[dict] = [{} for _ in range(contexts)]
+        for k, (c, q, p) in enumerate(reads):
+            out[c][(q, p)] = picked[k, : len(plan.questions[q].trie.points[p].children)]
+        return out
+
+    return finish if defer else finish()
 
 
 def _pass_expand(engine: Engine, plan: Plan, part: list[Row], cache, prefix_len: int) -> tuple[dict, int]:
@@ -177,7 +197,7 @@ def _pass_expand(engine: Engine, plan: Plan, part: list[Row], cache, prefix_len:
     at = {k: i for i, k in enumerate(need)} if engine.keeps_logits else {k: k for k in need}
     logits, _ = engine.forward(ids.to(engine.device), DynamicCache(ddp_cache_data=layers),
                                **_keep(engine, torch.tensor(need, device=engine.device)))
-    return _gather(engine, plan, part, logits, lambda b, pos: (b, at[pos])), B * L
+    return _gather(engine, plan, part, logits, lambda _c, b, pos: (b, at[pos]))[0], B * L
 
 
 def _tree(part: list[Row], P: int):
@@ -210,8 +230,10 @@ def _tree(part: list[Row], P: int):
 
 
 def _additive(allow: torch.Tensor, engine: Engine) -> torch.Tensor:
-    mask = torch.zeros(allow.shape, dtype=engine.dtype)
-    return mask.masked_fill_(~allow, torch.finfo(engine.dtype).min)[None, None].to(engine.device)
+    """The bool matrix -> a [1, 1, Q, K] additive mask, built on the device (only the bools travel)."""
+    allow = allow.to(engine.device, non_blocking=True)
+    mask = torch.zeros(allow.shape, dtype=engine.dtype, device=engine.device)
+    return mask.masked_fill_(~allow, torch.finfo(engine.dtype).min)[None, None]
 
 
 def _pass_packed(engine: Engine, plan: Plan, part: list[Row], cache, prefix_len: int) -> tuple[dict, int]:
@@ -227,38 +249,159 @@ def _pass_packed(engine: Engine, plan: Plan, part: list[Row], cache, prefix_len:
                                    position_ids=torch.tensor([pos], device=dev),
                                    attention_mask=_additive(allow, engine),
                                    **_keep(engine, torch.tensor(need, device=dev)))
-        return _gather(engine, plan, part, logits, lambda b, p: (0, at[row_nodes[b][p]])), len(ids)
+        return _gather(engine, plan, part, logits, lambda _c, b, p: (0, at[row_nodes[b][p]]))[0], len(ids)
     finally:
         _truncate(cache, P)
 
 
+def shared_prefix(ids_all: list[list[int]]) -> int:
+    """Length of the longest common token prefix of the prompts (one prompt: all of it). The prompt
+    layout puts system + schema + questions before the per-context fence, so it is at least that part."""
+    first = ids_all[0]
+    n = min(len(i) for i in ids_all)
+    for k in range(n):
+        if any(ids[k] != first[k] for ids in ids_all[1:]):
+            return k
+    return n
+
+
+def _pass_bytes(engine: Engine, q: int, k: int, reads: int) -> int:
+    """Memory of one pass with ``q`` query tokens over ``k`` keys reading ``reads`` logits rows: the
+    logits (fp32 log-softmax), the additive mask (+ its bool form), the new KV and, off CUDA (SDPA's math
+    kernel), the attention scores; CUDA's memory-efficient kernel does not materialize them."""
+    scores = 0 if engine.device.type == "cuda" else 4 * engine.attn_heads
+    logit_rows = reads if engine.keeps_logits else q
+    return logit_rows * engine.model_vocab_size * 4 + q * k * (scores + torch.finfo(engine.dtype).bits // 8 + 1) \
+        + q * engine.kv_bytes_per_token
+
+
+MAX_PASS_TOKENS = 2048  # query tokens of one shared-prefix pass: enough for full-size GEMMs, while the dense
+# mask's wasted attention (every query against every key of the pass) stays a small share of the FLOPs
+
+
 @torch.inference_mode()
-def score_fused(engine: Engine, plan: Plan, prompt: list[int], *, budget_bytes: int = DEFAULT_BUDGET_BYTES,
-                stats: ScoreStats | None = None) -> dict | None:
-    """The prompt AND every row in ONE forward (causal prompt, then the row tree). On a launch-bound
-    GPU this saves a whole forward pass. Returns None when the rows do not fit one pass under the
-    budget (the caller then prefills and scores in ``packed`` chunks)."""
+def score_contexts(engine: Engine, plan: Plan, ids_all: list[list[int]], *, fused: bool,
+                   budget_bytes: int = DEFAULT_BUDGET_BYTES, stats: list[ScoreStats] | None = None,
+                   timings: list[dict] | None = None) -> list[dict | None]:
+    """Every row of the plan on every prompt, the prompts' common prefix computed ONCE.
+
+    The prefix (:func:`shared_prefix`) is prefilled once (``fused``: inside the first pass); then
+    contexts are packed together, as many as fit ``budget_bytes`` and :data:`MAX_PASS_TOKENS`, into
+    one sequence on the prefix KV (never copied): per context its own prompt tokens (causal) and its
+    row tree (:func:`_tree`), under a block mask (a token sees the prefix, its own context's earlier
+    tokens and its ancestors) with per-token positions. Returns per prompt {(question, point):
+    children log-probs}, or None where the prompt's rows do not fit one pass (the caller prefills it
+    and scores its rows in chunks). One prompt, ``fused``: prompt + rows in one forward; not fused:
+    prefill + one packed pass. ``timings[i]`` gets ``prefill`` (the prefix's share) and ``scoring``
+    (the context's share of its pass) in seconds."""
+    n = len(ids_all)
+    stats = stats if stats is not None else [ScoreStats() for _ in ids_all]
+    timings = timings if timings is not None else [{} for _ in ids_all]
     rows = list(plan.rows)
-    P = len(prompt)
-    if chunk_rows(engine, rows, P, "packed", budget_bytes) < len(rows):
-        return None
-    ids, pos, allow, row_nodes = _tree(rows, P)
-    full = torch.zeros(P + len(ids), P + len(ids), dtype=torch.bool)
-    full[:P, :P] = torch.ones(P, P, dtype=torch.bool).tril_()
-    full[P:] = allow
+    P = shared_prefix(ids_all) if n > 1 else len(ids_all[0])
+    if P == 0:
+        return [None] * n
+    prefix = ids_all[0][:P]
+    tree = _tree(rows, 0)
+    T = len(tree[0])
+    R = sum(len(r.reads) for r in rows)
+
+    def fits(group: list[int], with_prefix: bool) -> bool:
+        q = sum(len(ids_all[i]) - P + T for i in group) + (P if with_prefix else 0)
+        return len(group) == 1 or (q <= MAX_PASS_TOKENS and
+                                   _pass_bytes(engine, q, P + q - (P if with_prefix else 0), R * len(group))
+                                   <= budget_bytes)
+
+    out: list[dict | None] = [None] * n
+    todo = [i for i in range(n) if _pass_bytes(engine, len(ids_all[i]) - P + T + (P if fused else 0),
+                                                len(ids_all[i]) + T, R) <= budget_bytes]
+    if not todo:
+        return out
+    cache = None
+    t0 = time.perf_counter()
+    if not fused:
+        cache = prefill(engine, prefix)
+        engine.sync()
+    prefix_s = time.perf_counter() - t0
+    groups: list[list[int]] = []
+    for i in todo:  # consecutive contexts, greedily
+        if groups and fits(groups[-1] + [i], fused and len(groups) == 1):
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    done: list[tuple[list[int], object]] = []  # passes are queued back to back; results copied at the end
+    while groups:
+        group = groups.pop(0)
+        try:
+            picked, cache = _pass_contexts(engine, plan, [ids_all[i][P:] for i in group], prefix, cache, tree)
+        except Exception as e:  # noqa: BLE001 - only out-of-memory is retried
+            if not _is_oom(e):
+                raise
+            if cache is not None:
+                _truncate(cache, P)
+            if engine.device.type == "cuda":
+                torch.cuda.empty_cache()
+            stats[group[0]].oom_retries += 1
+            if len(group) > 1:
+                groups[:0] = [group[: len(group) // 2], group[len(group) // 2:]]
+            continue  # a single context that does not fit: left to the caller (None)
+        done.append((group, picked))
+    for group, finish in done:
+        for i, got in zip(group, finish()):
+            out[i] = got
+    took = time.perf_counter() - t0 - prefix_s
+    scored = [i for i in range(n) if out[i] is not None]
+    for i in scored:
+        st = stats[i]
+        st.packing = "fused" if fused else "packed"
+        st.passes, st.rows, st.chunk_rows = 1, len(rows), len(rows)
+        st.scored_tokens = T
+        st.shared_prefix_tokens = P if n > 1 else 0
+        if fused and n == 1:  # one fused forward: all of it is the prompt's read
+            timings[i].update(prefill=took, scoring=0.0)
+        else:  # the prefix prefill and the passes, shared evenly
+            timings[i].update(prefill=prefix_s / n, scoring=took / len(scored))
+    return out
+
+
+def _pass_contexts(engine: Engine, plan: Plan, suffixes: list[list[int]], prefix: list[int], cache, tree):
+    """One forward: [prefix, when ``cache`` is None] + per context (its own tokens, the row tree).
+    Returns the picked log-probs per context and the cache cut back to the prefix."""
+    row_ids, row_pos, row_allow, row_nodes = tree
+    P, T = len(prefix), len(row_ids)
+    lead = P if cache is None else 0  # prefix tokens inside this forward
+    ids, pos, starts = (list(prefix), list(range(P)), []) if lead else ([], [], [])
+    for suf in suffixes:
+        starts.append(len(ids) + len(suf))  # where the context's row tree starts
+        ids += suf + row_ids
+        pos += list(range(P, P + len(suf))) + [P + len(suf) + d for d in row_pos]
+    Q = len(ids)
+    allow = torch.zeros(Q, P + Q - lead, dtype=torch.bool)  # keys: the prefix, then this forward's other tokens
+    allow[:, :P] = True
+    if lead:
+        allow[:P, :P] = torch.ones(P, P, dtype=torch.bool).tril_()
+    for st, suf in zip(starts, suffixes):
+        s, a = len(suf), st - len(suf)  # the context's first own token: query row a, key column k
+        k = P + a - lead
+        allow[a:a + s, k:k + s] = torch.ones(s, s, dtype=torch.bool).tril_()
+        allow[st:st + T, k:k + s] = True
+        allow[st:st + T, k + s:k + s + T] = row_allow
+    rows = list(plan.rows)
+    need = sorted({st + row_nodes[b][p] for st in starts for b, r in enumerate(rows) for _, p in r.reads})
+    at = {k: i for i, k in enumerate(need)} if engine.keeps_logits else {k: k for k in need}
     dev = engine.device
-    need = sorted({P + row_nodes[b][p] for b, r in enumerate(rows) for _, p in r.reads})
-    keep = engine.keeps_logits
-    at = {k: i for i, k in enumerate(need)} if keep else {k: k for k in need}
-    logits, _ = engine.forward(torch.tensor([prompt + ids], device=dev),
-                               position_ids=torch.tensor([list(range(P)) + pos], device=dev),
-                               attention_mask=_additive(full, engine),
-                               **_keep(engine, torch.tensor(need, device=dev)))
-    picked = _gather(engine, plan, rows, logits, lambda b, p: (0, at[P + row_nodes[b][p]]))
-    if stats is not None:
-        stats.packing = "fused"
-        stats.passes, stats.rows, stats.scored_tokens, stats.chunk_rows = 1, len(rows), len(ids), len(rows)
-    return picked
+    try:
+        logits, new = engine.forward(torch.tensor([ids], device=dev), cache,
+                                     position_ids=torch.tensor([pos], device=dev),
+                                     attention_mask=_additive(allow, engine),
+                                     **_keep(engine, torch.tensor(need, device=dev)))
+        cache = cache if cache is not None else new
+        picked = _gather(engine, plan, rows * len(suffixes), logits,
+                         lambda c, b, p: (0, at[starts[c] + row_nodes[b][p]]), contexts=len(suffixes), defer=True)
+        return picked, cache
+    finally:
+        if cache is not None:
+            _truncate(cache, P)
 
 
 def _truncate(cache, prefix_len: int) -> None:

@@ -7,6 +7,7 @@ next position id, so RoPE sees the positions a single-row run would see.
 
   ``add(cache, length)``  merge rows prefilled without padding (same length) into the batch
   ``step(tokens)``        one batched forward of each row's new tokens -> logits ``[B, V]``
+  ``truncate(drop)``      forget each row's last tokens (masked columns; rejected jump-forward drafts)
   ``keep(indices)``       evict every other row (index_select), then drop all-padding columns
 
 A prefill alone + a left-padded, masked decode gives the same logits as a single-row run (up to
@@ -83,10 +84,11 @@ class BatchKV:
         self.mask = torch.cat([_left_pad(self.mask, width, dim=1), _left_pad(row_mask, width, dim=1)], dim=0)
         self.positions = torch.cat([self.positions, torch.full((rows,), length, dtype=torch.long, device=dev)])
 
-    def step(self, tokens: list[list[int]], slots: list[int] | None = None) -> torch.Tensor:
+    def step(self, tokens: list[list[int]], slots: list[int] | None = None, every: bool = False) -> torch.Tensor:
         """Feed each row its tokens (in row order, at least one each); returns the float32 logits
-        ``[B, V]`` after each row's last token. Rows given fewer tokens than the longest are
-        right-padded; the padding columns stay masked (0) for the rest of the row's life."""
+        ``[B, V]`` after each row's last token (``every``: ``[B, k, V]`` after each fed position,
+        row i's real ones first). Rows given fewer tokens than the longest are right-padded; the
+        padding columns stay masked (0) for the rest of the row's life."""
         dev = self.engine.device
         k = max(len(t) for t in tokens)
         lens = torch.tensor([len(t) for t in tokens], dtype=torch.long, device=dev)
@@ -98,9 +100,20 @@ class BatchKV:
                                             position_ids=self.positions.view(-1, 1) + cols.view(1, -1))
         self.cache = cache
         self.positions = self.positions + lens
+        if every:
+            return logits.float()
         if k == 1:
             return logits[:, -1].float()
         return logits[torch.arange(len(tokens), device=dev), lens - 1].float()
+
+    def truncate(self, drop: list[int], slots: list[int] | None = None) -> None:
+        """Forget the last ``drop[i]`` tokens of row i (rejected jump-forward drafts): their columns
+        are masked for good and the row's next position moves back."""
+        for i, n in enumerate(drop):
+            if n:
+                cols = self.mask[i].nonzero()[-n:, 0]
+                self.mask[i, cols] = 0
+                self.positions[i] -= n
 
     def keep(self, indices: list[int]) -> None:
         """Keep only these rows (in this order); free the rest and any all-padding leading columns."""

@@ -186,18 +186,19 @@ class StaticKV:
             return self._extend(ids, slots, [t] * g)
 
     @torch.inference_mode()
-    def step(self, tokens: list[list[int]], slots: list[int]) -> torch.Tensor:
+    def step(self, tokens: list[list[int]], slots: list[int], every: bool = False) -> torch.Tensor:
         """Each row's new tokens into its slot -> float32 logits ``[len(slots), V]`` after each row's
-        last token (a private copy). One token per row: the graph path; a row with several (forced
-        tokens): the eager path, like a prefill that starts at each row's length."""
+        last token (a private copy; ``every``: ``[len(slots), k, V]`` after each fed position). One
+        token per row: the graph path; a row with several (forced tokens, jump-forward drafts): the
+        eager path, like a prefill that starts at each row's length."""
         with self._lock:
             longest = max(self.length[s] + len(t) for s, t in zip(slots, tokens))
             if longest > self.max_len:
                 raise TypedLMError(f"a row reached the static KV length ({self.max_len}; TYPEDLM_KV_LEN)")
-            if any(len(t) > 1 for t in tokens):
+            if every or any(len(t) > 1 for t in tokens):
                 k = max(len(t) for t in tokens)
                 ids = torch.tensor([t + [0] * (k - len(t)) for t in tokens], dtype=torch.long)
-                return self._extend(ids.to(self.dev), slots, [len(t) for t in tokens])
+                return self._extend(ids.to(self.dev), slots, [len(t) for t in tokens], every)
             top = max(slots) + 1
             if self.dev.type == "cuda":
                 b, cols = _bucket(top, self.capacity), max(MIN_BUCKET, _bucket(longest, 1 << 30))
@@ -220,11 +221,18 @@ class StaticKV:
                 return out[: len(slots)].clone()  # a copy: the next replay overwrites ``out``
             return out[device_tensor(slots, self.dev)]
 
-    def _extend(self, ids: torch.Tensor, slots: list[int], lens: list[int]) -> torch.Tensor:
+    def truncate(self, drop: list[int], slots: list[int]) -> None:
+        """Forget the last ``drop[i]`` tokens of ``slots[i]`` (rejected jump-forward drafts): only the
+        length moves back; the stale columns are past every later mask and get overwritten."""
+        with self._lock:
+            for s, n in zip(slots, drop):
+                self.length[s] -= n
+
+    def _extend(self, ids: torch.Tensor, slots: list[int], lens: list[int], every: bool = False) -> torch.Tensor:
         """Eager forward of ``ids`` ([n, k], row i's first ``lens[i]`` real, the rest padding) at
         positions ``length[slot]`` on; K/V go into each row's slot (padding into the scratch column);
         attention covers each row's earlier columns and its own new ones causally. Returns float32
-        logits after each row's last real token and advances ``length``."""
+        logits after each row's last real token (``every``: after every position) and advances ``length``."""
         n, k = ids.shape
         slot_t = device_tensor(slots, self.dev)
         starts = [self.length[s] for s in slots]
@@ -250,9 +258,11 @@ class StaticKV:
                                                    attn_mask=visible, scale=self.scaling, enable_gqa=True)
             h = h + a.o_proj(o.transpose(1, 2).reshape(n, k, -1))
             h = h + layer.mlp(layer.post_attention_layernorm(h))
-        last = h[:, -1] if fresh else h[torch.arange(n, device=self.dev), device_tensor(lens, self.dev) - 1]
         for s, x in zip(slots, lens):
             self.length[s] += x
+        if every:
+            return self.engine.model.lm_head(self.base.norm(h)).float()
+        last = h[:, -1] if fresh else h[torch.arange(n, device=self.dev), device_tensor(lens, self.dev) - 1]
         return self.engine.model.lm_head(self.base.norm(last)).float()
 
     # -- CUDA graphs ------------------------------------------------------------------------------

@@ -5,18 +5,22 @@ goes through :func:`finish_result`; this module only decides *which* rows run an
 
 One ``step()``:
   1. drop cancelled rows (``finish_reason="abort"``), run queued exclusive calls (``call``)
-  2. admit waiting rows up to ``max_batch``: prefill (equal lengths together) into their KV slots
+  2. admit waiting rows up to ``max_batch``: prefill (equal lengths together) into their KV slots;
+     rows that fed a jump-forward draft verify it (``_verify``: accepted tokens -> ``forced`` events,
+     the rest truncated from the KV)
   3. every row: ``begin_step`` (a complete grammar finishes the row here, before any sampling)
      -> optional logprobs of the raw logits -> one ``BatchSampler`` pass for the whole batch (one
      ``.tolist()``) -> per row ``accept`` (stop ids / strings) -> a ``token`` event -> ``more``
-     (forced tokens: jump-forward, end of a reasoning budget) -> a ``token`` event each (``forced``)
-  4. batch of >= 2 rows: evict finished rows and queue the next forward now (overlap)
+     (the forced end of a reasoning budget: a ``token`` event each, ``forced``) -> ``draft``
+  4. evict finished rows and queue the next forward now (overlap; a lone row only if ``settle``
+     cannot end it: below max_tokens, grammar not in an accepting state)
   5. one batched mask fill for the new grammar states -> per row ``settle`` (a grammar that is
      complete ends the row; max_tokens) -> evict finished rows (slot + matcher freed), ``done`` events
-  6. a lone row: its forward only now, if it goes on
+  6. a lone row that settling could end: its forward only now, if it goes on
 
-The forward feeds each row its sampled token plus any forced ones (``Request.feed``); rows with
-several take the KV's multi-token path (``BatchKV``: right-padded and masked; ``StaticKV``: eager).
+The forward feeds each row its sampled token plus any forced or drafted ones (``Request.feed``); rows
+with several take the KV's multi-token path (``BatchKV``: right-padded and masked; ``StaticKV``: eager),
+which returns the logits at every position when a row has a draft to verify.
 
 ``Scheduler.start()`` runs ``step()`` in one background thread; ``run_batch`` drives it inline
 (tests, benchmarks). Events are delivered by calling ``Request.on_event`` on the engine thread.
@@ -72,7 +76,8 @@ class Request:
     cancelled: bool = False
     next_logits: torch.Tensor | None = None
     slot: int = -1
-    feed: list[int] = field(default_factory=list)  # tokens the next forward feeds (sampled + forced)
+    feed: list[int] = field(default_factory=list)  # tokens the next forward feeds (sampled + forced + draft)
+    draft: list[int] = field(default_factory=list)  # jump-forward draft at the end of ``feed``, to verify
     decode_t0: float | None = None  # when the row joined the batch (end of its prefill)
     result: GenerationResult | None = None
     done: threading.Event = field(default_factory=threading.Event)
@@ -170,6 +175,7 @@ class Scheduler:
         self._drop_cancelled()
         self._run_calls()
         self._admit()
+        self._verify()
         if not self.running:
             return
         self.sampler.fill([r.seq for r in self.running])  # rows just admitted
@@ -178,14 +184,17 @@ class Scheduler:
             self._evict()
             return
         seqs = self._sample(active)
-        # overlap: in a batch, the next forward needs only the tokens just accepted, so it is queued
-        # now and the grammar masks of the next step are filled on the host while the GPU runs it. A
-        # row that the fill shows complete then leaves the batch with its slot's share discarded; a
-        # lone row is filled first, so a request never pays a forward it will not use.
-        ahead = len(active) > 1
+        # overlap: the next forward needs only the tokens just accepted, so it is queued now and the
+        # grammar masks of the next step are filled on the host while the GPU runs it. In a batch, a
+        # row that the fill shows complete then leaves with its share of that forward discarded; a lone
+        # row overlaps only while settling cannot end it, so a request never pays a forward it will
+        # not use (H200, b1 JSON: the fill, accept and upload no longer add to every step).
+        ahead = len(active) > 1 or not seqs[0].settle_may_end()
+        logits = rows = None
         if ahead:
             self._evict()
-            logits, rows = self._forward(), list(self.running)
+            if self.running:
+                logits, rows = self._forward(), list(self.running)
         self.sampler.fill(seqs)  # the next masks of every grammar row, in one batched call
         for seq in seqs:
             if not seq.finished:
@@ -198,11 +207,48 @@ class Scheduler:
         self.sampler.upload()
         at = {id(r): i for i, r in enumerate(rows)}
         for r in self.running:
-            r.next_logits = logits[at[id(r)]]
+            row = logits[at[id(r)]]
+            if row.dim() == 2:  # every position: a drafted row keeps those that predict its draft and after
+                row = row[len(r.feed) - len(r.draft) - 1: len(r.feed)] if r.draft else row[len(r.feed) - 1]
+            r.next_logits = row
 
     def _forward(self) -> torch.Tensor:
-        """One batched forward of each running row's new tokens -> logits in running order."""
-        return self.kv.step([r.feed for r in self.running], [r.slot for r in self.running])
+        """One batched forward of each running row's new tokens -> logits in running order (``[B, V]``;
+        ``[B, k, V]``, every fed position, when a row feeds a jump-forward draft)."""
+        return self.kv.step([r.feed for r in self.running], [r.slot for r in self.running],
+                            every=any(r.draft for r in self.running))
+
+    def _verify(self) -> None:
+        """Jump-forward as speculative decoding with the grammar as the drafter: each drafted row
+        accepts the longest prefix of its draft that it would itself have chosen at each position
+        (``BatchSampler.verify``: greedy = the masked argmax; sampling = the exact rule for a
+        deterministic draft), reports those tokens (``forced``), and the KV forgets the rest. The
+        next draw is from the logits after the last accepted token; after a rejection the rejected
+        draft token is removed from that draw's mask (exact for sampling rows; for greedy rows it
+        was not the argmax anyway). So greedy output equals the output without jump-forward."""
+        drop = [0] * len(self.running)
+        for i, r in enumerate(self.running):
+            if not r.draft:
+                continue
+            seq, logits, draft = r.seq, r.next_logits, r.draft
+            m = 0
+            while m < len(draft) and not seq.finished and self.sampler.verify(logits[m], seq, r.slot, draft[m]):
+                n = len(seq.output_ids)
+                seq.accept(draft[m], forced=True)
+                if len(seq.output_ids) > n:
+                    r.on_event(TokenEvent(draft[m], forced=True))
+                    self.sampler.saw(r.slot, seq, [draft[m]])
+                m += 1
+            if not seq.finished:
+                if m < len(draft):
+                    drop[i] = len(draft) - m
+                    self.sampler.forbid(seq, draft[m])
+                seq.settle()
+            seq.jump.verified(m, len(draft))
+            r.next_logits, r.draft = logits[m], []
+        if any(drop):
+            self.kv.truncate(drop, [r.slot for r in self.running])
+        self._evict()
 
     def _evict(self) -> None:
         keep = [i for i, r in enumerate(self.running) if not r.seq.finished]
@@ -238,7 +284,8 @@ class Scheduler:
             for f in forced:
                 r.on_event(TokenEvent(f, forced=True))
             self.sampler.saw(r.slot, seq, forced)
-            r.feed = [t, *forced]
+            r.draft = [] if forced else seq.draft()
+            r.feed = [t, *forced, *r.draft]
         return seqs
 
     def _drop_cancelled(self) -> None:

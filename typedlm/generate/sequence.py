@@ -7,7 +7,9 @@ The batch scheduler drives sequences through these calls, so the per-row rules l
   ``accept(token)``       matcher accepts the token (rejection = internal error on the result);
                           a stop id or a stop string ends the row
   ``more()``              tokens accepted without sampling right after: the forced end of a
-                          reasoning block past its budget, or jump-forward text the grammar forces
+                          reasoning block past its budget
+  ``draft()``             jump-forward: tokens of the text the grammar forces, fed with the sampled
+                          one and accepted only as far as the row itself would choose them
   ``settle()``            after one batched mask fill: a grammar that is now complete, or
                           max_tokens, ends the row (``append`` = ``accept`` + ``settle``, one row alone)
 
@@ -128,19 +130,22 @@ class Sequence:
         if len(self.output_ids) >= self.params.max_tokens:
             self.finish("length")
 
+    def settle_may_end(self) -> bool:
+        """Could ``settle`` end the row? (max_tokens reached, or a masked grammar in an accepting state,
+        where the next mask may allow only stop ids; a grammar that cannot end yet cannot be complete.)"""
+        if len(self.output_ids) >= self.params.max_tokens:
+            return True
+        g = self.grammar
+        return bool(self.masked and g is not None and (g.matcher.is_completed() or g.matcher.is_terminated()))
+
     def more(self) -> list[int]:
         """Accept the tokens that follow without sampling (after ``accept`` of the sampled one,
-        before ``settle``); returns those actually appended."""
-        if self.finished:
-            return []
-        if self._deferred:
-            ids = self.reasoning.forced()
-        elif self.jump is not None and self.grammar is not None:
-            ids = self.jump.tokens(self)
-        else:
+        before ``settle``): the forced end of a reasoning block past its budget. Returns those
+        actually appended."""
+        if self.finished or not self._deferred:
             return []
         out = []
-        for t in ids[: self.params.max_tokens - len(self.output_ids)]:
+        for t in self.reasoning.forced()[: self.params.max_tokens - len(self.output_ids)]:
             n = len(self.output_ids)
             ok = self.accept(t, forced=True)
             if len(self.output_ids) > n:
@@ -148,6 +153,16 @@ class Sequence:
             if not ok:
                 break
         return out
+
+    def draft(self) -> list[int]:
+        """Jump-forward: the canonical tokens of the text the grammar forces next, *not* accepted.
+        The next forward feeds them after the sampled token; the scheduler then keeps the prefix the
+        row itself would have chosen (``BatchSampler.verify``) and rolls the KV back over the rest."""
+        if self.finished or self.jump is None or not self.masked:
+            return []
+        ids = self.jump.tokens(self)[: self.params.max_tokens - len(self.output_ids)]
+        self.jump.drafted += len(ids)
+        return ids
 
     def _grammar_open(self) -> bool:
         self.grammar.fill()

@@ -52,6 +52,12 @@ class GrammarRow:
         mask = mask if logits.device.type == "cpu" else mask.to(logits.device)
         xgr.apply_token_bitmask_inplace(logits.view(1, -1), mask, vocab_size=self.vocab_size)
 
+    def forbid(self, token: int) -> None:
+        """Clear ``token`` in the filled mask (until the next ``fill``): a rejected jump-forward draft."""
+        w, b = divmod(int(token), 32)
+        row = self.bitmask[self.index]
+        row[w] = int(row[w]) & ~(1 << b) if b < 31 else int(row[w]) & 0x7FFFFFFF
+
     def accept(self, token: int) -> bool:
         ok = self.matcher.accept_token(int(token))
         self.filled = False

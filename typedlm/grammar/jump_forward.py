@@ -1,25 +1,29 @@
-"""Jump-forward: when the grammar allows exactly one continuation for the next bytes, append its
-tokens without sampling.
+"""Jump-forward: when the grammar allows exactly one continuation for the next bytes, draft its
+tokens and let the model confirm them in one forward (speculative decoding, the grammar the drafter).
 
 After each sampled token, ``xgr.GrammarMatcher.find_jump_forward_string()`` gives the text the
-grammar forces next (e.g. ``": "`` after a property name, or a whole ``{"name": "`` prefix). Those
-bytes are only worth skipping if the tokens appended are the ones the tokenizer itself would produce
-(a model never saw non-canonical splits), so:
+grammar forces next (e.g. ``": "`` after a property name, or a whole ``{"name": "`` prefix). The
+draft is its canonical tokenization (the split a trained model most likely picks itself):
 
   1. re-tokenize ``text(last token) + forced`` and require that it starts with the last token
-     unchanged (else the forced text would merge into it: fall back to sampling);
+     unchanged (else the forced text would merge into it: no draft);
   2. keep only the tokens that end before the last pre-tokenizer chunk of that text (the last
      chunk may still merge with the free text that follows) and that decode to exactly a prefix
-     of the forced text;
-  3. nothing left -> fall back to normal decoding for this step.
+     of the forced text.
 
-The sequence appends the tokens through the matcher (a rejection would be an internal error) and
-counts them in ``forced_tokens``; the scheduler feeds them in one multi-token forward for the row.
-Logprobs are not defined for tokens that were never sampled, so a request asking for logprobs does
-not jump forward.
+The scheduler feeds the draft after the sampled token in one multi-token forward, which gives the
+logits at every draft position; ``BatchSampler.verify`` accepts the longest prefix the row would
+have chosen itself (greedy: its masked argmax; sampling: accept with probability p(token), on a
+rejection draw from p without it), the KV forgets the rest (``truncate``) and the matcher only ever
+sees accepted tokens. Greedy output is therefore the output without jump-forward; a forward is saved
+for every accepted draft token (counted in ``forced_tokens``). Logprobs are not computed for
+drafted tokens, so a request asking for logprobs does not jump forward.
 """
 
 from __future__ import annotations
+
+
+START, MAX_DRAFT = 8, 64
 
 
 class JumpForward:
@@ -28,6 +32,8 @@ class JumpForward:
         self.pre = engine.tokenizer.backend_tokenizer.pre_tokenizer
         self.stop_ids = engine.stop_ids
         self.calls = 0  # find_jump_forward_string calls (benchmarks)
+        self.drafted = 0  # tokens drafted (fed for verification); the accepted ones are ``forced_tokens``
+        self.limit = START  # draft length cap: adapts to how much of its drafts this row accepts
 
     def tokens(self, seq) -> list[int]:
         """Canonical tokens for the text the grammar forces after ``seq``'s last token ([] if none)."""
@@ -51,7 +57,13 @@ class JumpForward:
                 break
             out.append(t)
             at += len(piece)
-        return out
+        return out[: self.limit]
+
+    def verified(self, accepted: int, drafted: int) -> None:
+        """Feedback after a verification: a fully accepted draft doubles the cap, a rejection sets it
+        to one more than the accepted prefix (rejected draft tokens cost compute on a compute-bound
+        device: a model that spells forced text its own way is fed short drafts)."""
+        self.limit = min(2 * self.limit, MAX_DRAFT) if accepted == drafted else max(1, accepted + 1)
 
     def _stable_chars(self, text: str) -> int:
         """Characters of ``text`` before its last pre-tokenizer chunk (tokens there cannot change)."""

@@ -63,7 +63,7 @@ def create_app(engine_or_loader: Engine | Callable[[], Engine], config: ServerCo
             e = state.not_ready()
             return JSONResponse({"status": "failed" if state.load_error else "loading", "error": e.message},
                                 status_code=503, headers=e.headers)
-        return {"status": "ready", "model": state.engine.name,
+        return {"status": "ready", "model": state.engine.name, "decide_mode": state.decide_mode,
                 "cuda_graph_capture_s": round(getattr(state.scheduler.kv, "capture_s", 0.0), 2)}
 
     @app.get("/metrics")
@@ -85,6 +85,7 @@ def create_app(engine_or_loader: Engine | Callable[[], Engine], config: ServerCo
         params = sampling_params(state, body, body.max_completion_tokens or body.max_tokens)
         job = await submit(state, http, structured=chat.structured, params=params, encode=encoder(engine, chat),
                            n=body.n, logprobs=logprobs, seq_kw=chat.seq_kw)
+        chat.relax_notice(job)
         meta = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": body.model}
         if body.stream:
             return StreamingResponse(_stream(job, http, meta, chat=chat, include_usage=body.include_usage,

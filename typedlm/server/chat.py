@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from ..generate.detokenize import StreamText
 from ..generate.reasoning import EFFORT_BUDGET, StreamSplit, prepare
 from .errors import APIError
-from .generation import jump_forward
+from .generation import jump_forward, warning_header
 from .structured import Structured, resolve
-from .tools import ParsedCall, ToolStream, combine, parse_calls, template_messages, tool_choice_mode, tool_format
+from .tools import ParsedCall, Relaxed, ToolStream, combine, parse_calls, template_messages, tool_choice_mode, tool_format
 
 RESERVED_TEMPLATE_KWARGS = {"messages", "tools", "add_generation_prompt", "tokenize", "documents", "chat_template"}
 EFFORTS = {"none": 0, "minimal": 64, **EFFORT_BUDGET}
@@ -33,7 +33,21 @@ class ChatPlan:
     jump_forward: bool
     include_reasoning: bool
     thinking: bool = False  # set by encode(): the prompt leaves a reasoning block open
+    relaxed: Relaxed | None = None  # non-strict tools whose schemas were relaxed to a superset
     extra: dict = field(default_factory=dict)
+
+    def relax_notice(self, job) -> None:
+        """Relaxed tool schemas: the ``Warning: 199`` header and the response's ``typedlm`` field, as for
+        a relaxed json_schema; ``schema_valid`` there checks each call's arguments on its tool's schema."""
+        r = self.relaxed
+        if r is None:
+            return
+        job.state.metrics.degraded.inc()
+        places = "; ".join(f"{d['keyword']} at {d['pointer']} of tool {d['tool']}" for d in r.places)
+        job.headers["Warning"] = warning_header(f"relaxed {places}; the call arguments are validated with "
+                                                "jsonschema (see typedlm.schema_valid)", "tool parameters partly enforced")
+        job.notice = {"degraded": "relaxed", "reason": "; ".join(r.reasons), "relaxed": r.places}
+        job.check = lambda res: r.check(res.text)
 
     def seq_kw(self) -> dict:
         return {"thinking": self.thinking, "reasoning_budget": self.budget, "jump_forward": self.jump_forward}
@@ -42,7 +56,7 @@ class ChatPlan:
 def plan(state, engine, body, logprobs) -> ChatPlan:
     mode, named = tool_choice_mode(body)
     answer = resolve(body)
-    calls = tool_format(body, mode, named)
+    calls, relaxed = tool_format(body, mode, named)
     structured = answer
     if calls is not None:
         structured = Structured(combine(calls, mode, answer.constraint), "tools")
@@ -59,7 +73,7 @@ def plan(state, engine, body, logprobs) -> ChatPlan:
                                 "(its chat template has no <think> block)", param=field_)
         budget = body.max_reasoning_tokens if body.max_reasoning_tokens is not None else EFFORTS[body.reasoning_effort]
     return ChatPlan(structured, mode, messages, {**kwargs, **extra}, budget,
-                    jump_forward(state, body, logprobs), body.include_reasoning)
+                    jump_forward(state, body, logprobs), body.include_reasoning, relaxed=relaxed)
 
 
 def encoder(engine, p: ChatPlan):

@@ -42,6 +42,12 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                                       help="critical | error | warning | info | debug | trace"),
         jump_forward: bool = typer.Option(D["jump_forward"], "--jump-forward/--no-jump-forward",
                                           help="append grammar-forced text without sampling (requests may override)"),
+        decide_mode: str = typer.Option(D["decide_mode"], "--decide-mode",
+                                        help="how /v1/decide shares the engine with streams: auto | interleaved "
+                                             "(between decode steps) | parallel (own thread; CPU) | exclusive"),
+        threads: Optional[int] = typer.Option(None, "--threads",
+                                              help="torch intra-op threads (CPU); fewer than the cores leaves "
+                                                   "one for parallel decide"),
     ):
         """Serve the playground (/), /v1/chat/completions, /v1/completions, /v1/decide, /v1/models, /v1/config,
         /health, /ready, /metrics. Every setting also comes from TYPEDLM_<NAME> or --config FILE.toml."""
@@ -65,7 +71,11 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         server_config = ServerConfig(api_key=s.api_key or None, max_batch=s.max_batch, max_queue=s.max_queue,
                                      max_tokens_cap=s.max_tokens_cap, max_prompt_tokens=s.max_prompt_tokens,
                                      max_body_bytes=s.max_body_bytes, model_names=names, jump_forward=s.jump_forward,
-                                     settings=s)
+                                     decide_mode=s.decide_mode, settings=s)
+        if s.threads:
+            import torch
+
+            torch.set_num_threads(s.threads)
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         app = create_app(lambda: load_engine(s.model, device=s.device, dtype=s.dtype, progress=True), server_config)
         uvicorn.run(app, host=s.host, port=s.port, log_level=s.log_level, log_config=uvicorn_log_config(s.log_level))

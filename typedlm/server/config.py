@@ -45,6 +45,8 @@ class ServeSettings(BaseModel):
     dtype: Literal["float32", "bfloat16", "float16"] | None = None
     log_level: Literal["critical", "error", "warning", "info", "debug", "trace"] = "info"
     jump_forward: bool = False
+    decide_mode: Literal["auto", "interleaved", "parallel", "exclusive"] = "auto"
+    threads: int | None = Field(None, ge=1)
 
     @property
     def url(self) -> str:

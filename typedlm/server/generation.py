@@ -74,14 +74,17 @@ class Job:
     events: dict = field(default_factory=dict)  # choice index -> [TokenEvent] (for logprobs)
     polled: float = field(default_factory=time.perf_counter)  # last client-disconnect check
     notice: dict | None = None  # the response's ``typedlm`` field: how the constraint was degraded
+    # a relaxed constraint: result -> (valid for the original schema, errors); default the result's own check
+    check: Callable = lambda r: (r.schema_valid, r.schema_errors)
 
     def notice_for(self, results) -> dict | None:
         if self.notice is None:
             return None
         out = dict(self.notice)
         if out.get("degraded") == "relaxed":
-            out["schema_valid"] = [r.schema_valid for r in results]
-            out["schema_errors"] = [r.schema_errors for r in results]
+            checked = [self.check(r) for r in results]
+            out["schema_valid"] = [v for v, _ in checked]
+            out["schema_errors"] = [e for _, e in checked]
         return out
 
     @property

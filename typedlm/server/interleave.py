@@ -1,23 +1,31 @@
 """Decide beside generation: a ``/v1/decide`` request no longer stalls the decode streams.
 
-Before, the whole decision ran as one block on the engine thread (``run_exclusive``): every running
-stream waited for it (10.9 s seen on the CPU). Now the decision runs on a worker thread with a
-:class:`SteppedEngine` in place of the Engine: each of its forwards is handed to the engine thread as one
-queued call (``Scheduler.call``), which runs between two decode steps. While streams are decoding, a
-prefill is cut into pieces that continue one KV cache, each sized from measurements to cost about one decode
-step (:class:`SteppedEngine`). Rows are always scored ``row_chunk`` rows per pass (default 1): a stream may
-arrive while they are scored, and a pass cannot be cut later. With no stream running, a prefill goes whole.
+Before, the whole decision ran as one block on the engine thread (``exclusive``): every running stream
+waited for it (10.9 s seen on the CPU). Now the decision runs on a worker thread with a
+:class:`SteppedEngine` in place of the Engine, in one of two modes (``ServerConfig.decide_mode``):
 
-Results are the same decisions: chunked prefill computes the same cache, and row chunking is the
-``max_rows`` path whose parity with one pass is pinned by ``test_parity_batched_vs_one_row_at_a_time``.
-Measured with ``typedlm bench itl`` (default model, CPU): p99 inter-token latency of 4 streams beside decide
-traffic 2.18x the streams alone (43.7x with the exclusive block); on the CPU a forward of a few tokens costs
-about a decode step (every forward reads all weights), which bounds this design near 2x there.
+- ``interleaved``: each of its forwards is handed to the engine thread as one queued call
+  (``Scheduler.call``), which runs between two decode steps. While streams are decoding, a prefill is cut
+  into pieces that continue one KV cache, each sized from measurements to cost about one decode step, and
+  rows are scored ``row_chunk`` per pass (default 1): a stream may arrive while they are scored, and a pass
+  cannot be cut later. With no stream running, a prefill goes whole. A decode step followed by one decide
+  forward costs about two steps on a CPU (every forward of a few tokens reads all weights), so this bounds
+  streaming p99 ITL near 2x there.
+- ``parallel``: the forwards run on the worker thread itself, beside the decode steps (torch releases the
+  GIL inside its ops; the model is read-only and the decision has its own KV cache); on a GPU the whole
+  decision runs on its own CUDA stream. On a CPU it needs a core that torch's intra-op threads leave free.
+
+``auto`` (the default) picks ``parallel`` for a CPU engine with ``torch.get_num_threads()`` below the core
+count, else ``interleaved`` (on a GPU, forwards from two threads would share one stream: not measured to
+help). Results are the same decisions in every mode: chunked prefill computes the same cache, and row
+chunking is the ``max_rows`` path whose parity with one pass is pinned by
+``test_parity_batched_vs_one_row_at_a_time``. Numbers (``typedlm bench itl``): ``bench/results/itl-*.md``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from typing import Any, Callable
 
@@ -26,8 +34,21 @@ import torch
 from ..engine import Engine
 from ..generate.scheduler import Scheduler
 
+DECIDE_MODES = ("auto", "interleaved", "parallel", "exclusive")
+
+
+def resolve_decide_mode(mode: str, engine: Engine) -> str:
+    """``auto`` -> ``parallel`` on a CPU engine with a core left over by torch's threads, else ``interleaved``."""
+    if mode not in DECIDE_MODES:
+        raise ValueError(f"decide mode must be one of {', '.join(DECIDE_MODES)}, not {mode!r}")
+    if mode != "auto":
+        return mode
+    spare_core = torch.get_num_threads() < (os.cpu_count() or 1)
+    return "parallel" if engine.device.type == "cpu" and spare_core else "interleaved"
+
 class SteppedEngine:
-    """The Engine, except that ``forward`` runs on the scheduler's engine thread between decode steps.
+    """The Engine, except that ``forward`` runs on the scheduler's engine thread between decode steps (or,
+    ``parallel``, on the calling worker thread beside them).
 
     Prefill chunks are sized from measurements: ``step_s`` (EMA of how long a queued forward waits for its
     step, i.e. about one decode step) and ``token_s`` (EMA of forward seconds per token); a chunk gets
@@ -39,11 +60,12 @@ class SteppedEngine:
     STEP_SHARE = 0.5
     EMA = 0.3
 
-    def __init__(self, engine: Engine, scheduler: Scheduler, *, max_chunk: int):
+    def __init__(self, engine: Engine, scheduler: Scheduler, *, max_chunk: int, parallel: bool = False):
         self._engine = engine
+        self.parallel = parallel
         self._scheduler = scheduler
         self.max_chunk = max_chunk
-        self.forwards = 0  # queued calls made (tests, bench)
+        self.forwards = 0  # forwards made (tests, bench)
         self.step_s: float | None = None
         self.token_s: float | None = None
 
@@ -67,6 +89,9 @@ class SteppedEngine:
             return out
 
         self.forwards += 1
+        if self.parallel:  # on this worker thread, beside the decode steps (grad mode is per thread)
+            with torch.inference_mode():
+                return self._engine.forward(input_ids, *args, **kwargs)
         t0 = time.perf_counter()
         out = self._scheduler.call(timed).result()
         if "s" in took:
@@ -82,7 +107,7 @@ class SteppedEngine:
     def forward(self, input_ids: torch.Tensor, cache=None, **kwargs):
         n = input_ids.shape[-1]
         plain_prefill = cache is None and input_ids.shape[0] == 1 and set(kwargs) <= {"logits_to_keep"}
-        if not plain_prefill or not self.busy():
+        if not plain_prefill or not self.busy() or self.parallel:
             return self._call(input_ids, cache, **kwargs)
         # a causal prompt: the same KV cache, built a chunk at a time (positions follow the cache)
         start, logits = 0, None
@@ -96,11 +121,19 @@ class SteppedEngine:
 
 
 async def run_stepwise(engine: Engine, scheduler: Scheduler, fn: Callable[..., Any], *args, prefill_chunk: int,
-                       row_chunk: int, **kwargs) -> Any:
-    """``fn(*args, engine=<SteppedEngine>, **kwargs)`` on a worker thread; rows are scored ``row_chunk`` per
-    pass (``max_rows``) and, with streams decoding, the prompt is prefilled in measured chunks of at most
-    ``prefill_chunk`` tokens (``ServerConfig.decide_chunk_rows`` / ``decide_chunk_tokens``)."""
-    stepped = SteppedEngine(engine, scheduler, max_chunk=prefill_chunk)
-    if kwargs.get("max_rows") is None:  # always: a stream may arrive while the rows are scored
+                       row_chunk: int, parallel: bool = False, **kwargs) -> Any:
+    """``fn(*args, engine=<SteppedEngine>, **kwargs)`` on a worker thread. Interleaved: rows are scored
+    ``row_chunk`` per pass (``max_rows``) and, with streams decoding, the prompt is prefilled in measured chunks
+    of at most ``prefill_chunk`` tokens (``ServerConfig.decide_chunk_rows`` / ``decide_chunk_tokens``).
+    Parallel: the decision's own passes, unchanged, beside the decode steps."""
+    stepped = SteppedEngine(engine, scheduler, max_chunk=prefill_chunk, parallel=parallel)
+    if not parallel and kwargs.get("max_rows") is None:  # always: a stream may arrive while the rows are scored
         kwargs["max_rows"] = row_chunk
-    return await asyncio.to_thread(fn, *args, engine=stepped, **kwargs)
+
+    def work():
+        if parallel and engine.device.type == "cuda":  # its own stream: its kernels beside the decode graphs
+            with torch.cuda.stream(torch.cuda.Stream(engine.device)):
+                return fn(*args, engine=stepped, **kwargs)
+        return fn(*args, engine=stepped, **kwargs)
+
+    return await asyncio.to_thread(work)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -28,9 +29,12 @@ from ..generate.scheduler import Request, Scheduler
 from ..grammar.spec import make_constraint
 from .config import REDACTED
 from .errors import APIError
-from .interleave import run_stepwise
+from .interleave import DECIDE_MODES, resolve_decide_mode, run_stepwise
 
 log = logging.getLogger("typedlm.server")
+# Parallel decide: the engine thread waits for the GIL while the decision's thread runs Python between ops;
+# CPython hands it over after this interval (default 5 ms, as long as two GPU decode steps).
+PARALLEL_SWITCH_S = 0.0005
 
 
 @dataclass
@@ -45,10 +49,14 @@ class ServerConfig:
     model_names: tuple[str, ...] = ()  # extra names /v1/models lists and requests may use
     warmup: bool = True
     jump_forward: bool = False  # default for requests that do not set ``jump_forward``
-    interleave_decide: bool = True  # False: a decision runs as one block between steps (bench baseline)
+    decide_mode: str = "auto"  # auto | interleaved | parallel | exclusive (typedlm.server.interleave)
     decide_chunk_tokens: int = 256  # while streams decode: at most this many decide prefill tokens per forward ...
     decide_chunk_rows: int = 1  # ... and decision rows per scoring pass (typedlm.server.interleave)
     settings: Any = None  # typedlm.server.config.ServeSettings under `typedlm serve` (/v1/config, the ready line)
+
+    def __post_init__(self):
+        if self.decide_mode not in DECIDE_MODES:
+            raise ValueError(f"decide_mode must be one of {', '.join(DECIDE_MODES)}, not {self.decide_mode!r}")
 
     def redacted(self) -> dict:
         """The limits as /v1/config shows them: the API key is never returned."""
@@ -94,10 +102,16 @@ class ServerState:
     async def run_stepwise(self, fn: Callable[..., Any], *args, **kwargs) -> Any:
         if not self.ready:
             raise self.not_ready()
-        if not self.config.interleave_decide:
+        mode = self.decide_mode
+        if mode == "exclusive":
             return await self.run_exclusive(fn, *args, engine=self.engine, **kwargs)
         return await run_stepwise(self.engine, self.scheduler, fn, *args, prefill_chunk=self.config.decide_chunk_tokens,
-                                  row_chunk=self.config.decide_chunk_rows, **kwargs)
+                                  row_chunk=self.config.decide_chunk_rows, parallel=mode == "parallel", **kwargs)
+
+    @property
+    def decide_mode(self) -> str:
+        """The configured decide mode, ``auto`` resolved for the loaded engine."""
+        return resolve_decide_mode(self.config.decide_mode, self.engine)
 
     # -- lifecycle --------------------------------------------------------------------------------
     def start_loading(self) -> threading.Thread:
@@ -110,6 +124,8 @@ class ServerState:
             engine = self.engine_or_none or self.loader()
             sched = Scheduler(engine, max_batch=self.config.max_batch, max_queue=self.config.max_queue).start()
             self.engine_or_none, self.scheduler = engine, sched
+            if self.decide_mode == "parallel":
+                sys.setswitchinterval(min(sys.getswitchinterval(), PARALLEL_SWITCH_S))
             if self.config.warmup:
                 _warm(engine, sched)
             self.ready = True

@@ -8,7 +8,8 @@ templates of those families render and train on):
     </tool_call>
 
 Grammar (an xgrammar structural tag; each tool's ``parameters`` schema goes through the same
-refusal/rewrite layer as ``response_format`` json_schema, inside ``Grammars``):
+refusal/rewrite layer as ``response_format`` json_schema, inside ``Grammars``; a refused keyword is
+a 400 for a ``strict`` tool, else relaxed like a non-strict json_schema: ``tool_format``):
 
   ============================  =====================================================================
   ``tool_choice``                output
@@ -37,6 +38,8 @@ import uuid
 from dataclasses import dataclass
 
 from ..errors import GrammarCompileError
+from ..generate.result import check_schema
+from ..grammar.relax import NotRelaxable, relax_schema
 from ..grammar.schema import prepare_schema
 from ..grammar.spec import Constraint, canonical_json, make_constraint
 from .errors import APIError
@@ -139,12 +142,34 @@ def tool_choice_mode(body) -> tuple[str, str | None]:
     return "required", name
 
 
-def tool_format(body, mode: str, named: str | None) -> dict | None:
-    """The structural-tag format for the calls, or None (mode none). Each schema is checked here so a
-    refusal names the tool (``tools[i].function.parameters`` + the keyword's pointer)."""
+@dataclass
+class Relaxed:
+    """Tools whose schema was relaxed to a superset (non-strict tools with unenforceable keywords)."""
+
+    places: list[dict]  # [{tool, keyword, pointer, action}]
+    reasons: list[str]  # the refusal of each relaxed tool
+    schemas: dict[str, dict]  # tool name -> its original parameters schema (the arguments are checked on it)
+
+    def check(self, text: str) -> tuple[bool | None, list[str]]:
+        """(all calls of relaxed tools valid for the original schema, or None when there is none; errors)."""
+        valid, errors = None, []
+        for call in parse_calls(text)[1]:
+            if call.name in self.schemas:
+                ok, errs = check_schema(call.arguments, self.schemas[call.name])
+                valid = ok if valid is None else valid and ok
+                errors += [f"{call.name}: {e}" for e in errs]
+        return valid, errors
+
+
+def tool_format(body, mode: str, named: str | None) -> tuple[dict | None, Relaxed | None]:
+    """The structural-tag format for the calls (None: mode none) and what was relaxed. Each schema is
+    checked here so a refusal names the tool (``tools[i].function.parameters`` + the keyword's
+    pointer): a 400 for a ``strict`` tool; otherwise, like a non-strict ``json_schema``, the calls are
+    generated under a superset schema (:mod:`typedlm.grammar.relax`) and their arguments validated
+    with jsonschema afterwards (``Relaxed``)."""
     if mode == "none":
-        return None
-    tags = []
+        return None, None
+    tags, relaxed = [], Relaxed([], [], {})
     for i, t in enumerate(body.tools):
         if named is not None and t.function.name != named:
             continue
@@ -153,15 +178,26 @@ def tool_format(body, mode: str, named: str | None) -> dict | None:
             prepare_schema(params)
         except GrammarCompileError as e:
             where = f"tools[{i}].function.parameters"
-            raise APIError(400, f"{where}: {e}", param=where + (e.pointer if e.pointer not in (None, "/") else ""),
-                           code="grammar_compile_error") from e
+            param = where + (e.pointer if e.pointer not in (None, "/") else "")
+            if t.function.strict or not e.keyword:
+                raise APIError(400, f"{where}: {e}", param=param, code="grammar_compile_error") from e
+            try:
+                schema, done = relax_schema(params)
+            except NotRelaxable as r:
+                raise APIError(400, f"{where}: {e} (and it cannot be relaxed: {r})", param=param,
+                               code="grammar_compile_error") from e
+            relaxed.places += [{"tool": t.function.name, **d} for d in done]
+            relaxed.reasons.append(f"{where}: {e}")
+            relaxed.schemas[t.function.name], params = params, schema
         tags.append({"type": "tag", "begin": begin(t.function.name),
                      "content": {"type": "json_schema", "json_schema": params}, "end": END_TEXT})
     one = not body.parallel_tool_calls
     if mode == "auto":
-        return {"type": "triggered_tags", "triggers": [TRIGGER], "tags": tags, "stop_after_first": one}
-    return {"type": "tags_with_separator", "tags": tags, "separator": "\n", "at_least_one": True,
-            "stop_after_first": one}
+        fmt = {"type": "triggered_tags", "triggers": [TRIGGER], "tags": tags, "stop_after_first": one}
+    else:
+        fmt = {"type": "tags_with_separator", "tags": tags, "separator": "\n", "at_least_one": True,
+               "stop_after_first": one}
+    return fmt, relaxed if relaxed.schemas else None
 
 
 def combine(calls: dict | None, mode: str, answer: Constraint | None) -> Constraint | None:

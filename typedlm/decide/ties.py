@@ -1,0 +1,55 @@
+"""Near-tie safety: a field whose batched top-2 gap is within the batch-shape drift is rescored one row
+at a time, and its record says so (``score_source="rescored_one_row"``).
+
+Batched passes (packed / fused / shared-prefix / expand) and one row per forward give the same
+log-scores only up to the kernels' reduction order: measured max |Δ log-score| (``typedlm bench
+decide``, parity line) 2.8e-5 nats in fp32 on the CPU (bench/results/decide-cpu.md) and 0.17 nats in
+bf16 on the H200 (bench/results/decide-h200.md). Where two candidates are closer than that, the batch
+shape alone could pick the winner; those fields are scored again on the one-row path
+(``packing="expand", max_rows=1``: the parity reference), so the answer no longer depends on how many
+contexts or rows shared the pass.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..engine import Engine
+from .plan import Plan
+from .result import QuestionScore
+from .score import ScoreStats, prefill, score_rows
+
+# nats: the measured batch-shape drift per dtype, rounded up (see the module docstring)
+DRIFT_NATS = {torch.float32: 5e-5, torch.float64: 5e-5, torch.bfloat16: 0.25, torch.float16: 0.25}
+
+
+def drift(engine: Engine) -> float:
+    return DRIFT_NATS.get(engine.dtype, DRIFT_NATS[torch.bfloat16])
+
+
+def near_ties(plan: Plan, scores: list[QuestionScore], fields, threshold: float) -> list[str]:
+    """Fields (among ``fields``) with a question whose two best log-scores are within ``threshold``."""
+    out = []
+    for name in fields:
+        for q, s in zip(plan.questions, scores):
+            if q.field == name and len(s.log_scores) > 1:
+                a, b = sorted(s.log_scores, reverse=True)[:2]
+                if a - b <= threshold:
+                    out.append(name)
+                    break
+    return out
+
+
+def rescore_one_row(engine: Engine, plan: Plan, ids: list[int], fields: list[str], stats: ScoreStats) -> dict:
+    """{question index: picked children log-probs} for every row of ``fields``, one row per forward on
+    a fresh prefill of ``ids`` (counted in ``stats``)."""
+    keep = {i for i, q in enumerate(plan.questions) if q.field in fields}
+    sub = Plan(schema=plan.schema, scoring=plan.scoring, none_of_above=plan.none_of_above, questions=plan.questions,
+               rows=tuple(r for r in plan.rows if r.question in keep), codes=plan.codes)
+    cache = prefill(engine, ids)
+    one = ScoreStats()
+    picked = score_rows(engine, sub, cache, len(ids), packing="expand", max_rows=1, stats=one)
+    stats.passes += one.passes
+    stats.rows += one.rows
+    stats.scored_tokens += one.scored_tokens
+    return picked
