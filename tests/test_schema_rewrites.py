@@ -185,6 +185,14 @@ def test_grammar_path_with_any_whitespace(grammars):
     assert not accepts(compiled, "[ 1 , 2 ]") and not accepts(compiled, "[]")
 
 
+def test_grammar_placeholders_cannot_meet_the_schemas_own_strings(grammars):
+    """ebnf.py marks its nodes with placeholder string constants in xgrammar's EBNF; a schema's own
+    constant that looks like one stays a literal (each build draws a nonce)."""
+    schema = {"anyOf": [{"const": "typedlm-hole-a"}, {"type": "array", "contains": {"const": 1}}]}
+    assert _ours(grammars, schema, '"typedlm-hole-a"') and _ours(grammars, schema, "[2,1]")
+    assert not _ours(grammars, schema, "[2]") and not _ours(grammars, schema, '"typedlm-hole-b"')
+
+
 def _raw(grammars, schema, text):
     from typedlm.bench.jsonschema_suite import accepts
 

@@ -22,6 +22,7 @@ import itertools
 import json
 import math
 import re
+import secrets
 
 from ...errors import GrammarCompileError
 
@@ -117,6 +118,7 @@ def _letters(i: int) -> str:
 class _Builder:
     def __init__(self, ws: str):
         self.ws = ws  # EBNF between tokens ("" when compact)
+        self.nonce = secrets.token_hex(8)  # placeholders no schema's own string constant can equal
         self.defs: dict[str, object] = {}
         self.rules: list[str] = []
         self.holes: dict[str, str] = {}  # rule name -> its placeholder string
@@ -145,7 +147,7 @@ class _Builder:
     def hole(self, rule: str, body: str | None = None) -> dict:
         """A placeholder constant that stands for ``rule`` (defined here from ``body`` the first time)."""
         if rule not in self.holes:
-            self.holes[rule] = _HOLE + _letters(len(self.holes))
+            self.holes[rule] = f"{_HOLE}{self.nonce}-{_letters(len(self.holes))}"
             if body is not None:
                 self.rules.append(f"{rule} ::= {body}")
         return {"const": self.holes[rule]}
@@ -172,7 +174,7 @@ class _Builder:
         in one class of keys (an automaton) with that class's value schema."""
         spec = node["x-typedlm-object"]
         rule = f"typedlm_object_{_letters(len(self.holes))}"
-        self.holes[rule] = _HOLE + _letters(len(self.holes))
+        self.hole(rule)
         colon = f'{self.ws} ":" {self.ws}' if self.ws else '":"'
         sep = f'{self.ws} "," {self.ws}' if self.ws else '","'
         members = [(ebnf_literal(json.dumps(name, ensure_ascii=False)) + f" {colon} defs_{self.define(v)}", req)
