@@ -8,7 +8,12 @@ grammar needs and xgrammar's JSON Schema subset cannot say:
   that match ``contains`` (``M = items ∧ contains``) and those that do not (``N = items ∧ ¬contains``).
   The array is a sequence of M and N items whose count of M items lies in
   ``[minContains, maxContains]`` and whose length lies in ``[minItems, maxItems]``: a finite counter
-  automaton (:func:`contains_automaton`), written as one EBNF rule per state.
+  automaton (:func:`contains_automaton`), written as one EBNF rule per state (several ``contains``:
+  items in classes by the set of them they match, one counter each).
+- ``x-typedlm-object``: listed names in order, then other keys in classes (automata from
+  :mod:`.keys`), each with its value schema.
+- ``x-typedlm-residues``: integers by remainder (``multipleOf`` beside bounds, or its complement).
+- ``x-typedlm-fraction``: non-integral numbers.
 
 When no node carries one, the schema goes to ``compile_json_schema`` as before. Otherwise each such node
 is replaced by a placeholder string constant and its sub-schemas are moved to ``$defs``; xgrammar
@@ -139,7 +144,7 @@ class _Builder:
         if "x-typedlm-object" in node:
             return self.object(node)
         if "x-typedlm-residues" in node:
-            return self.residues(*node["x-typedlm-residues"])
+            return self.residues(node["x-typedlm-residues"])
         if "x-typedlm-fraction" in node:
             return self.hole("typedlm_fraction", FRACTION)
         return {k: (v if k in ("enum", "const") else self.walk(v)) for k, v in node.items()}
@@ -152,21 +157,34 @@ class _Builder:
                 self.rules.append(f"{rule} ::= {body}")
         return {"const": self.holes[rule]}
 
-    def residues(self, modulus: int, accept: list[int]) -> dict:
-        """Integers whose remainder modulo ``modulus`` is in ``accept``: the decimal digits read by a
-        remainder automaton (the sign does not change whether a remainder is 0, and -r ≡ m-r)."""
+    def residues(self, spec) -> dict:
+        """Integers: the listed values, and positive / negative ones of at least ``pos`` / ``neg`` digits
+        whose remainder modulo ``modulus`` is in ``residues``, read digit by digit by a remainder
+        automaton (state: remainder of the digits so far, digit count up to the minimum); for a
+        negative number -a, a's remainder must be the negation of an allowed one."""
         rule = f"typedlm_residues_{_letters(len(self.holes))}"
-        ok = set(accept)
-        neg = {(-r) % modulus for r in ok}
-        for sign, good in (("pos", ok), ("neg", neg)):
-            for r in range(modulus):
-                by_next: dict[int, list[str]] = {}
+        modulus, ok = spec["modulus"], set(spec["residues"])
+        alts = [f'"{v}"' for v in spec["values"]]
+        for sign, k, good in (("pos", spec["pos"], ok), ("neg", spec["neg"], {(-r) % modulus for r in ok})):
+            if not k:
+                continue
+            start = [(d, (d % modulus, 1)) for d in range(1, 10)]
+            todo, seen = [st for _, st in start], set()
+            while todo:
+                r, n = st = todo.pop()
+                if st in seen:
+                    continue
+                seen.add(st)
+                by_next: dict[tuple, list[str]] = {}
                 for d in range(10):
-                    by_next.setdefault((10 * r + d) % modulus, []).append(str(d))
-                alts = (['""'] if r in good else []) + [f"[{''.join(ds)}] {rule}_{sign}_{t}" for t, ds in by_next.items()]
-                self.rules.append(f"{rule}_{sign}_{r} ::= " + " | ".join(f"({a})" for a in alts))
-        first = " | ".join(f'("{d}" {rule}_pos_{d % modulus}) | ("-{d}" {rule}_neg_{d % modulus})' for d in range(1, 10))
-        self.rules.append(f"{rule} ::= " + ('("0") | ' if 0 in ok else "") + first)
+                    by_next.setdefault(((10 * r + d) % modulus, min(n + 1, k)), []).append(str(d))
+                body = (['""'] if r in good and n >= k else []) + \
+                    [f"[{''.join(ds)}] {rule}_{sign}_{t}_{c}" for (t, c), ds in by_next.items()]
+                self.rules.append(f"{rule}_{sign}_{r}_{n} ::= " + " | ".join(f"({a})" for a in body))
+                todo += list(by_next)
+            lead = '"-" ' if sign == "neg" else ""
+            alts += [f'{lead}"{d}" {rule}_{sign}_{r}_{n}' for d, (r, n) in start]
+        self.rules.append(f"{rule} ::= " + " | ".join(f"({a})" for a in alts))
         return self.hole(rule)
 
     def object(self, node) -> dict:

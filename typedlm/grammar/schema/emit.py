@@ -45,19 +45,6 @@ class Emitter:
                                              if c in self.memo}}
         return out
 
-    def bounded_multiples(self, b):
-        """Integer ``multipleOf`` between bounds (measured: xgrammar accepts -4 for multipleOf 3,
-        minimum -10): the enum of the multiples, when both bounds are given and there are few."""
-        m = b.multiple_of
-        if b.lo is None or b.hi is None:
-            raise Refuse("multipleOf", b.at, "multipleOf beside only one bound is not enforced")
-        first, last = -(-b.lo[0] // m) * m, b.hi[0] // m * m  # bounds are whole and inclusive here
-        if (last - first) // m + 1 > MAX_ENUM:
-            raise Refuse("multipleOf", b.at, f"multipleOf between bounds is enforced as an enum of at most "
-                         f"{MAX_ENUM} values")
-        values = list(range(first, last + 1, m))
-        return {"enum": values} if values else dict(NOTHING)
-
     def emit_contains(self, b, out, pre) -> bool:
         """Add ``contains`` (and for the grammar, the item classes, see :mod:`.ebnf`) to emitted array
         ``out`` whose prefix is ``pre``; False when no array satisfies it."""
@@ -209,19 +196,6 @@ class Emitter:
             if b.lo is not None or b.hi is not None:
                 raise Refuse("type", b.at, "non-integral numbers between bounds are not enforced")
             return {"type": "number", "not": {"type": "integer"}, "x-typedlm-fraction": True}
-        if b.not_multiple_of:  # residues modulo the lcm: a grammar of its own (.ebnf)
-            m, ns = b.multiple_of or 1, b.not_multiple_of
-            modulus = math.lcm(m, *ns)
-            if b.lo is not None or b.hi is not None or modulus > MAX_MODULUS:
-                raise Refuse("multipleOf", b.at, "a multipleOf complement between bounds or "
-                             f"modulo more than {MAX_MODULUS} is not enforced")
-            residues = [r for r in range(modulus) if r % m == 0 and all(r % n for n in ns)]
-            if not residues:
-                return None
-            return {"type": "integer", **({"multipleOf": m} if m != 1 else {}),
-                    "not": {"anyOf": [{"multipleOf": n} for n in ns]}, "x-typedlm-residues": [modulus, residues]}
-        if b.multiple_of is not None and (b.lo is not None or b.hi is not None):
-            return self.bounded_multiples(b)
         out = {"type": b.type}
         for side, (inc, exc) in (("lo", ("minimum", "exclusiveMinimum")), ("hi", ("maximum", "exclusiveMaximum"))):
             if getattr(b, side) is not None:
@@ -229,4 +203,45 @@ class Emitter:
                 out[exc if excl else inc] = v
         if b.multiple_of is not None:
             out["multipleOf"] = b.multiple_of
+        if b.not_multiple_of:
+            out["not"] = {"anyOf": [{"multipleOf": n} for n in b.not_multiple_of]}
+        if b.not_multiple_of or (b.multiple_of is not None and (b.lo is not None or b.hi is not None)):
+            # measured: xgrammar accepts -4 for multipleOf 3, minimum -10; and has no "not a multiple"
+            return self.residues(b, out)
+        return out
+
+    def residues(self, b, out):
+        """Integers by remainder (``multipleOf`` beside bounds, or a complement of one) for :mod:`.ebnf`:
+        the values near the bounds listed, the unbounded side (integers of more digits than the bound)
+        by a remainder automaton. Bounds here are whole and inclusive (``algebra.fix_int``)."""
+        m, ns = b.multiple_of or 1, b.not_multiple_of
+        modulus = math.lcm(m, *ns)
+        good = {r for r in range(modulus) if r % m == 0 and all(r % n for n in ns)}
+        refuse = Refuse("multipleOf", b.at, f"multipleOf is enforced modulo at most {MAX_MODULUS} and with at most "
+                        f"{MAX_ENUM} values listed near a bound")
+        if modulus > MAX_MODULUS:
+            raise refuse
+        if not good:
+            return None
+        lo, hi = (None if x is None else x[0] for x in (b.lo, b.hi))
+        pos = neg = None  # positive / negative integers of at least this many digits, beyond the list
+        if lo is not None and hi is not None:
+            first, last = lo, hi
+        elif lo is not None:
+            first, last = lo, 0 if lo <= 0 else 10 ** len(str(lo)) - 1
+            pos = 1 if lo <= 0 else len(str(lo)) + 1
+        elif hi is not None:
+            first, last = 0 if hi >= 0 else -(10 ** len(str(-hi)) - 1), hi
+            neg = 1 if hi >= 0 else len(str(-hi)) + 1
+        else:
+            first, last, pos, neg = 0, 0, 1, 1
+        if last - first > MAX_ENUM * modulus:
+            raise refuse
+        values = [v for v in range(first, last + 1) if v % modulus in good]
+        if len(values) > MAX_ENUM:
+            raise refuse
+        if pos is None and neg is None:
+            return {"enum": values} if values else None
+        out["x-typedlm-residues"] = {"modulus": modulus, "residues": sorted(good), "values": values, "pos": pos,
+                                     "neg": neg}
         return out

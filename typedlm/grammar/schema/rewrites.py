@@ -25,7 +25,8 @@ keyword and its JSON pointer. The rewrites (each pinned by tests/test_schema_rew
 - ``dependentRequired`` / ``dependentSchemas``: ``(key absent) ∨ (key present ∧ dependency)``; an
   absent key is a property whose schema accepts nothing.
 - ``required`` names missing from ``properties``: listed with the ``additionalProperties`` schema.
-- ``multipleOf``: integral divisors on integers (a number multiple of an integer is an integer).
+- ``multipleOf``: integral divisors on integers (a number multiple of an integer is an integer);
+  beside bounds: the values near a bound listed, the unbounded side by a remainder automaton.
 - integer bounds: made whole (``minimum: 1.5`` -> ``2``; exclusive bounds made inclusive).
 - ``pattern`` / ``patternProperties``: search semantics and ECMA ``.`` (see refusal.rewrite_pattern).
 - ``uniqueItems`` over a finite array space (positions that are enums/booleans/null, bounded
