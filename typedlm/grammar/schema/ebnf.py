@@ -34,7 +34,9 @@ from ...errors import GrammarCompileError
 PRIVATE = ("x-typedlm-contains", "x-typedlm-fraction", "x-typedlm-object", "x-typedlm-residues")
 # A non-integral number: below 1e9 in magnitude, 1 to 6 decimals, the last one not 0. At most 15
 # digits in all, so that a double (how jsonschema, Python and JavaScript read JSON numbers) holds it
-# exactly enough to be non-integral too ("1.00000000000000001" reads as 1.0).
+# exactly enough to be non-integral too ("1.00000000000000001" reads as 1.0). Stricter than the
+# schema (no exponents, no longer numbers): a documented exception to "refuse, don't approximate",
+# like the three formats in formats.py; never looser.
 FRACTION = '("-" | "") ("0" | [1-9] [0-9]{0,8}) "." [0-9]{0,5} [1-9]'
 MAX_STATES = 4096  # counter automaton states (count × length) before the keyword is refused
 _HOLE = "typedlm-hole-"
