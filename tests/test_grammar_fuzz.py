@@ -44,7 +44,7 @@ def _schemas(children):
         "dependentSchemas": st.dictionaries(NAMES, children, max_size=2),
         "items": children, "prefixItems": st.lists(children, min_size=1, max_size=2),
         "minItems": COUNTS, "maxItems": COUNTS, "uniqueItems": st.booleans(),
-        "contains": children, "minContains": COUNTS,
+        "contains": children, "minContains": COUNTS, "maxContains": COUNTS,
         "allOf": st.lists(children, min_size=1, max_size=3), "anyOf": st.lists(children, min_size=1, max_size=3),
         "oneOf": st.lists(children, min_size=1, max_size=3), "not": children,
         "if": children, "then": children, "else": children,

@@ -35,14 +35,27 @@ OTHER = {"type": "object", "properties": {
     "required": ["name_of_the_person", "list_of_items"], "additionalProperties": False}
 
 
-@pytest.fixture(params=["StaticKV", "BatchKV"])
+@pytest.fixture(params=["StaticKV", "BatchKV", "StaticKV+device-mask"])
 def kv_kind(request, monkeypatch):
-    """Run the scheduler on either KV backend (the tiny Llama takes StaticKV by default)."""
+    """Run the scheduler on either KV backend (the tiny Llama takes StaticKV by default).
+    ``+device-mask``: the sampler keeps its mask in a second tensor that only ``upload`` refreshes, as on
+    CUDA (on the CPU the two are one tensor): a host mask the sampler does not know changed is then
+    missed, as it was on the H200 after a fully accepted draft (``grammar rejected sampled token``)."""
     if request.param == "BatchKV":
         from typedlm.generate import scheduler
         from typedlm.generate.batch_cache import BatchKV
 
         monkeypatch.setattr(scheduler, "make_kv", lambda engine, n: BatchKV(engine, n))
+    if request.param.endswith("+device-mask"):
+        from typedlm.generate.sampler import BatchSampler
+
+        init = BatchSampler.__init__
+
+        def separate(self, **kw):
+            init(self, **kw)
+            self._device_mask = self.bitmask.clone()
+
+        monkeypatch.setattr(BatchSampler, "__init__", separate)
     return request.param
 
 

@@ -68,6 +68,7 @@ TABLE = {
     "discriminated union": Annotated[Union[Cat, Dog], Field(discriminator="kind")],
     "constr": constr(min_length=2, max_length=5), "constr(pattern)": constr(pattern=r"^[a-z]{1,8}$"),
     "conint": conint(ge=0, le=10), "conint(multiple_of)": conint(multiple_of=5, ge=0, le=100),
+    "conint(multiple_of, ge)": conint(multiple_of=5, ge=3),
     "confloat": confloat(gt=0, lt=1), "list length bounds": conlist(int, min_length=1, max_length=3),
     "dict[str, int]": dict[str, int], "tuple[int, str]": tuple[int, constr(max_length=4)], "tuple[bool, ...]": tuple[bool, ...],
 }

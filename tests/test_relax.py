@@ -10,25 +10,25 @@ from hypothesis import given, settings
 from typedlm.grammar.relax import relax_schema
 from typedlm.grammar.schema import find_refusals
 
-CONTAINS = {"type": "array", "contains": {"const": 1}, "maxContains": 1}
+UNIQUE = {"type": "array", "uniqueItems": True}
 
 
 @pytest.mark.parametrize("schema, relaxed", [
     # positive: the keyword (and its companions) go, everything else stays
-    ({"type": "object", "properties": {"a": CONTAINS, "b": {"type": "integer", "maximum": 3}}, "required": ["a"]},
+    ({"type": "object", "properties": {"a": UNIQUE, "b": {"type": "integer", "maximum": 3}}, "required": ["a"]},
      {"type": "object", "properties": {"a": {"type": "array"}, "b": {"type": "integer", "maximum": 3}},
       "required": ["a"]}),
-    # under not: dropping contains there would make the schema stricter; the whole not goes instead
-    ({"type": "object", "properties": {"a": {"type": "array", "not": CONTAINS}}},
+    # under not: dropping uniqueItems there would make the schema stricter; the whole not goes instead
+    ({"type": "object", "properties": {"a": {"type": "array", "not": UNIQUE}}},
      {"type": "object", "properties": {"a": {"type": "array"}}}),
     # in an if condition: if/then/else go together
-    ({"type": "array", "if": CONTAINS, "then": {"minItems": 2}, "else": {"maxItems": 5}}, {"type": "array"}),
-    # a not over a number enum (not expressible): the not goes, the type stays
-    ({"type": "object", "properties": {"a": {"type": "integer", "not": {"const": 3}}}},
-     {"type": "object", "properties": {"a": {"type": "integer"}}}),
+    ({"type": "array", "if": UNIQUE, "then": {"minItems": 2}, "else": {"maxItems": 5}}, {"type": "array"}),
+    # a not over a pattern (not expressible): the not goes, the type stays
+    ({"type": "object", "properties": {"a": {"type": "string", "not": {"pattern": "a"}}}},
+     {"type": "object", "properties": {"a": {"type": "string"}}}),
     # $ref: the target is inlined at the use site; the definition itself is kept for other uses
-    ({"$defs": {"x": CONTAINS}, "type": "object", "properties": {"a": {"$ref": "#/$defs/x"}}},
-     {"$defs": {"x": CONTAINS}, "type": "object", "properties": {"a": {"allOf": [{"type": "array"}]}}}),
+    ({"$defs": {"x": UNIQUE}, "type": "object", "properties": {"a": {"$ref": "#/$defs/x"}}},
+     {"$defs": {"x": UNIQUE}, "type": "object", "properties": {"a": {"allOf": [{"type": "array"}]}}}),
 ])
 def test_relax_drops_only_what_it_must(schema, relaxed):
     out, done = relax_schema(schema)
@@ -40,11 +40,11 @@ INSTANCES = st.recursive(st.none() | st.booleans() | st.integers(-3, 3) | st.sam
                          lambda c: st.lists(c, max_size=4) | st.dictionaries(st.sampled_from("abc"), c, max_size=3),
                          max_leaves=8)
 SCHEMAS = [
-    {"type": "object", "properties": {"a": {"not": CONTAINS}, "b": CONTAINS}},
-    {"not": {"properties": {"a": CONTAINS}, "required": ["a"]}},
-    {"oneOf": [CONTAINS, {"type": "array", "maxItems": 1}]},
-    {"anyOf": [{"if": CONTAINS, "then": {"maxItems": 2}}, {"type": "integer", "not": {"const": 2}}]},
-    {"$defs": {"x": CONTAINS}, "properties": {"a": {"$ref": "#/$defs/x"}, "b": {"not": {"$ref": "#/$defs/x"}}}},
+    {"type": "object", "properties": {"a": {"not": UNIQUE}, "b": UNIQUE}},
+    {"not": {"properties": {"a": UNIQUE}, "required": ["a"]}},
+    {"oneOf": [UNIQUE, {"type": "array", "maxItems": 1}]},
+    {"anyOf": [{"if": UNIQUE, "then": {"maxItems": 2}}, {"type": "integer", "not": {"const": 2}}]},
+    {"$defs": {"x": UNIQUE}, "properties": {"a": {"$ref": "#/$defs/x"}, "b": {"not": {"$ref": "#/$defs/x"}}}},
     {"type": "string", "minLength": 2, "pattern": "^a"},
 ]
 

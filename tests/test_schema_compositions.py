@@ -1,7 +1,8 @@
 """Differential fuzzing of the schema rewrites: compositions against jsonschema.
 
 hypothesis builds schemas from ``allOf``/``anyOf``/``oneOf``/``not``/``if``-``then``-``else``/``$ref``
-over small object and scalar schemas (the discriminated-union idiom among them) plus candidate
+over small object, array and scalar schemas (the discriminated-union idiom, ``contains`` counts,
+``patternProperties``/``propertyNames``, ``multipleOf`` among them) plus candidate
 instances; an instance the grammar accepts but jsonschema rejects fails the test. Fixed seed
 (derandomized) in CI; ``TYPEDLM_FUZZ_EXAMPLES=N`` runs more, and ``TYPEDLM_FUZZ_REPORT=path`` writes
 the counts (committed: bench/results/schema-compositions-fuzz.json).
@@ -24,7 +25,8 @@ SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
 STATS = {"examples": 0, "compiled": 0, "refused_or_empty": 0, "instances": 0, "valid": 0,
          "accepted": 0, "false_positives": 0, "false_negatives": 0}
 
-KEYS = ["kind", "x", "y"]
+KEYS = ["kind", "x", "y", "xy"]
+PATTERNS = ["^x", "y", "k.n", "^[a-x]+$"]
 KINDS = ["a", "b", "c"]
 VALUES = [None, True, 0, 1, 2, -1, 2.5, "", "a", "b", "ab", "P1D", "2024-02-29", "x1"]
 SCALAR = st.one_of(
@@ -35,8 +37,21 @@ SCALAR = st.one_of(
     st.fixed_dictionaries({"maximum": st.integers(-1, 2)}),
     st.fixed_dictionaries({"type": st.just("string"), "maxLength": st.integers(0, 2)}),
     st.fixed_dictionaries({"type": st.just("string"), "format": st.sampled_from(["date", "duration"])}),
+    st.fixed_dictionaries({"multipleOf": st.integers(2, 3)}),
     st.sampled_from([True, False, {}]),
 )
+# keywords with a grammar of typedlm's own (grammar/schema/ebnf.py): contains counters, key classes
+ARRAY = st.fixed_dictionaries(
+    {"contains": SCALAR},
+    optional={"type": st.just("array"), "minContains": st.integers(0, 2), "maxContains": st.integers(0, 2),
+              "items": SCALAR, "prefixItems": st.lists(SCALAR, max_size=1), "maxItems": st.integers(0, 3),
+              "unevaluatedItems": st.sampled_from([False, {"type": "integer"}])})
+KEYED = st.fixed_dictionaries(
+    {"patternProperties": st.dictionaries(st.sampled_from(PATTERNS), SCALAR, max_size=2)},
+    optional={"properties": st.dictionaries(st.sampled_from(KEYS), SCALAR, max_size=2),
+              "additionalProperties": st.sampled_from([False, {"type": "integer"}]),
+              "required": st.lists(st.sampled_from(KEYS), max_size=1),
+              "propertyNames": st.sampled_from([{"maxLength": 1}, {"pattern": "^[a-x]"}, {"enum": ["x", "kind"]}])})
 OBJECT = st.fixed_dictionaries(
     {"properties": st.dictionaries(st.sampled_from(KEYS), SCALAR, max_size=3)},
     optional={"type": st.just("object"),
@@ -57,7 +72,7 @@ def _discriminated(kinds_and_thens):
 
 DISCRIMINATED = st.lists(st.tuples(st.sampled_from(KINDS), OBJECT), min_size=1, max_size=3,
                          unique_by=lambda t: t[0]).map(_discriminated)
-LEAF = st.one_of(SCALAR, OBJECT, DISCRIMINATED)
+LEAF = st.one_of(SCALAR, OBJECT, DISCRIMINATED, ARRAY, KEYED)
 
 
 def _compose(children):
@@ -91,7 +106,7 @@ INSTANCES = st.one_of(
     st.builds(lambda k, d: {"kind": k, **d}, st.sampled_from(KINDS),
               st.dictionaries(st.sampled_from(KEYS[1:]), INSTANCE_VALUES, max_size=2)),
     INSTANCE_VALUES,
-    st.lists(INSTANCE_VALUES, max_size=2),
+    st.lists(INSTANCE_VALUES, max_size=4),
 )
 
 

@@ -97,6 +97,59 @@ CASES = [
      '{"abcd":1}', False),
     ("contains with minContains 0", {"type": "array", "contains": {"type": "string"}, "minContains": 0}, "[1]", True),
     ("property absent", {"type": "object", "dependentSchemas": {"a": False}}, '{"a":1}', False),
+    ("contains counted", {"type": "array", "contains": {"const": 1}, "minContains": 2, "maxContains": 3},
+     "[1,2,1]", True),
+    ("contains counted", {"type": "array", "contains": {"const": 1}, "minContains": 2, "maxContains": 3},
+     "[1,2]", False),
+    ("contains counted", {"type": "array", "contains": {"const": 1}, "minContains": 2, "maxContains": 3},
+     "[1,1,2,1,1]", False),
+    ("contains splits items", {"items": {"type": "integer"}, "contains": {"minimum": 5}}, "[1,6,2]", True),
+    ("contains splits items", {"items": {"type": "integer"}, "contains": {"minimum": 5}}, "[1,2]", False),
+    ("contains splits items", {"items": {"type": "integer"}, "contains": {"minimum": 5}}, "[]", False),
+    ("not contains", {"not": {"contains": {"type": "string"}}}, '[1,"a"]', False),
+    ("not contains", {"not": {"contains": {"type": "string"}}}, "[1,2]", True),
+    ("not integer", {"not": {"type": "integer"}}, "1.5", True),
+    ("not integer", {"not": {"type": "integer"}}, "2.0", False),
+    ("not integer", {"not": {"type": "integer"}}, "-0.0", False),
+    ("not an enum of numbers", {"not": {"enum": [1, 2.5]}}, "2.5", False),
+    ("not an enum of numbers", {"not": {"enum": [1, 2.5]}}, "1.0", False),
+    ("not an enum of numbers", {"not": {"enum": [1, 2.5]}}, "2", True),
+    ("multipleOf beside one bound", {"type": "integer", "multipleOf": 3, "minimum": -10}, "-4", False),
+    ("multipleOf beside one bound", {"type": "integer", "multipleOf": 3, "minimum": -10}, "-9", True),
+    ("multipleOf beside one bound", {"type": "integer", "multipleOf": 3, "minimum": -10}, "3000000000003", True),
+    ("multipleOf beside one bound", {"type": "integer", "multipleOf": 4, "maximum": 13}, "16", False),
+    ("multipleOf beside one bound", {"type": "integer", "multipleOf": 4, "maximum": 13}, "-400", True),
+    ("multipleOf beside one bound", {"type": "integer", "multipleOf": 5, "exclusiveMinimum": 10}, "10", False),
+    ("multipleOf beside one bound", {"type": "integer", "multipleOf": 5, "exclusiveMinimum": 10}, "15", True),
+    ("not multipleOf", {"not": {"multipleOf": 3}}, "-4", True),
+    ("not multipleOf", {"not": {"multipleOf": 3}}, "-3", False),
+    ("not multipleOf", {"type": "integer", "multipleOf": 2, "not": {"multipleOf": 3}}, "12", False),
+    ("not multipleOf", {"type": "integer", "multipleOf": 2, "not": {"multipleOf": 3}}, "14", True),
+    ("several patterns", {"patternProperties": {"a*": {"type": "integer"}, "aaa*": {"maximum": 20}}},
+     '{"aaaa":31}', False),
+    ("several patterns", {"patternProperties": {"a*": {"type": "integer"}, "aaa*": {"maximum": 20}}},
+     '{"aaaa":18,"b":3}', True),
+    ("properties beside patterns", {"properties": {"foo": {"maxItems": 3}}, "patternProperties": {"f.o": {"minItems": 2}},
+                                    "additionalProperties": {"type": "integer"}}, '{"foo":[1]}', False),
+    ("properties beside patterns", {"properties": {"foo": {"maxItems": 3}}, "patternProperties": {"f.o": {"minItems": 2}},
+                                    "additionalProperties": {"type": "integer"}}, '{"fxo":[1,2],"q":"x"}', False),
+    ("properties beside patterns", {"properties": {"foo": {"maxItems": 3}}, "patternProperties": {"f.o": {"minItems": 2}},
+                                    "additionalProperties": {"type": "integer"}}, '{"foo":[1,2],"fxo":[1,2],"q":3}', True),
+    ("propertyNames", {"propertyNames": {"maxLength": 3}}, '{"abcd":1}', False),
+    ("propertyNames", {"propertyNames": {"pattern": "^a+$"}}, '{"aa":1,"a":2}', True),
+    ("propertyNames", {"propertyNames": {"pattern": "^a+$"}}, '{"aa":1,"ab":2}', False),
+    ("propertyNames", {"allOf": [{"properties": {"abcd": {}}}, {"propertyNames": {"maxLength": 3}}]}, '{"abcd":1}', False),
+    ("escaped names", {"properties": {"a\nb": {"type": "number"}}, "required": ["a\nb"]}, '{"a\\nb":1}', True),
+    ("escaped names", {"properties": {"a\nb": {"type": "number"}}, "required": ["a\nb"]}, '{"a\\nb":"x"}', False),
+    ("contains evaluates items", {"prefixItems": [True], "contains": {"type": "string"}, "unevaluatedItems": False},
+     '[1,"a",2]', False),
+    ("contains evaluates items", {"prefixItems": [True], "contains": {"type": "string"}, "unevaluatedItems": False},
+     '[1,"a","b"]', True),
+    ("contains evaluates items", {"contains": {"type": "string"}, "minContains": 0, "unevaluatedItems": False},
+     '[1]', False),
+    ("two contains", {"allOf": [{"contains": {"multipleOf": 2}}, {"contains": {"multipleOf": 3}}]}, "[2,9]", True),
+    ("two contains", {"allOf": [{"contains": {"multipleOf": 2}}, {"contains": {"multipleOf": 3}}]}, "[2,4]", False),
+    ("two contains", {"allOf": [{"contains": {"multipleOf": 2}}, {"contains": {"multipleOf": 3}}]}, "[6]", True),
 ]
 
 
@@ -105,7 +158,7 @@ ECMA_ONLY = {"pattern ECMA dot"}
 # rewrites that make a keyword usable at all: raw xgrammar happens to be right on these instances, but
 # it is not in general (oneOf is anyOf to it, contains and unevaluated* are unchecked), so without the
 # rewrite the refusal layer would have to refuse them
-ENABLING = {"oneOf disjoint", "contains with minContains 0", "unevaluatedItems alone"}
+ENABLING = {"oneOf disjoint", "contains with minContains 0", "unevaluatedItems alone", "escaped names"}
 
 
 def test_enabling_rewrites_are_not_refused():
@@ -127,6 +180,24 @@ def _ours(grammars, schema, text):
 
     compiled, _ = grammars.compile(make_constraint(json_schema=schema, strict=False, any_whitespace=False))
     return accepts(compiled, text)
+
+
+def test_grammar_path_with_any_whitespace(grammars):
+    from typedlm.bench.jsonschema_suite import accepts
+    from typedlm.grammar.spec import make_constraint
+
+    schema = {"type": "array", "items": {"type": "number"}, "contains": {"not": {"type": "integer"}}}
+    compiled, _ = grammars.compile(make_constraint(json_schema=schema, any_whitespace=True))
+    assert accepts(compiled, "[ 1 ,\n 2.5 ]") and accepts(compiled, "[2.5]")
+    assert not accepts(compiled, "[ 1 , 2 ]") and not accepts(compiled, "[]")
+
+
+def test_grammar_placeholders_cannot_meet_the_schemas_own_strings(grammars):
+    """ebnf.py marks its nodes with placeholder string constants in xgrammar's EBNF; a schema's own
+    constant that looks like one stays a literal (each build draws a nonce)."""
+    schema = {"anyOf": [{"const": "typedlm-hole-a"}, {"type": "array", "contains": {"const": 1}}]}
+    assert _ours(grammars, schema, '"typedlm-hole-a"') and _ours(grammars, schema, "[2,1]")
+    assert not _ours(grammars, schema, "[2]") and not _ours(grammars, schema, '"typedlm-hole-b"')
 
 
 def _raw(grammars, schema, text):
@@ -176,17 +247,18 @@ def test_pattern_rewrite():
 
 
 @pytest.mark.parametrize("schema,keyword,pointer", [
-    ({"properties": {"a": {"contains": {"type": "string"}}}}, "contains", "/properties/a/contains"),
+    ({"properties": {"a": {"contains": {"type": "string"}, "minContains": 5000}}}, "contains", "/properties/a"),
     ({"type": "string", "pattern": "(?=a)"}, "pattern", "/pattern"),
     ({"type": "string", "format": "iri-reference"}, "format", "/format"),
     ({"type": "string", "pattern": "a", "maxLength": 3}, "maxLength", ""),
-    ({"not": {"type": "integer"}}, "not", "/not"),
+    ({"not": {"type": "string", "pattern": "a"}}, "not", "/not"),
     ({"$ref": "http://example.com/x.json"}, "$ref", "/$ref"),
     ({"items": {"$dynamicRef": "#x"}}, "$dynamicRef", "/items/$dynamicRef"),
-    ({"type": "object", "patternProperties": {"a": {}, "b": {}}}, "patternProperties", "/patternProperties"),
-    ({"type": "object", "properties": {"a\nb": {}}}, "properties", ""),
-    ({"type": "object", "properties": {"a": {}}, "patternProperties": {"^b": {"type": "integer"}}},
-     "patternProperties", ""),
+    ({"type": "object", "patternProperties": {"a": {}, "b": {}, "c": {}, "d": {}, "e": {}}}, "patternProperties",
+     "/patternProperties"),
+    ({"type": "object", "propertyNames": {"pattern": "^a"}, "maxProperties": 2}, "maxProperties", ""),
+    ({"type": "object", "properties": {"a": {}}, "patternProperties": {"^b": {"type": "integer"}},
+      "minProperties": 1}, "minProperties", ""),
     ({"type": "array", "uniqueItems": True}, "uniqueItems", "/uniqueItems"),
     ({"anyOf": [{"properties": {"a": {}}}, {"properties": {"b": {}}}], "unevaluatedProperties": False},
      "unevaluatedProperties", "/unevaluatedProperties"),
@@ -195,8 +267,8 @@ def test_pattern_rewrite():
      "contentMediaType", "/contentMediaType"),
     ({"$schema": "http://json-schema.org/draft-04/schema#", "items": [{}, {"pattern": "(?=a)"}]},
      "pattern", "/items/1/pattern"),
-    ({"$schema": "http://json-schema.org/draft-07/schema#", "items": [{}], "additionalItems": {"contains": {}}},
-     "contains", "/additionalItems/contains"),
+    ({"$schema": "http://json-schema.org/draft-07/schema#", "items": [{}], "additionalItems": {"uniqueItems": True}},
+     "uniqueItems", "/additionalItems/uniqueItems"),
     ({"$schema": "http://json-schema.org/draft-07/schema#", "dependencies": {"a": 3}}, "(schema)", "/dependencies/a"),
 ])
 def test_refusals_name_keyword_and_pointer(schema, keyword, pointer):
@@ -243,7 +315,7 @@ def test_recursive_ref_becomes_a_definition(grammars):
 def test_not_strings_regex_is_the_exact_complement(values, texts):
     import re
 
-    from typedlm.grammar.schema.rewrites import _not_strings
+    from typedlm.grammar.schema.algebra import not_strings as _not_strings
 
     rx = _not_strings(values)
     for t in texts + values:

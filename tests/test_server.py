@@ -25,7 +25,9 @@ COLOR = {"type": "object", "properties": {"color": {"enum": ["red", "green", "bl
 POINT = {"type": "object", "properties": {"x": {"type": "integer", "minimum": -9, "maximum": 9},
                                           "y": {"type": "integer", "minimum": -9, "maximum": 9}},
          "required": ["x", "y"], "additionalProperties": False}
-REFUSED = {"type": "object", "properties": {"a": {"type": "integer", "not": {"const": 3}}}, "required": ["a"]}
+# not over a pattern has no exact form (the complement of a regular language inside JSON strings)
+REFUSED = {"type": "object", "properties": {"a": {"type": "integer", "not": {
+    "anyOf": [{"const": 3}, {"type": "string", "pattern": "x"}]}}}, "required": ["a"]}
 MSG = [{"role": "user", "content": "Give me the data."}]
 
 

@@ -169,15 +169,16 @@ def test_history_rendering_native_and_fallback(tiny, rclient):
     assert "<tool_response>\n3\n</tool_response>" in fallback
 
 
-CONTAINS = {"type": "object", "properties": {"x": {"type": "array", "items": {"type": "integer", "minimum": 0,
-                                                                            "maximum": 3}, "maxItems": 3,
-                                                "contains": {"const": 1}}},
-            "required": ["x"], "additionalProperties": False}
+# uniqueItems over integers is not enforced (not context-free unless the items are a small finite set)
+UNIQUE = {"type": "object", "properties": {"x": {"type": "array", "items": {"type": "integer", "minimum": 0,
+                                                                          "maximum": 3}, "maxItems": 3,
+                                              "uniqueItems": True}},
+          "required": ["x"], "additionalProperties": False}
 
 
 def test_tool_schema_goes_through_the_refusal_layer(client, tiny):
-    bad = [{"type": "function", "function": {"name": "f", "parameters": CONTAINS, "strict": True}}]
-    with pytest.raises(openai.BadRequestError, match=r"tools\[0\]\.function\.parameters.*contains"):
+    bad = [{"type": "function", "function": {"name": "f", "parameters": UNIQUE, "strict": True}}]
+    with pytest.raises(openai.BadRequestError, match=r"tools\[0\]\.function\.parameters.*uniqueItems"):
         client.chat.completions.create(model=tiny.name, messages=MSG, tools=bad, tool_choice="required")
     with pytest.raises(openai.BadRequestError, match="not in 'tools'"):
         client.chat.completions.create(model=tiny.name, messages=MSG, tools=TOOLS,
@@ -186,16 +187,16 @@ def test_tool_schema_goes_through_the_refusal_layer(client, tiny):
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_non_strict_tool_schema_is_relaxed_and_the_arguments_validated(client, tiny, stream):
-    """A non-strict tool whose schema has a keyword the grammar cannot enforce (``contains``) is not a
+    """A non-strict tool whose schema has a keyword the grammar cannot enforce (``uniqueItems``) is not a
     400: the call is generated under the schema without it (still an array of small integers), and
     ``Warning: 199`` + the ``typedlm`` field say so, with each choice's arguments checked on the
     original schema by jsonschema (compared here with jsonschema's own verdict)."""
-    tools = [{"type": "function", "function": {"name": "f", "parameters": CONTAINS}}, TOOLS[1]]
+    tools = [{"type": "function", "function": {"name": "f", "parameters": UNIQUE}}, TOOLS[1]]
     kw = dict(model=tiny.name, messages=MSG, tools=tools, tool_choice={"type": "function", "function": {"name": "f"}},
               n=3, seed=5, temperature=1.0, max_tokens=120, parallel_tool_calls=False)
     raw = client.chat.completions.with_raw_response.create(**kw, stream=stream)
-    assert raw.headers["warning"].startswith('199 typedlm "tool parameters partly enforced: relaxed contains at '
-                                             '/properties/x/contains of tool f')
+    assert raw.headers["warning"].startswith('199 typedlm "tool parameters partly enforced: relaxed uniqueItems at '
+                                             '/properties/x/uniqueItems of tool f')
     if stream:
         chunks = list(raw.parse())
         notice = [c.model_extra["typedlm"] for c in chunks if (c.model_extra or {}).get("typedlm")]
@@ -212,16 +213,16 @@ def test_non_strict_tool_schema_is_relaxed_and_the_arguments_validated(client, t
         assert all(ch.finish_reason == "tool_calls" and len(ch.message.tool_calls) == 1 for ch in resp.choices)
         assert all(ch.message.tool_calls[0].function.name == "f" for ch in resp.choices)
         args = [ch.message.tool_calls[0].function.arguments for ch in resp.choices]
-    assert notice["degraded"] == "relaxed" and "contains" in notice["reason"]
-    assert notice["relaxed"] == [{"tool": "f", "keyword": "contains", "pointer": "/properties/x/contains",
-                                  "action": "dropped 'contains'"}]
-    relaxed = {**CONTAINS, "properties": {"x": {k: v for k, v in CONTAINS["properties"]["x"].items()
-                                               if k != "contains"}}}
+    assert notice["degraded"] == "relaxed" and "uniqueItems" in notice["reason"]
+    assert notice["relaxed"] == [{"tool": "f", "keyword": "uniqueItems", "pointer": "/properties/x/uniqueItems",
+                                  "action": "dropped 'uniqueItems'"}]
+    relaxed = {**UNIQUE, "properties": {"x": {k: v for k, v in UNIQUE["properties"]["x"].items()
+                                               if k != "uniqueItems"}}}
     verdicts = []
     for a, valid, errors in zip(args, notice["schema_valid"], notice["schema_errors"]):
         value = json.loads(a)
         jsonschema.validate(value, relaxed)  # the superset grammar held
-        ok = jsonschema.Draft202012Validator(CONTAINS).is_valid(value)
+        ok = jsonschema.Draft202012Validator(UNIQUE).is_valid(value)
         assert valid is ok and bool(errors) is not ok
         verdicts.append(ok)
     assert len(verdicts) == 3

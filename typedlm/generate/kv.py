@@ -82,8 +82,8 @@ def make_kv(engine: Engine, max_batch: int):
     with _LOCK:
         kv = engine.static_kv.get("kv")
         if kv is None or (kv.capacity < max_batch and kv.idle):
-            if kv is not None:
-                kv.free()
+            # the smaller one is replaced, not freed: a scheduler made earlier may still hold it (idle
+            # only means no row now) and decodes on it later; it goes when its last holder does
             kv = StaticKV(engine, max(max_batch, kv.capacity if kv else 1), kv_len_default(engine))
             engine.static_kv["kv"] = kv
         elif kv.capacity < max_batch:
@@ -165,10 +165,6 @@ class StaticKV:
             if slot in self._held:
                 self._held.discard(slot)
                 self._free.append(slot)
-
-    def free(self) -> None:
-        self.k = self.v = []
-        self.graphs.clear()
 
     # -- the scheduler's KV interface -------------------------------------------------------------
     def keep(self, indices: list[int]) -> None:

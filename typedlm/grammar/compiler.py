@@ -12,6 +12,7 @@ import xgrammar as xgr
 
 from ..errors import GrammarCompileError
 from .schema import prepare_schema
+from .schema.ebnf import ebnf_literal, needs_grammar, to_ebnf
 from .spec import MAX_WHITESPACE, Constraint, canonical_json
 
 KILL_SWITCH = "TYPEDLM_GRAMMAR"
@@ -36,18 +37,6 @@ def compile_timeout() -> float:
 
 def grammar_enabled() -> bool:
     return os.environ.get(KILL_SWITCH, "1").strip().lower() not in ("0", "false", "off", "no")
-
-
-def ebnf_literal(text: str) -> str:
-    """An EBNF string literal matching exactly ``text`` (every non-alphanumeric char escaped)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise GrammarCompileError(f"text {text!r} is not valid Unicode (lone surrogate)") from e
-    out = []
-    for ch in text:
-        out.append(ch if ch.isascii() and ch.isalnum() else f"\\U{ord(ch):08X}")
-    return '"' + "".join(out) + '"'
 
 
 def choice_ebnf(choices: tuple[str, ...]) -> str:
@@ -141,6 +130,10 @@ class Grammars:
             if c.kind in ("json_schema", "json_object"):
                 schema = prepare_schema(c.value, lenient=c.lenient, registry=self.schema_registry,
                                         deadline=deadline) if c.kind == "json_schema" else c.value
+                if c.kind == "json_schema" and needs_grammar(schema):
+                    return self.compiler.compile_grammar(to_ebnf(
+                        schema, any_whitespace=c.any_whitespace, strict=c.strict,
+                        max_whitespace=MAX_WHITESPACE if c.any_whitespace else None))
                 return self.compiler.compile_json_schema(
                     canonical_json(schema), any_whitespace=c.any_whitespace,
                     separators=None if c.any_whitespace else (",", ":"),
@@ -166,12 +159,18 @@ class Grammars:
 
 def _checked_tag(node, lenient: bool, path: str = ""):
     """Structural tags embed JSON Schemas: each one goes through the refusal layer (unless lenient)
-    and gets the bounded-whitespace default. ``any_order`` (drops required/uniqueness checks) and
+    and gets the bounded-whitespace default; one whose core form needs our EBNF (:mod:`.schema.ebnf`)
+    becomes a ``grammar`` format. ``any_order`` (drops required/uniqueness checks) and
     ``excludes`` (drops minLength/maxLength) are not exact, so they are refused too."""
     if isinstance(node, list):
         return [_checked_tag(x, lenient, f"{path}/{i}") for i, x in enumerate(node)]
     if not isinstance(node, dict):
         return node
+    if node.get("type") == "json_schema" and "json_schema" in node:
+        for opt in ("any_order", "excludes"):
+            if node.get(opt) and not lenient:
+                raise GrammarCompileError(f"structural_tag{path}/{opt}: not enforced exactly (drops schema checks)",
+                                          keyword=opt, pointer=f"{path}/{opt}")
     out = {k: _checked_tag(v, lenient, f"{path}/{k}") for k, v in node.items()
            if not _is_embedded_schema(node, k)}
     for k, v in node.items():
@@ -180,15 +179,21 @@ def _checked_tag(node, lenient: bool, path: str = ""):
         inner = f"{path}/{k}"
         try:
             out[k] = prepare_schema(v, lenient=lenient) if isinstance(v, dict) else v
+            private = needs_grammar(out[k])
+            if private and node.get("type") == "json_schema" and node.get("style", "json") == "json":
+                # the core form needs EBNF of ours: the content becomes a grammar format
+                return {"type": "grammar", "grammar": to_ebnf(
+                    out[k], any_whitespace=True, strict=False,
+                    max_whitespace=node.get("max_whitespace_cnt") or MAX_WHITESPACE)}
+            if private:
+                raise GrammarCompileError(f"'{private.removeprefix('x-typedlm-')}' needs a grammar of its own, "
+                                          "which this structural tag cannot embed",
+                                          keyword=private.removeprefix("x-typedlm-"), pointer="/")
         except GrammarCompileError as e:
             raise GrammarCompileError(f"structural_tag{inner}: {e}", keyword=e.keyword,
                                       pointer=inner + (e.pointer if e.pointer != "/" else "")) from e
     if node.get("type") == "json_schema" and "json_schema" in node:
         out.setdefault("max_whitespace_cnt", MAX_WHITESPACE)
-        for opt in ("any_order", "excludes"):
-            if node.get(opt) and not lenient:
-                raise GrammarCompileError(f"structural_tag{path}/{opt}: not enforced exactly (drops schema checks)",
-                                          keyword=opt, pointer=f"{path}/{opt}")
     return {k: out[k] for k in list(node) + [k for k in out if k not in node]}
 
 

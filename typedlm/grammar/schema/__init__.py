@@ -2,7 +2,9 @@
 
 ``refusal``: the :class:`Refusal` record, the keyword vocabulary and the ``pattern`` rewrite.
 ``rewrites``: the normalizer that turns any accepted schema into the *core form* (single-type
-branches, ``anyOf``, ``enum``, local ``$ref``) whose every keyword xgrammar enforces.
+branches, ``anyOf``, ``enum``, local ``$ref``) whose every keyword xgrammar enforces, or that
+:mod:`.ebnf` writes as grammar rules of ours; its parts: ``branches``, ``build``, ``algebra``,
+``emit``, ``keys``.
 """
 
 from .refusal import Refusal

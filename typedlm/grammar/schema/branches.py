@@ -1,0 +1,193 @@
+"""The normalizer's representation: a schema is a list of *branches* (a disjunction; ``[]`` accepts
+nothing, :func:`any_` everything), each a frozen dataclass of one kind:
+
+- :class:`Enum` (its values), :class:`Ref` (a recursive definition, by key), :class:`Scalar`
+  (``null`` or ``boolean``);
+- :class:`Number` (``integer`` or not; bounds ``lo``/``hi`` as ``(value, exclusive)``, ``multiple_of``,
+  ``not_multiple_of`` moduli, ``frac``: non-integral), :class:`String`, :class:`Array`,
+  :class:`Object`: the keywords of their type, sub-schemas as branch lists, ``None`` when absent.
+
+``at`` is the JSON pointer the branch came from (for refusals). :class:`Array` and :class:`Object`
+also carry what ``unevaluatedItems``/``unevaluatedProperties`` need: which items/keys the
+schema's parts evaluated, and ``partial`` (overlapping ``anyOf`` branches: unknown).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import MISSING, dataclass, field, fields
+
+from .refusal import TYPES, Refuse, ptr
+
+NOTHING = {"anyOf": []}  # xgrammar: accepts no value (as a property: the key must be absent)
+
+
+@dataclass(frozen=True)
+class Enum:
+    values: list
+
+
+@dataclass(frozen=True)
+class Ref:
+    key: int
+
+
+@dataclass(frozen=True)
+class Scalar:
+    type: str  # null | boolean
+
+
+@dataclass(frozen=True)
+class Number:
+    integer: bool = False
+    lo: tuple | None = None
+    hi: tuple | None = None
+    multiple_of: int | None = None
+    not_multiple_of: tuple = ()
+    frac: bool = False
+    at: str = ""
+
+    @property
+    def type(self) -> str:
+        return "integer" if self.integer else "number"
+
+
+@dataclass(frozen=True)
+class String:
+    min_length: int | None = None
+    max_length: int | None = None
+    pattern: str | None = None
+    format: str | None = None
+    at: str = ""
+    type = "string"
+
+
+@dataclass(frozen=True)
+class Array:
+    prefix: list | None = None  # branch lists, position by position
+    items: list | None = None
+    min_items: int | None = None
+    max_items: int | None = None
+    contains: tuple = ()  # (branches, minContains, maxContains or None), all must hold
+    at: str = ""
+    evaluated: int | bool = 0  # positions evaluated by prefixItems/items (True: all)
+    contained: tuple = ()  # contains branches: the items they match are evaluated
+    partial: bool = False
+    type = "array"
+
+
+@dataclass(frozen=True)
+class Object:
+    properties: dict = field(default_factory=dict)
+    patterns: dict | None = None  # patternProperties: original pattern -> branches
+    additional: list | None = None
+    required: tuple = ()
+    min_props: int | None = None
+    max_props: int | None = None
+    names: list | None = None  # propertyNames (string branches)
+    at: str = ""
+    evaluated_names: frozenset = frozenset()
+    evaluated_patterns: tuple = ()
+    evaluated_all: bool = False
+    partial: bool = False
+    type = "object"
+
+
+TYPED = (Scalar, Number, String, Array, Object)
+BOOKKEEPING = {"at", "integer", "type", "evaluated", "contained", "partial", "evaluated_names",
+               "evaluated_patterns", "evaluated_all"}
+KEYWORD = {"lo": "minimum", "hi": "maximum", "multiple_of": "multipleOf", "not_multiple_of": "multipleOf",
+           "frac": "type", "min_length": "minLength", "max_length": "maxLength", "prefix": "prefixItems",
+           "min_items": "minItems", "max_items": "maxItems", "patterns": "patternProperties",
+           "additional": "additionalProperties", "min_props": "minProperties", "max_props": "maxProperties",
+           "names": "propertyNames"}  # field -> the JSON Schema keyword it holds
+
+
+def keywords(b) -> list[str]:
+    """The keyword fields of a typed branch that constrain it (set, not at their default)."""
+    out = []
+    for f in fields(b):
+        if f.name in BOOKKEEPING:
+            continue
+        if getattr(b, f.name) != (f.default_factory() if f.default is MISSING else f.default):
+            out.append(f.name)
+    return out
+
+
+def plain(t: str):
+    """The branch of JSON type ``t`` (or ``integer``) without keywords."""
+    if t in ("null", "boolean"):
+        return Scalar(t)
+    return {"number": Number(), "integer": Number(integer=True), "string": String(), "array": Array(),
+            "object": Object()}[t]
+
+
+def any_() -> list:
+    return [plain(t) for t in TYPES]
+
+
+def type_of(v) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, (int, float)):
+        return "number"
+    if isinstance(v, str):
+        return "string"
+    return "array" if isinstance(v, list) else "object"
+
+
+def is_plain(b) -> bool:
+    return isinstance(b, TYPED) and not keywords(b)
+
+
+def is_any(d) -> bool:
+    return len(d) >= len(TYPES) and set(TYPES) <= {b.type for b in d if is_plain(b)}
+
+
+def is_num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def count(v, kw, p) -> int:
+    if not is_num(v) or v < 0 or float(v) != int(v):
+        raise Refuse(kw, p, f"{kw} must be a non-negative integer")
+    return int(v)
+
+
+def same(a, b) -> bool:
+    """JSON Schema equality: 1 == 1.0, but true != 1."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    return type(a) in (int, float) and type(b) in (int, float) and a == b or type(a) is type(b) and a == b
+
+
+def finite(d):
+    """The values of a finite branch list (enums, booleans, null), or None when it is infinite."""
+    if d is None:
+        return None
+    out = []
+    for b in d:
+        if isinstance(b, Enum):
+            out += b.values
+        elif b == Scalar("boolean"):
+            out += [True, False]
+        elif b == Scalar("null"):
+            out.append(None)
+        else:
+            return None
+    return out
+
+
+def needs_escape(name: str) -> bool:
+    return any(ch in '"\\' or ord(ch) < 0x20 for ch in name)
+
+
+def at(s, p, kw, *rest) -> str:
+    """The pointer of keyword ``kw`` of translated schema object ``s`` as the user wrote it."""
+    return ptr(p, s.written(kw) if hasattr(s, "written") else kw, *rest)

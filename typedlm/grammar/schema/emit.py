@@ -1,0 +1,247 @@
+"""Emission: branches -> the core-form JSON Schema (with ``x-typedlm-*`` nodes for :mod:`.ebnf`).
+
+A mixin of :class:`.rewrites.Normalizer`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .branches import NOTHING, Array, Enum, Number, Object, Ref, String, any_, is_plain, needs_escape
+from .ebnf import contains_automaton
+from .keys import TooLarge, anything as any_key, lengths as key_lengths, names as key_names
+from .keys import pattern as key_pattern, spec as key_spec
+from .refusal import TYPES, Refuse, rewrite_pattern
+
+MAX_ENUM = 256  # multipleOf between bounds: the most values it is enumerated as
+MAX_MODULUS = 1000  # integers by residue (a multipleOf complement): one grammar rule per residue
+
+
+class Emitter:
+    """Branches to core-form JSON Schema."""
+
+    def emit(self, d) -> dict:
+        if not d:
+            return dict(NOTHING)
+        plain = [b.type for b in d if is_plain(b)]
+        if set(TYPES) <= set(plain):
+            return {}
+        branches = []
+        if plain:
+            branches.append({"type": plain[0] if len(plain) == 1 else list(dict.fromkeys(plain))})
+        for b in d:
+            if not is_plain(b):
+                e = self.emit_branch(b)
+                if e is not None:
+                    branches.append(e)
+        if not branches:
+            return dict(NOTHING)
+        return branches[0] if len(branches) == 1 else {"anyOf": branches}
+
+    def emit_standalone(self, d) -> dict:
+        out = self.emit(d)
+        if self.cyclic:
+            out = {"allOf": [out], "$defs": {self.def_name(c): self.emit(self.memo[c]) for c in self.cyclic
+                                             if c in self.memo}}
+        return out
+
+    def emit_contains(self, b, out, pre) -> bool:
+        """Add ``contains`` (and for the grammar, the item classes, see :mod:`.ebnf`) to emitted array
+        ``out`` whose prefix is ``pre``; False when no array satisfies it."""
+        cs, q = b.contains, b.at
+        negs = [self.complement(c, q, "contains") for c, _, _ in cs]
+
+        def classes(base):  # mask of the contains an item matches -> the schema of such items
+            out = []
+            for mask in range(2 ** len(cs)):
+                d = base
+                for j, (c, _, _) in enumerate(cs):
+                    d = self.intersect(d, c if mask >> j & 1 else negs[j], q, "contains")
+                if d:
+                    out.append([mask, self.emit(d)])
+            return out
+
+        prefix = [classes(x) for x in pre]
+        tail = classes(any_() if b.items is None else b.items)
+        bounds = [[mn, mx] for _, mn, mx in cs]
+        try:
+            auto = contains_automaton(bounds, out.get("minItems", 0), out.get("maxItems"),
+                                      [{m for m, _ in x} for x in prefix], {m for m, _ in tail})
+        except ValueError as e:
+            raise Refuse("contains", q, str(e)) from None
+        if auto is None:
+            return False
+        emitted = [{"contains": self.emit(c), **({"minContains": mn} if mn != 1 else {}),
+                    **({"maxContains": mx} if mx is not None else {})} for c, mn, mx in cs]
+        if len(emitted) == 1:
+            out.update(emitted[0])
+        else:
+            out["allOf"] = emitted
+        out["x-typedlm-contains"] = {"bounds": bounds, "prefix": prefix, "tail": tail}
+        return True
+
+    def key_fsm(self, d, q):
+        """The automaton of the strings that branches ``d`` (a propertyNames schema) accept; None: none."""
+        out = None
+        for x in d:
+            if isinstance(x, Enum):
+                vals = [v for v in x.values if isinstance(v, str)]
+                f = key_names(vals) if vals else None
+            elif isinstance(x, String):
+                if x.format is not None:
+                    raise Refuse("propertyNames", q, f"format {x.format!r} on property names is not enforced")
+                f = key_lengths(x.min_length or 0, x.max_length)
+                if x.pattern is not None:
+                    f = f & key_pattern(x.pattern)
+            else:
+                continue
+            if f is not None:
+                out = f if out is None else out | f
+        return out
+
+    def key_classes(self, b) -> dict | None:
+        """For the grammar (:mod:`.ebnf`): each listed name with the schema its value must match, and each
+        class of other keys (the set of patterns a key matches) as an automaton with its value schema."""
+        q = b.at
+        if b.min_props is not None or b.max_props is not None:
+            raise Refuse("minProperties" if b.min_props is not None else "maxProperties", q,
+                         "property counts beside patternProperties/propertyNames are not enforced")
+        props, pats = b.properties, list((b.patterns or {}).items())
+        try:
+            allowed = self.key_fsm(b.names, q) if b.names is not None else any_key()
+            listed = []
+            for name in props:
+                d = self.prop_schema(b, name) if allowed is not None and allowed.accepts(name) else []
+                if not d and name in b.required:
+                    return None
+                listed.append([name, self.emit(d) if d else False, name in b.required])
+            others = []
+            if allowed is not None:
+                if props:
+                    allowed = allowed & key_names(list(props)).everythingbut()
+                fsms = [key_pattern(rewrite_pattern(pat)) for pat, _ in pats]
+                for mask in range(2 ** len(pats)):
+                    f = allowed
+                    value = (any_() if b.additional is None else b.additional) if mask == 0 else any_()
+                    for i, g in enumerate(fsms):
+                        if mask >> i & 1:
+                            f = f & g
+                            value = self.intersect(value, pats[i][1], q, "patternProperties")
+                        else:
+                            f = f & g.everythingbut()
+                    spec = key_spec(f) if value else None
+                    if spec is not None:
+                        others.append([spec, self.emit(value)])
+        except TooLarge as e:
+            raise Refuse("patternProperties" if pats else "propertyNames", q, str(e)) from None
+        return {"listed": listed, "others": others}
+
+    def emit_branch(self, b):
+        if isinstance(b, Ref):
+            return {"$ref": "#/$defs/" + self.def_name(b.key)}
+        if isinstance(b, Enum):
+            return {"enum": b.values}
+        if isinstance(b, Number):
+            return self.emit_number(b)
+        out = {"type": b.type}
+        if isinstance(b, String):
+            out.update({k: v for k, v in (("minLength", b.min_length), ("maxLength", b.max_length),
+                                          ("pattern", b.pattern), ("format", b.format)) if v is not None})
+        elif isinstance(b, Array):
+            pre = list(b.prefix or [])
+            mx = b.max_items
+            for i, x in enumerate(pre):
+                if not x:
+                    pre, mx = pre[:i], i if mx is None else min(mx, i)
+                    break
+            if pre:
+                out["prefixItems"] = [self.emit(x) for x in pre]
+            if b.items is not None and b.items != any_():
+                out["items"] = False if not b.items else self.emit(b.items)
+            if b.min_items:
+                out["minItems"] = b.min_items
+            if mx is not None:
+                out["maxItems"] = mx
+            if out.get("minItems", 0) > out.get("maxItems", math.inf):
+                return None
+            if b.contains and not self.emit_contains(b, out, pre):
+                return None
+        elif isinstance(b, Object):
+            props, pats = b.properties, b.patterns or {}
+            # measured: xgrammar lets any extra key through beside properties and patternProperties; it
+            # mishandles names that need JSON escapes; one pattern alone it enforces
+            if len(pats) > 1 or (props and pats) or b.names is not None or any(map(needs_escape, props)):
+                classes = self.key_classes(b)
+                if classes is None:
+                    return None
+                out["x-typedlm-object"] = classes
+            if b.names is not None:
+                out["propertyNames"] = self.emit(b.names)
+            if props:
+                out["properties"] = {n: self.emit(d) for n, d in props.items()}
+            if pats:
+                out["patternProperties"] = {rewrite_pattern(pat): self.emit(d) for pat, d in pats.items()}
+            if b.required:
+                out["required"] = list(b.required)
+            if b.additional is not None and b.additional != any_():
+                out["additionalProperties"] = False if not b.additional else self.emit(b.additional)
+            if b.min_props:
+                out["minProperties"] = b.min_props
+            if b.max_props is not None:
+                out["maxProperties"] = b.max_props
+        return out
+
+    def emit_number(self, b):
+        if b.frac:
+            if b.lo is not None or b.hi is not None:
+                raise Refuse("type", b.at, "non-integral numbers between bounds are not enforced")
+            return {"type": "number", "not": {"type": "integer"}, "x-typedlm-fraction": True}
+        out = {"type": b.type}
+        for side, (inc, exc) in (("lo", ("minimum", "exclusiveMinimum")), ("hi", ("maximum", "exclusiveMaximum"))):
+            if getattr(b, side) is not None:
+                v, excl = getattr(b, side)
+                out[exc if excl else inc] = v
+        if b.multiple_of is not None:
+            out["multipleOf"] = b.multiple_of
+        if b.not_multiple_of:
+            out["not"] = {"anyOf": [{"multipleOf": n} for n in b.not_multiple_of]}
+        if b.not_multiple_of or (b.multiple_of is not None and (b.lo is not None or b.hi is not None)):
+            # measured: xgrammar accepts -4 for multipleOf 3, minimum -10; and has no "not a multiple"
+            return self.residues(b, out)
+        return out
+
+    def residues(self, b, out):
+        """Integers by remainder (``multipleOf`` beside bounds, or a complement of one) for :mod:`.ebnf`:
+        the values near the bounds listed, the unbounded side (integers of more digits than the bound)
+        by a remainder automaton. Bounds here are whole and inclusive (``algebra.fix_int``)."""
+        m, ns = b.multiple_of or 1, b.not_multiple_of
+        modulus = math.lcm(m, *ns)
+        good = {r for r in range(modulus) if r % m == 0 and all(r % n for n in ns)}
+        refuse = Refuse("multipleOf", b.at, f"multipleOf is enforced modulo at most {MAX_MODULUS} and with at most "
+                        f"{MAX_ENUM} values listed near a bound")
+        if modulus > MAX_MODULUS:
+            raise refuse
+        if not good:
+            return None
+        lo, hi = (None if x is None else x[0] for x in (b.lo, b.hi))
+        pos = neg = None  # positive / negative integers of at least this many digits, beyond the list
+        if lo is not None and hi is not None:
+            first, last = lo, hi
+        elif lo is not None:
+            first, last = lo, 0 if lo <= 0 else 10 ** len(str(lo)) - 1
+            pos = 1 if lo <= 0 else len(str(lo)) + 1
+        elif hi is not None:
+            first, last = 0 if hi >= 0 else -(10 ** len(str(-hi)) - 1), hi
+            neg = 1 if hi >= 0 else len(str(-hi)) + 1
+        else:
+            first, last, pos, neg = 0, 0, 1, 1
+        if last - first > MAX_ENUM * modulus:
+            raise refuse
+        values = [v for v in range(first, last + 1) if v % modulus in good]
+        if len(values) > MAX_ENUM:
+            raise refuse
+        if pos is None and neg is None:
+            return {"enum": values} if values else None
+        out["x-typedlm-residues"] = {"modulus": modulus, "residues": sorted(good), "values": values, "pos": pos,
+                                     "neg": neg}
+        return out

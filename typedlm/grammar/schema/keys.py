@@ -1,0 +1,121 @@
+"""Languages of object keys as finite automata (interegular): patterns, names, ``propertyNames``.
+
+An object with ``patternProperties``, ``propertyNames`` or names that need JSON escapes is emitted as
+a grammar of our own (:mod:`.ebnf`): its unlisted keys fall into classes, one per set of patterns they
+match, each class a regular language (intersections and complements of the patterns, minus the listed
+names, within ``propertyNames``). interegular computes those; :func:`spec` writes one out as the
+JSON-able automaton the grammar emitter turns into rules. Keys are written without JSON escapes: a
+character that would need one (``"``, ``\\``, control characters) is left out of every class.
+"""
+
+from __future__ import annotations
+
+import re
+
+import interegular
+
+MAX_STATES = 400  # a key automaton larger than this is refused (grammar size, compile time)
+
+
+class TooLarge(Exception):
+    pass
+
+
+def _escape(text: str) -> str:
+    return "".join(c if (c.isalnum() and c.isascii()) or ord(c) >= 0x100 else f"\\x{ord(c):02x}" for c in text)
+
+
+def _parse(regex: str):
+    try:
+        return interegular.parse_pattern(regex).to_fsm()
+    except Exception as e:  # interegular.patterns.Unsupported and parse errors
+        raise TooLarge(f"the regex {regex!r} cannot be analysed: {e}") from None
+
+
+def pattern(regex: str):
+    """Whole-match regex (``refusal.rewrite_pattern`` output) -> automaton. interegular reads no
+    ``\\uXXXX``: those become ``\\xHH`` or the character itself."""
+    out, i = [], 0
+    while i < len(regex):
+        if regex[i] == "\\" and regex.startswith("u", i + 1) and re.fullmatch(r"[0-9a-fA-F]{4}", regex[i + 2:i + 6]):
+            c = chr(int(regex[i + 2:i + 6], 16))
+            out.append(f"\\x{ord(c):02x}" if ord(c) < 0x100 else c)
+            i += 6
+        else:
+            out.append(regex[i:i + 2] if regex[i] == "\\" else regex[i])
+            i += 2 if regex[i] == "\\" else 1
+    return _parse("".join(out))
+
+
+def names(values):
+    """The automaton of exactly these (one or more) strings."""
+    out = None
+    for v in values:
+        f = _parse(_escape(v)) if v else _parse("")
+        out = f if out is None else out | f
+    return out
+
+
+def anything():
+    return _parse(r"[\s\S]*")
+
+
+def lengths(lo: int, hi: int | None):
+    return _parse(r"[\s\S]{%d,%s}" % (lo, "" if hi is None else hi))
+
+
+def check(f):
+    f = f.reduce()
+    if len(f.states) > MAX_STATES:
+        raise TooLarge(f"a key language needs more than {MAX_STATES} automaton states")
+    return f
+
+
+_UNSAFE = frozenset('"\\' + "".join(chr(i) for i in range(0x20)))
+
+
+def _cls(chars, negate: bool = False) -> str:
+    """An EBNF character class of ``chars`` (or of every other character), as code-point ranges."""
+    cps, parts = sorted(ord(c) for c in chars), []
+    i = 0
+    while i < len(cps):
+        j = i
+        while j + 1 < len(cps) and cps[j + 1] == cps[j] + 1:
+            j += 1
+        parts.append(f"\\U{cps[i]:08X}" + (f"-\\U{cps[j]:08X}" if j > i else ""))
+        i = j + 1
+    return ("[^" if negate else "[") + "".join(parts) + "]"
+
+
+def spec(f) -> dict | None:
+    """``{"initial", "finals", "edges": [[state, EBNF character class(es), state]]}`` over JSON-safe
+    characters, dead states dropped; None when the language (so restricted) is empty."""
+    f = check(f)
+    other = interegular.fsm.anything_else
+    explicit = {c for c in f.alphabet._symbol_mapping if c is not other}
+    grouped: dict[tuple, set] = {}
+    for s, moves in f.map.items():
+        for sym, nxt in moves.items():
+            grouped.setdefault((s, nxt), set()).update(f.alphabet.by_transition[sym])
+    edges = []
+    for (s, nxt), chars in grouped.items():
+        alts = []
+        safe = {c for c in chars if c is not other and c not in _UNSAFE}
+        if safe:
+            alts.append(_cls(safe))
+        if other in chars:
+            alts.append(_cls(explicit | _UNSAFE, negate=True))
+        if alts:
+            edges.append((s, alts[0] if len(alts) == 1 else "(" + " | ".join(alts) + ")", nxt))
+    live = set(f.finals)
+    grew = True
+    while grew:
+        grew = False
+        for s, _, n in edges:
+            if n in live and s not in live:
+                live.add(s)
+                grew = True
+    if f.initial not in live:
+        return None
+    return {"initial": str(f.initial), "finals": sorted(str(s) for s in f.finals if s in live),
+            "edges": [[str(s), c, str(n)] for s, c, n in edges if s in live and n in live]}
