@@ -252,6 +252,7 @@ def test_sigkill_mid_run_then_resume_every_case_exactly_once(tiny_dir, tmp_path)
     (["--data", "imdb"], "--data must be one of bbc, tweets, bbc-multi or a cases .jsonl file"),
     (["--data", "CASES", "--limit", "0"], "--limit must be at least 1"),
     (["--data", "CASES", "--modes", "fast"], "--modes must be a comma list"),
+    (["--data", "CASES", "--prior", "batch"], "--prior must be none or neutral"),
     (["--data", "CASES", "--split", "train"], "no cases in split 'train'"),
     (["--data", "CASES", "--track", "openai", "--base-url", "DEAD"], "APIConnectionError"),
 ])
@@ -277,3 +278,19 @@ def test_eval_cli_refuses_to_mix_runs(tiny_dir, tmp_path):
     assert r.exit_code == 2 and "settings differ in data_sha256, limit, cases" in r.stderr
     r = CliRunner().invoke(app, base + ["--limit", "2", "--resume"])
     assert r.exit_code == 0 and len(read_jsonl(tmp_path / "run" / "journal.jsonl")) == 2
+    r = CliRunner().invoke(app, base + ["--limit", "2", "--resume", "--prior", "none"])
+    assert r.exit_code == 2 and "settings differ in tracks" in r.stderr  # the prior is in the track settings
+
+
+def test_eval_cli_prior_reaches_the_parallel_track(tiny_dir, tmp_path):
+    path = tmp_path / "cases.jsonl"
+    write_cases(path, make_cases(2))
+    for prior in ("none", "neutral"):
+        out = tmp_path / prior
+        r = CliRunner().invoke(app, ["eval", "--data", str(path), "--track", "parallel", "--modes", "labels",
+                                     "--model", str(tiny_dir), "--out", str(out), "--quiet", "--no-flip",
+                                     "--prior", prior])
+        assert r.exit_code == 0, r.output
+        rows = read_jsonl(out / "predictions.jsonl")
+        assert rows and all(row["record"]["prior"] == prior for row in rows if row.get("record"))
+        assert any(row.get("record") for row in rows)

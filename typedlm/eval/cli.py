@@ -91,6 +91,9 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         data: str = typer.Option(..., "--data", help="bbc | tweets | bbc-multi | FILE.jsonl (cases)"),
         track: str = typer.Option("parallel,naive_local", "--track", help="comma list: parallel, naive_local, openai"),
         modes: str = typer.Option("labels,slots", "--modes", help="parallel track scoring modes (comma list)"),
+        prior: str = typer.Option("neutral", "--prior",
+                                  help="parallel track prior: none | neutral (one context per call, so no "
+                                       "batch prior here: typedlm bench trust measures it)"),
         limit: Optional[int] = typer.Option(None, "--limit", help="first N cases of the split (fixed seeded order)"),
         split: str = typer.Option("test", "--split", help="train | calibration | test | all"),
         out: Path = typer.Option(..., "--out", help="run folder"),
@@ -117,6 +120,9 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
 
         if "parallel" in names and (not mode_list or any(m not in SCORING_MODES for m in mode_list)):
             fail(f"--modes must be a comma list of {', '.join(SCORING_MODES)}, got {modes!r}")
+        if prior not in ("none", "neutral"):
+            fail(f"--prior must be none or neutral (each case is its own decide_many call, so a batch prior "
+                 f"would be one case's own scores: use typedlm bench trust), got {prior!r}")
         if "openai" in names and not base_url:
             fail("the openai track needs --base-url URL (an OpenAI-compatible server, e.g. typedlm serve)")
         if limit is not None and limit < 1:
@@ -133,7 +139,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
 
                 engine = load_engine(model, device=device, progress=not quiet)
             if "parallel" in names:
-                tracks += [ParallelTrack(engine, m) for m in mode_list]
+                tracks += [ParallelTrack(engine, m, prior) for m in mode_list]
             if "naive_local" in names:
                 tracks.append(NaiveTrack(engine))
             if "openai" in names:
