@@ -64,7 +64,7 @@ class BatchSampler:
                                dtype=torch.long, device=self.device)
             self.seen[slot, ids] = True
         if seq.grammar is not None:
-            seq.grammar.attach(self.bitmask, slot)
+            seq.grammar.attach(self.bitmask, slot, self._written)
 
     def saw(self, slot: int, seq: "Sequence", ids: list[int]) -> None:
         """Tokens appended without sampling (forced) count as seen for the repetition penalty."""
@@ -80,6 +80,9 @@ class BatchSampler:
                                                    [g.index for g in rows])
         for g in rows:
             g.filled, g._state = True, None
+        self._dirty = True
+
+    def _written(self) -> None:
         self._dirty = True
 
     def upload(self) -> None:
@@ -123,7 +126,6 @@ class BatchSampler:
     def forbid(self, seq: "Sequence", token: int) -> None:
         """Remove ``token`` from the row's filled grammar mask for its next draw (a rejected draft)."""
         seq.grammar.forbid(token)
-        self._dirty = True
 
     def _process(self, logits: torch.Tensor, seqs: list["Sequence"], slots: list[int]) -> torch.Tensor:
         """Every stage of the pipeline up to the grammar mask (in place on ``logits``) -> the logits

@@ -243,9 +243,6 @@ class Scheduler:
                 if m < len(draft):
                     drop[i] = len(draft) - m
                     self.sampler.forbid(seq, draft[m])
-                # the sampler fills (and so uploads) the mask after a fully accepted draft; ``settle``
-                # alone would fill the host row only, and a GPU would draw under the previous mask
-                self.sampler.fill([seq])
                 seq.settle()
             seq.jump.verified(m, len(draft))
             r.next_logits, r.draft = logits[m], []

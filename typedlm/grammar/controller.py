@@ -23,11 +23,14 @@ class GrammarRow:
         self._other_bits = (~_bits_for(stop_ids, self.bitmask.shape[1])).numpy()  # every id but the stops
         self.filled = False  # the bitmask holds the mask for the current matcher state
         self._state: str | None = None  # state() of the current mask, once computed
+        self._on_write = None  # the shared bitmask's owner, told of every write (see ``attach``)
 
-    def attach(self, store: torch.Tensor, index: int) -> None:
-        """Keep the mask in row ``index`` of a shared host bitmask from now on (the current one moves along)."""
+    def attach(self, store: torch.Tensor, index: int, on_write=None) -> None:
+        """Keep the mask in row ``index`` of a shared host bitmask from now on (the current one moves along).
+        ``on_write()`` is called after each write this row makes to it (the batch sampler keeps a device
+        copy that it must refresh, whoever filled the row)."""
         store[index] = self.bitmask[self.index]
-        self.bitmask, self.index = store, index
+        self.bitmask, self.index, self._on_write = store, index, on_write
 
     def fill(self) -> None:
         """Compute the mask of tokens the grammar allows next (host-side, int32 bitmask); once per state."""
@@ -35,6 +38,8 @@ class GrammarRow:
             self.matcher.fill_next_token_bitmask(self.bitmask, self.index)
             self.filled = True
             self._state = None
+            if self._on_write:
+                self._on_write()
 
     def state(self) -> str:
         """After ``fill()``: "open" (some non-stop token allowed), "complete" (only stop tokens, or
@@ -57,6 +62,8 @@ class GrammarRow:
         w, b = divmod(int(token), 32)
         row = self.bitmask[self.index]
         row[w] = int(row[w]) & ~(1 << b) if b < 31 else int(row[w]) & 0x7FFFFFFF
+        if self._on_write:
+            self._on_write()
 
     def accept(self, token: int) -> bool:
         ok = self.matcher.accept_token(int(token))
