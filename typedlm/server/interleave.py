@@ -84,6 +84,10 @@ class SteppedEngine:
         return new if old is None else (1 - self.EMA) * old + self.EMA * new
 
     def _call(self, input_ids, *args, **kwargs):
+        self.forwards += 1
+        if self.parallel:  # on this worker thread, beside the decode steps (grad mode is per thread)
+            with torch.inference_mode():
+                return self._engine.forward(input_ids, *args, **kwargs)
         took = {}
 
         def timed():
@@ -92,10 +96,6 @@ class SteppedEngine:
             took["s"] = time.perf_counter() - t
             return out
 
-        self.forwards += 1
-        if self.parallel:  # on this worker thread, beside the decode steps (grad mode is per thread)
-            with torch.inference_mode():
-                return self._engine.forward(input_ids, *args, **kwargs)
         t0 = time.perf_counter()
         out = self._scheduler.call(timed).result()
         if "s" in took:
