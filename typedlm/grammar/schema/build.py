@@ -71,9 +71,7 @@ class Builder:
         u = self.norm(sub, q)
         out = []
         for b in d:
-            if isinstance(b, Ref) or (isinstance(b, Enum) and any(isinstance(v, dict) for v in b.values)):
-                raise Refuse("unevaluatedProperties", q, "which keys were evaluated is unknown here "
-                             "(a recursive $ref or an enum of objects)")
+            _refuse_unknown_evaluation(b, dict, "unevaluatedProperties", q, "keys", "objects")
             if not isinstance(b, Object) or b.evaluated_all:
                 out.append(b)
                 continue
@@ -92,9 +90,7 @@ class Builder:
         u = self.norm(sub, q)
         out = []
         for b in d:
-            if isinstance(b, Ref) or (isinstance(b, Enum) and any(isinstance(v, list) for v in b.values)):
-                raise Refuse("unevaluatedItems", q, "which items were evaluated is unknown here "
-                             "(a recursive $ref or an enum of arrays)")
+            _refuse_unknown_evaluation(b, list, "unevaluatedItems", q, "items", "arrays")
             if not isinstance(b, Array) or b.evaluated is True:
                 out.append(b)
                 continue
@@ -471,3 +467,10 @@ def owner(root, node, draft) -> bool:
         return False
 
     return walk(root, True)
+
+
+def _refuse_unknown_evaluation(b, kind: type, keyword: str, q: str, what: str, values: str) -> None:
+    """``unevaluated*`` needs to know what a branch evaluated: not known through a recursive ``$ref`` or an
+    enum of objects/arrays."""
+    if isinstance(b, Ref) or (isinstance(b, Enum) and any(isinstance(v, kind) for v in b.values)):
+        raise Refuse(keyword, q, f"which {what} were evaluated is unknown here (a recursive $ref or an enum of {values})")
