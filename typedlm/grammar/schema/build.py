@@ -473,4 +473,5 @@ def _refuse_unknown_evaluation(b, kind: type, keyword: str, q: str, what: str, v
     """``unevaluated*`` needs to know what a branch evaluated: not known through a recursive ``$ref`` or an
     enum of objects/arrays."""
     if isinstance(b, Ref) or (isinstance(b, Enum) and any(isinstance(v, kind) for v in b.values)):
-        raise Refuse(keyword, q, f"which {what} were evaluated is unknown here (a recursive $ref or an enum of {values})")
+        raise Refuse(keyword, q, f"which {what} were evaluated is unknown here "
+                                 f"(a recursive $ref or an enum of {values})")
