@@ -108,6 +108,15 @@ def apply_bitmask(logits: torch.Tensor, mask: torch.Tensor, *, vocab_size: int, 
     xgr.apply_token_bitmask_inplace(logits, mask, vocab_size=vocab_size, indices=indices)
 
 
+def accepts_text(compiled: xgr.CompiledGrammar, text: str) -> bool:
+    """Whether the grammar accepts the whole ``text`` and may stop right after it (suite checks, fuzzers)."""
+    m = xgr.GrammarMatcher(compiled, terminate_without_stop_token=False)
+    if not m.accept_string(text):
+        return False
+    stop = m.stop_token_ids
+    return bool(stop) and m.accept_token(stop[0])
+
+
 def _bits_for(ids: frozenset[int], words: int) -> torch.Tensor:
     bits = torch.zeros(words, dtype=torch.int32)
     for i in ids:
