@@ -19,10 +19,10 @@ from typing import Callable
 import torch
 
 from ..errors import TypedLMError
-from .slots import SlotPool
+from .slots import SlotCache, SlotPool
 
 
-class DynamicKV:
+class DynamicKV(SlotCache):
     partial_steps = False
 
     def __init__(self, forward: Callable, *, device: torch.device, capacity: int, max_len: int, keeps_logits: bool):
@@ -34,15 +34,6 @@ class DynamicKV:
         self.cache = None  # transformers DynamicCache, or None while the batch is empty
         self.mask = torch.zeros(0, 0, dtype=torch.long, device=device)
         self.positions = torch.zeros(0, dtype=torch.long, device=device)
-
-    @property
-    def free_slots(self) -> int:
-        return self.slots.free
-
-    @property
-    def size(self) -> int:
-        """Slots held by rows."""
-        return self.slots.held
 
     def acquire(self) -> int:
         return self.slots.acquire()

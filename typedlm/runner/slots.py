@@ -42,3 +42,22 @@ class SlotPool:
             self._held.discard(slot)
             self._free.append(slot)
             return True
+
+
+class SlotCache:
+    """What every KV cache reports about its slots (``self.slots``: its :class:`SlotPool`)."""
+
+    slots: SlotPool
+
+    @property
+    def idle(self) -> bool:
+        return self.slots.idle
+
+    @property
+    def free_slots(self) -> int:
+        return self.slots.free
+
+    @property
+    def size(self) -> int:
+        """Slots held by rows."""
+        return self.slots.held

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from ..errors import TypedLMError
 from .graphs import MIN_BUCKET, DecodeGraphs, batch_buckets, bucket, column_buckets
 from .layers import decode_layer, fuse, project_qkv
-from .slots import SlotPool
+from .slots import SlotCache, SlotPool
 from .tensors import device_tensor
 
 FAMILIES = ("llama", "qwen2", "qwen3")
@@ -57,7 +57,7 @@ def unsupported(model, placed: bool) -> str | None:
     return None
 
 
-class StaticKV:
+class StaticKV(SlotCache):
     partial_steps = True
 
     def __init__(self, model, *, device: torch.device, dtype: torch.dtype, capacity: int, max_len: int):
@@ -89,19 +89,6 @@ class StaticKV:
         self.graphs = DecodeGraphs(device, self._decode, self._reset_inputs, self._io)
 
     # -- slots (any thread) -----------------------------------------------------------------------
-    @property
-    def idle(self) -> bool:
-        return self.slots.idle
-
-    @property
-    def free_slots(self) -> int:
-        return self.slots.free
-
-    @property
-    def size(self) -> int:
-        """Slots held by rows."""
-        return self.slots.held
-
     @property
     def capture_s(self) -> float:
         return self.graphs.capture_s
