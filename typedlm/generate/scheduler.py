@@ -285,10 +285,10 @@ class Scheduler:
         self._evict()
 
     def _evict(self) -> None:
-        if any(r.seq.finished for r in self.running):
-            for r in self.running:
-                if r.seq.finished:
-                    self._finish(r)
+        done = [r for r in self.running if r.seq.finished]
+        if done:
+            for r in done:
+                self._finish(r)
             self.running = [r for r in self.running if not r.seq.finished]
 
     def _drop_cancelled(self) -> None:

@@ -92,12 +92,10 @@ class ModelRunner:
     def static_kv(self) -> StaticKV | None:
         return self._static
 
-    @torch.inference_mode()
     def prefill(self, kv: KVCache, prompts: list[list[int]], slots: list[int]) -> torch.Tensor:
         """Prompts of one length into fresh slots -> float32 logits ``[g, V]`` of their last token."""
         return kv.prefill(torch.tensor(prompts, device=self.device), slots)
 
-    @torch.inference_mode()
     def run(self, kv: KVCache, feeds: list[list[int]], slots: list[int], every: bool = False) -> torch.Tensor:
         """Each row's new tokens into its slot -> float32 logits ``[n, V]`` after each row's last token, or
         ``[n, k, V]`` after every fed position (``every``: rows verifying a draft). One token per row takes
