@@ -237,8 +237,10 @@ def new_call_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
 
 
-def parse_calls(text: str) -> tuple[str | None, list[ParsedCall]]:
-    """(content outside the calls or None, the calls). A block that is not a call object stays text."""
+def parse_calls(text: str, cut: bool = False) -> tuple[str | None, list[ParsedCall]]:
+    """(content outside the calls or None, the calls). A block that is not a call object stays text;
+    an unclosed call (the output ended inside it) is dropped, and so is a trailing partial
+    ``<tool_call>`` when the output was ``cut`` (``finish_reason`` length): no markup reaches content."""
     calls, rest, at = [], [], 0
     for m in _CALL.finditer(text):
         call = _call(m.group(1))
@@ -247,9 +249,20 @@ def parse_calls(text: str) -> tuple[str | None, list[ParsedCall]]:
         rest.append(text[at:m.start()])
         at = m.end()
         calls.append(call)
-    rest.append(text[at:])
-    content = "".join(rest).strip()
-    return (content or None) if calls else text, calls
+    rest.append(unfinished_call_removed(text[at:], cut))
+    content = "".join(rest)
+    if calls or content != text:
+        return content.strip() or None, calls
+    return text, calls
+
+
+def unfinished_call_removed(tail: str, cut: bool) -> str:
+    """``tail`` (text after the last complete call) without an unclosed call or, when ``cut``, a
+    trailing proper prefix of ``<tool_call>``."""
+    i = tail.find(TRIGGER)
+    if i >= 0:
+        return tail[:i]
+    return tail[: len(tail) - _partial_suffix(tail, TRIGGER)] if cut else tail
 
 
 def _call(obj_text: str) -> ParsedCall | None:
