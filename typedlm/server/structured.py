@@ -20,14 +20,21 @@ Policy when the constraint cannot be compiled (``GrammarCompileError``):
     ``json_schema`` with ``strict: true``) -> HTTP 400 naming the reason;
   * a non-strict ``response_format`` (json_schema without ``strict: true``, json_object) -> degrade;
   * any structured request while ``TYPEDLM_GRAMMAR=0`` (``GrammarDisabled``) -> degrade.
+A JSON Schema that is invalid against its own metaschema (``$schema``, else Draft 2020-12) is a 400
+``invalid_json_schema`` naming the error and its place, whatever ``strict`` says (:func:`check_metaschema`).
+
 Degrade = add an instruction carrying the schema, generate unconstrained, answer with
 ``Warning: 199 typedlm "response_format not enforced: <reason>"``.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
+
+from jsonschema.exceptions import SchemaError
+from jsonschema.validators import Draft202012Validator, validator_for
 
 from ..errors import GrammarCompileError
 from ..grammar.compiler import GrammarDisabled
@@ -91,10 +98,12 @@ def resolve(body: Any) -> Structured:
             if not isinstance(aw, bool):
                 raise APIError(400, "response_format.json_schema.any_whitespace must be a boolean",
                                param="response_format.json_schema.any_whitespace")
+            check_metaschema(js["schema"], "response_format.json_schema.schema")
             return Structured(make_constraint(json_schema=js["schema"], any_whitespace=aw), "json_schema",
                               explicit=strict)
     with _param("guided_json"):
         if body.guided_json is not None:
+            check_metaschema(body.guided_json, "guided_json")
             return Structured(make_constraint(json_schema=body.guided_json, any_whitespace=_aw(body)), "json_schema")
     if rf_type == "json_object":
         return Structured(make_constraint(json_object=True), "json_object", explicit=False)
@@ -133,6 +142,7 @@ def _structured_outputs(so: dict) -> Structured:
                        param="structured_outputs.whitespace_pattern")
     kw: dict[str, Any] = {}
     if so.get("json") is not None:
+        check_metaschema(so["json"], "structured_outputs.json")
         kw["json_schema"] = so["json"]
     if so.get("json_object") not in (None, False):
         kw["json_object"] = True
@@ -189,6 +199,27 @@ class _param:
         if isinstance(exc, ValueError):  # ConstraintError: several kinds at once, bad values
             raise APIError(400, f"{self.name}: {exc}", param=self.name) from exc
         return False
+
+
+def check_metaschema(schema: Any, param: str) -> None:
+    """400 ``invalid_json_schema`` when ``schema`` (an object, or its JSON text) is not valid against the
+    metaschema of its ``$schema`` (default Draft 2020-12); the message names the error and its pointer."""
+    if isinstance(schema, str):
+        try:
+            schema = json.loads(schema)
+        except ValueError:
+            return  # not JSON: make_constraint names that
+    if isinstance(schema, bool):
+        return
+    if not isinstance(schema, dict):
+        raise APIError(400, f"{param}: a JSON Schema is an object or a boolean, not {type(schema).__name__}",
+                       param=param, code="invalid_json_schema")
+    try:
+        validator_for(schema, default=Draft202012Validator).check_schema(schema)
+    except SchemaError as e:
+        pointer = "".join(f"/{p}" for p in e.absolute_path)
+        raise APIError(400, f"{param}: not a valid JSON Schema: {e.message} (at '{pointer or '/'}')",
+                       param=param + pointer, code="invalid_json_schema") from e
 
 
 def is_degradable(s: Structured, err: GrammarCompileError) -> bool:

@@ -43,6 +43,7 @@ from ..grammar.relax import NotRelaxable, relax_schema
 from ..grammar.schema import prepare_schema
 from ..grammar.spec import Constraint, canonical_json, make_constraint
 from .errors import APIError
+from .structured import check_metaschema
 
 TRIGGER = "<tool_call>"
 END = "</tool_call>"
@@ -174,6 +175,7 @@ def tool_format(body, mode: str, named: str | None) -> tuple[dict | None, Relaxe
         if named is not None and t.function.name != named:
             continue
         params = _params(t)
+        check_metaschema(params, f"tools[{i}].function.parameters")
         try:
             prepare_schema(params)
         except GrammarCompileError as e:
