@@ -3,15 +3,19 @@
 Fields read (the highest present wins; every lower one is overridden, the winner is echoed in the
 ``X-TypedLM-Constraint`` response header):
 
-  1. ``guided_grammar``                                   EBNF/GBNF text (root rule ``root``)
+  1. ``guided_grammar``, then SGLang's ``ebnf``            EBNF/GBNF text (root rule ``root``)
   2. ``response_format: {type: json_schema}``             ``json_schema.{schema, strict, any_whitespace}``
-     then ``guided_json``                                 (the same rank: "json_schema")
+     then ``guided_json``, then SGLang's ``json_schema``  (the same rank: "json_schema"; SGLang's is
+                                                          a schema object or its JSON text)
   3. ``response_format: {type: json_object}``
   4. ``response_format: {type: structural_tag}``          xgrammar format, or vLLM's structures+triggers
   5. ``structured_outputs: {json | regex | choice | grammar | json_object | structural_tag,
      disable_any_whitespace}``                            exactly one kind inside it
-  6. ``guided_regex``
+  6. ``guided_regex``, then SGLang's ``regex``
   7. ``guided_choice``
+
+Inside a rank the first one listed wins, as between ranks. SGLang's top-level ``regex`` / ``ebnf`` /
+``json_schema`` are what SGLang's OpenAI server accepts (outlines' ``from_sglang`` sends them).
 
 ``response_format: {type: text}`` (or none) means no constraint.
 
@@ -41,8 +45,8 @@ from ..grammar.compiler import GrammarDisabled
 from ..grammar.spec import Constraint, canonical_json, make_constraint
 from .errors import APIError
 
-PRECEDENCE = ("guided_grammar", "json_schema", "json_object", "structural_tag", "structured_outputs",
-              "guided_regex", "guided_choice")
+PRECEDENCE = ("guided_grammar", "ebnf", "json_schema", "json_object", "structural_tag", "structured_outputs",
+              "guided_regex", "regex", "guided_choice")
 
 
 @dataclass(frozen=True)
@@ -84,9 +88,10 @@ def resolve(body: Any) -> Structured:
     if so is not None and not isinstance(so, dict):
         raise APIError(400, "structured_outputs must be an object", param="structured_outputs")
 
-    with _param("guided_grammar"):
-        if body.guided_grammar is not None:
-            return Structured(make_constraint(grammar=body.guided_grammar), "guided_grammar")
+    for name in ("guided_grammar", "ebnf"):
+        with _param(name):
+            if getattr(body, name) is not None:
+                return Structured(make_constraint(grammar=getattr(body, name)), name)
     if rf_type == "json_schema":
         with _param("response_format.json_schema"):
             js = rf.get("json_schema")
@@ -101,10 +106,12 @@ def resolve(body: Any) -> Structured:
             check_metaschema(js["schema"], "response_format.json_schema.schema")
             return Structured(make_constraint(json_schema=js["schema"], any_whitespace=aw), "json_schema",
                               explicit=strict)
-    with _param("guided_json"):
-        if body.guided_json is not None:
-            check_metaschema(body.guided_json, "guided_json")
-            return Structured(make_constraint(json_schema=body.guided_json, any_whitespace=_aw(body)), "json_schema")
+    for name in ("guided_json", "json_schema"):
+        with _param(name):
+            if getattr(body, name) is not None:
+                check_metaschema(getattr(body, name), name)
+                return Structured(make_constraint(json_schema=getattr(body, name), any_whitespace=_aw(body)),
+                                  "json_schema")
     if rf_type == "json_object":
         return Structured(make_constraint(json_object=True), "json_object", explicit=False)
     if rf_type == "structural_tag":
@@ -112,9 +119,10 @@ def resolve(body: Any) -> Structured:
             return Structured(make_constraint(structural_tag=structural_tag(rf)), "structural_tag")
     if so is not None:
         return _structured_outputs(so)
-    with _param("guided_regex"):
-        if body.guided_regex is not None:
-            return Structured(make_constraint(regex=body.guided_regex), "guided_regex")
+    for name in ("guided_regex", "regex"):
+        with _param(name):
+            if getattr(body, name) is not None:
+                return Structured(make_constraint(regex=getattr(body, name)), name)
     with _param("guided_choice"):
         if body.guided_choice is not None:
             return Structured(make_constraint(choice=body.guided_choice), "guided_choice")
