@@ -19,10 +19,11 @@ a 400 for a ``strict`` tool, else relaxed like a non-strict json_schema: ``tool_
                                 whose arguments match its schema (``triggered_tags``)
   ``required``                  one call (several, separated by a newline, when
                                 ``parallel_tool_calls``) and nothing else (``tags_with_separator``)
-  ``{"type": "function", …}``   the same with only the named tool
+  ``{"type": "function", …}``   exactly one call of the named tool
   ============================  =====================================================================
 
-With ``response_format`` json_schema and ``auto``: either the calls or the JSON answer (``or``).
+With ``response_format`` json_schema and ``auto``: either the calls or the JSON answer (``or``); with a
+forced call, the calls alone.
 
 Prompt: a template that mentions ``tools`` gets ``tools=[…]`` (OpenAI shape) and the history as is
 (assistant ``tool_calls`` with ``arguments`` parsed into objects, ``tool`` messages). Otherwise the
@@ -193,7 +194,7 @@ def tool_format(body, mode: str, named: str | None) -> tuple[dict | None, Relaxe
             relaxed.schemas[t.function.name], params = params, schema
         tags.append({"type": "tag", "begin": begin(t.function.name),
                      "content": {"type": "json_schema", "json_schema": params}, "end": END_TEXT})
-    one = not body.parallel_tool_calls
+    one = not body.parallel_tool_calls or named is not None  # a named tool_choice: that one call (as vLLM, OpenAI)
     if mode == "auto":
         fmt = {"type": "triggered_tags", "triggers": [TRIGGER], "tags": tags, "stop_after_first": one}
     else:
@@ -203,17 +204,16 @@ def tool_format(body, mode: str, named: str | None) -> tuple[dict | None, Relaxe
 
 
 def combine(calls: dict | None, mode: str, answer: Constraint | None) -> Constraint | None:
-    """One constraint for tool calls and/or a response_format answer."""
+    """One constraint for tool calls and/or a response_format answer. A forced call (``required`` or a
+    named tool) leaves no room for an answer in this turn: the calls alone (the answer's format applies
+    to the turn that answers, as with OpenAI; openai-agents sends both on every turn)."""
     if calls is None:
         return answer
-    if answer is None:
+    if answer is None or mode != "auto":
         return make_constraint(structural_tag={"type": "structural_tag", "format": calls})
     if answer.kind not in ("json_schema", "json_object"):
         raise APIError(400, f"tools can be combined with response_format json_schema / json_object only, "
                             f"not {answer.kind}", param="tools")
-    if mode != "auto":
-        raise APIError(400, f"tool_choice {mode!r} forces a tool call; it cannot also answer with response_format",
-                       param="tool_choice")
     calls = {**calls, "type": "tags_with_separator", "separator": "\n", "at_least_one": True}
     calls.pop("triggers", None)
     js = {"type": "json_schema", "json_schema": answer.schema}
