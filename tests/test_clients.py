@@ -16,9 +16,6 @@ import openai
 import pytest
 from pydantic import BaseModel, Field, HttpUrl
 
-from typedlm.server.app import create_app
-from typedlm.server.state import ServerConfig
-from typedlm.server.testing import live_server
 
 os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"  # before litellm is imported: no fetch of the cost map
 os.environ["OPENAI_AGENTS_DISABLE_TRACING"] = "1"
@@ -45,10 +42,8 @@ WEATHER_TOOL = {"type": "function", "function": {"name": "get_weather", "descrip
 
 
 @pytest.fixture(scope="module")
-def server(tiny):
-    app = create_app(tiny, ServerConfig(max_batch=4, max_queue=32, max_tokens_cap=256))
-    with live_server(app) as url:
-        yield url + "/v1"
+def server(tiny_url):
+    return tiny_url + "/v1"
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +52,8 @@ def model(tiny):
 
 
 @pytest.fixture(scope="module")
-def client(server):
-    return openai.OpenAI(base_url=server, api_key=KEY, max_retries=0, timeout=120)
+def client(tiny_client):
+    return tiny_client
 
 
 # -- openai ----------------------------------------------------------------------------------------

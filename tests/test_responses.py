@@ -8,9 +8,6 @@ import openai
 import pytest
 from pydantic import BaseModel, Field
 
-from typedlm.server.app import create_app
-from typedlm.server.state import ServerConfig
-from typedlm.server.testing import live_server
 
 COLOR = {"type": "object", "properties": {"color": {"enum": ["red", "green", "blue"]}}, "required": ["color"],
          "additionalProperties": False}
@@ -25,52 +22,40 @@ class Point(BaseModel):
 
 
 @pytest.fixture(scope="module")
-def server(tiny):
-    app = create_app(tiny, ServerConfig(max_batch=4, max_queue=32, max_tokens_cap=256))
-    with live_server(app) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return openai.OpenAI(base_url=server + "/v1", api_key="unused", max_retries=0, timeout=120)
-
-
-@pytest.fixture(scope="module")
 def model(tiny):
     return tiny.name
 
 
-def post(server, body):
-    return httpx.post(server + "/v1/responses", json=body, timeout=120)
+def post(tiny_url, body):
+    return httpx.post(tiny_url + "/v1/responses", json=body, timeout=120)
 
 
-def test_create_text(client, model):
-    r = client.responses.create(model=model, input="Say hi.", instructions="Be brief.", max_output_tokens=6,
+def test_create_text(tiny_client, model):
+    r = tiny_client.responses.create(model=model, input="Say hi.", instructions="Be brief.", max_output_tokens=6,
                                 temperature=0)
     assert r.object == "response" and r.status == "incomplete"
     assert r.incomplete_details.reason == "max_output_tokens"
     assert r.usage.output_tokens == 6 and r.usage.input_tokens > 0
     assert r.output[0].type == "message" and r.output_text
-    again = client.responses.create(model=model, input=[{"role": "user", "content": "Say hi."}],
+    again = tiny_client.responses.create(model=model, input=[{"role": "user", "content": "Say hi."}],
                                     instructions="Be brief.", max_output_tokens=6, temperature=0)
     assert again.output_text == r.output_text  # the string and the message-list input render the same prompt
 
 
-def test_json_schema_strict(client, model):
-    r = client.responses.create(model=model, input="A colour.", temperature=0, max_output_tokens=64,
+def test_json_schema_strict(tiny_client, model):
+    r = tiny_client.responses.create(model=model, input="A colour.", temperature=0, max_output_tokens=64,
                                 text={"format": {"type": "json_schema", "name": "c", "schema": COLOR, "strict": True}})
     assert r.status == "completed"
     jsonschema.validate(json.loads(r.output_text), COLOR)
 
 
-def test_parse_returns_the_model(client, model):
-    r = client.responses.parse(model=model, input="A point.", text_format=Point, max_output_tokens=64, temperature=0)
+def test_parse_returns_the_model(tiny_client, model):
+    r = tiny_client.responses.parse(model=model, input="A point.", text_format=Point, max_output_tokens=64, temperature=0)
     assert isinstance(r.output_parsed, Point)
 
 
-def test_stream_events_and_helper(client, model):
-    events = list(client.responses.create(model=model, input="A colour.", stream=True, max_output_tokens=64,
+def test_stream_events_and_helper(tiny_client, model):
+    events = list(tiny_client.responses.create(model=model, input="A colour.", stream=True, max_output_tokens=64,
                                           text={"format": {"type": "json_schema", "name": "c", "schema": COLOR,
                                                            "strict": True}}))
     kinds = [e.type for e in events]
@@ -81,14 +66,14 @@ def test_stream_events_and_helper(client, model):
     jsonschema.validate(json.loads(text), COLOR)
     final = events[-1].response
     assert final.output_text == text and final.output[0].id == events[2].item.id
-    with client.responses.stream(model=model, input="A point.", text_format=Point, max_output_tokens=64) as s:
+    with tiny_client.responses.stream(model=model, input="A point.", text_format=Point, max_output_tokens=64) as s:
         got = s.get_final_response()
     assert isinstance(got.output_parsed, Point)
 
 
-def test_function_tool_loop(client, model):
+def test_function_tool_loop(tiny_client, model):
     tools = [WEATHER]
-    r = client.responses.create(model=model, input="Weather in Paris?", tools=tools, tool_choice="required",
+    r = tiny_client.responses.create(model=model, input="Weather in Paris?", tools=tools, tool_choice="required",
                                 max_output_tokens=64, temperature=0)
     calls = [o for o in r.output if o.type == "function_call"]
     assert calls and calls[0].name == "get_weather"
@@ -96,12 +81,12 @@ def test_function_tool_loop(client, model):
     # fed back as the SDK's own items: the call, then its output
     history = [{"role": "user", "content": "Weather in Paris?"}, *[o.model_dump() for o in r.output],
                {"type": "function_call_output", "call_id": calls[0].call_id, "output": "sunny"}]
-    again = client.responses.create(model=model, input=history, tools=tools, max_output_tokens=8, temperature=0)
+    again = tiny_client.responses.create(model=model, input=history, tools=tools, max_output_tokens=8, temperature=0)
     assert again.status in ("completed", "incomplete")
 
 
-def test_stream_function_call(client, model):
-    events = list(client.responses.create(model=model, input="Weather?", tools=[WEATHER], stream=True,
+def test_stream_function_call(tiny_client, model):
+    events = list(tiny_client.responses.create(model=model, input="Weather?", tools=[WEATHER], stream=True,
                                           tool_choice={"type": "function", "name": "get_weather"},
                                           max_output_tokens=64))
     args = "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")
@@ -120,8 +105,8 @@ def test_stream_function_call(client, model):
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, "input[0].content[0].type"),
     ({"text": {"format": {"type": "json_schema", "name": "n", "schema": {"type": "nonsense"}}}}, None),
 ])
-def test_clear_400s(server, model, extra, param):
-    r = post(server, {"model": model, "input": "hi", **extra})
+def test_clear_400s(tiny_url, model, extra, param):
+    r = post(tiny_url, {"model": model, "input": "hi", **extra})
     assert r.status_code == 400, r.text
     err = r.json()["error"]
     assert err["message"]

@@ -11,9 +11,6 @@ import openai
 import pytest
 from pydantic import BaseModel, Field
 
-from typedlm.server.app import create_app
-from typedlm.server.state import ServerConfig
-from typedlm.server.testing import live_server
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city", "parameters": {
     "type": "object", "properties": {"city": {"type": "string", "maxLength": 12}}, "required": ["city"],
@@ -22,29 +19,17 @@ MSG = [{"role": "user", "content": "Weather in Paris?"}]
 
 
 @pytest.fixture(scope="module")
-def server(tiny):
-    app = create_app(tiny, ServerConfig(max_batch=4, max_queue=32, max_tokens_cap=128))
-    with live_server(app) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return openai.OpenAI(base_url=server + "/v1", api_key="unused", max_retries=0, timeout=120)
-
-
-@pytest.fixture(scope="module")
 def model(tiny):
     return tiny.name
 
 
-def chat(server, body):
-    return httpx.post(server + "/v1/chat/completions", json=body, timeout=120)
+def chat(tiny_url, body):
+    return httpx.post(tiny_url + "/v1/chat/completions", json=body, timeout=120)
 
 
-def test_tool_loop_appending_model_dump(client, model):
+def test_tool_loop_appending_model_dump(tiny_client, model):
     messages = list(MSG)
-    r = client.chat.completions.create(model=model, messages=messages, tools=[WEATHER], tool_choice="required",
+    r = tiny_client.chat.completions.create(model=model, messages=messages, tools=[WEATHER], tool_choice="required",
                                        parallel_tool_calls=False, max_tokens=64, temperature=0)
     msg = r.choices[0].message
     assert msg.tool_calls and r.choices[0].finish_reason == "tool_calls"
@@ -53,18 +38,18 @@ def test_tool_loop_appending_model_dump(client, model):
     messages.append(dumped)
     for call in msg.tool_calls:
         messages.append({"role": "tool", "tool_call_id": call.id, "content": "sunny"})
-    again = client.chat.completions.create(model=model, messages=messages, tools=[WEATHER], max_tokens=8,
+    again = tiny_client.chat.completions.create(model=model, messages=messages, tools=[WEATHER], max_tokens=8,
                                            temperature=0)
     assert again.choices[0].finish_reason in ("stop", "length", "tool_calls")
 
 
-def test_parse_message_sent_back(client, model):
+def test_parse_message_sent_back(tiny_client, model):
     """``.parse()`` messages carry ``parsed`` and ``parsed_arguments``: derived, accepted."""
-    r = client.chat.completions.parse(model=model, messages=MSG, tools=[openai.pydantic_function_tool(City)],
+    r = tiny_client.chat.completions.parse(model=model, messages=MSG, tools=[openai.pydantic_function_tool(City)],
                                       tool_choice="required", parallel_tool_calls=False, max_tokens=64,
                                       temperature=0)
     msg = r.choices[0].message
-    again = client.chat.completions.create(model=model, max_tokens=4, messages=[
+    again = tiny_client.chat.completions.create(model=model, max_tokens=4, messages=[
         *MSG, msg.model_dump(), *[{"role": "tool", "tool_call_id": c.id, "content": "ok"} for c in msg.tool_calls]])
     assert again.choices
 
@@ -77,57 +62,57 @@ class City(BaseModel):
     ("audio", {"id": "audio_1"}, "audio"),
     ("function_call", {"name": "f", "arguments": "{}"}, "tool_calls"),
 ])
-def test_meaningful_sent_back_fields_are_400(server, model, field, value, what):
-    r = chat(server, {"model": model, "messages": [*MSG, {"role": "assistant", "content": "x", field: value}],
+def test_meaningful_sent_back_fields_are_400(tiny_url, model, field, value, what):
+    r = chat(tiny_url, {"model": model, "messages": [*MSG, {"role": "assistant", "content": "x", field: value}],
                       "max_tokens": 2})
     assert r.status_code == 400 and what in r.json()["error"]["message"], r.text
 
 
-def test_refusal_is_the_turn_text(server, model):
-    ok = chat(server, {"model": model, "max_tokens": 2, "messages": [
+def test_refusal_is_the_turn_text(tiny_url, model):
+    ok = chat(tiny_url, {"model": model, "max_tokens": 2, "messages": [
         *MSG, {"role": "assistant", "content": None, "refusal": "I can't.", "annotations": []},
         {"role": "user", "content": "ok"}]})
     assert ok.status_code == 200, ok.text
 
 
 @pytest.mark.parametrize("max_tokens", range(1, 13))
-def test_cut_tool_call_leaks_no_markup(server, model, max_tokens):
+def test_cut_tool_call_leaks_no_markup(tiny_url, model, max_tokens):
     body = {"model": model, "messages": MSG, "tools": [WEATHER], "tool_choice": "required", "max_tokens": max_tokens,
             "temperature": 0}
-    r = chat(server, body).json()["choices"][0]
+    r = chat(tiny_url, body).json()["choices"][0]
     assert r["finish_reason"] == "length"
     assert "<tool" not in (r["message"]["content"] or "") and "tool_calls" not in r["message"]
-    with httpx.stream("POST", server + "/v1/chat/completions", json={**body, "stream": True}, timeout=120) as s:
+    with httpx.stream("POST", tiny_url + "/v1/chat/completions", json={**body, "stream": True}, timeout=120) as s:
         chunks = [json.loads(line[6:]) for line in s.iter_lines() if line.startswith("data: {")]
     content = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
     assert "<tool" not in content and not re.search(r"<t?o?o?l?_?$", content)
     assert chunks[-1]["choices"][0]["finish_reason"] == "length"
 
 
-def test_sglang_top_level_fields(server, model):
-    r = chat(server, {"model": model, "messages": MSG, "regex": "[0-9]{3}", "max_tokens": 8})
+def test_sglang_top_level_fields(tiny_url, model):
+    r = chat(tiny_url, {"model": model, "messages": MSG, "regex": "[0-9]{3}", "max_tokens": 8})
     assert r.status_code == 200 and re.fullmatch("[0-9]{3}", r.json()["choices"][0]["message"]["content"])
     assert r.headers["X-TypedLM-Constraint"] == "regex"
-    r = chat(server, {"model": model, "messages": MSG, "ebnf": 'root ::= "yes" | "no"', "max_tokens": 8})
+    r = chat(tiny_url, {"model": model, "messages": MSG, "ebnf": 'root ::= "yes" | "no"', "max_tokens": 8})
     assert r.json()["choices"][0]["message"]["content"] in ("yes", "no") and r.headers["X-TypedLM-Constraint"] == "ebnf"
     schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"], "additionalProperties": False}
-    r = chat(server, {"model": model, "messages": MSG, "json_schema": json.dumps(schema), "max_tokens": 40})
+    r = chat(tiny_url, {"model": model, "messages": MSG, "json_schema": json.dumps(schema), "max_tokens": 40})
     jsonschema.validate(json.loads(r.json()["choices"][0]["message"]["content"]), schema)
     # precedence as with guided_*: guided_regex over regex, guided_grammar over ebnf
-    r = chat(server, {"model": model, "messages": MSG, "regex": "[0-9]{3}", "guided_regex": "[a-c]{2}", "max_tokens": 8})
+    r = chat(tiny_url, {"model": model, "messages": MSG, "regex": "[0-9]{3}", "guided_regex": "[a-c]{2}", "max_tokens": 8})
     assert re.fullmatch("[a-c]{2}", r.json()["choices"][0]["message"]["content"])
     assert r.headers["X-TypedLM-Constraint"] == "guided_regex"
-    r = chat(server, {"model": model, "messages": MSG, "regex": "(", "max_tokens": 8})
+    r = chat(tiny_url, {"model": model, "messages": MSG, "regex": "(", "max_tokens": 8})
     assert r.status_code == 400 and r.json()["error"]["param"] == "regex"
-    r = httpx.post(server + "/v1/completions", json={"model": model, "prompt": "x", "regex": "[0-9]{2}", "max_tokens": 8})
+    r = httpx.post(tiny_url + "/v1/completions", json={"model": model, "prompt": "x", "regex": "[0-9]{2}", "max_tokens": 8})
     assert re.fullmatch("[0-9]{2}", r.json()["choices"][0]["text"])
 
 
-def test_models_retrieve(client, server, model):
-    assert client.models.retrieve(model).id == model
+def test_models_retrieve(tiny_client, tiny_url, model):
+    assert tiny_client.models.retrieve(model).id == model
     with pytest.raises(openai.NotFoundError):
-        client.models.retrieve("no-such-model")
-    assert httpx.get(server + "/v1/models/no-such-model").json()["error"]["code"] == "model_not_found"
+        tiny_client.models.retrieve("no-such-model")
+    assert httpx.get(tiny_url + "/v1/models/no-such-model").json()["error"]["code"] == "model_not_found"
 
 
 @pytest.mark.parametrize("body, param", [
@@ -137,8 +122,8 @@ def test_models_retrieve(client, server, model):
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "required": "a"}}}]},
      "tools[0].function.parameters/required"),
 ])
-def test_invalid_schema_is_400(server, model, body, param):
-    r = chat(server, {"model": model, "messages": MSG, "max_tokens": 4, **body})
+def test_invalid_schema_is_400(tiny_url, model, body, param):
+    r = chat(tiny_url, {"model": model, "messages": MSG, "max_tokens": 4, **body})
     assert r.status_code == 400, r.text
     err = r.json()["error"]
     assert err["code"] == "invalid_json_schema" and err["param"] == param and "not a valid JSON Schema" in err["message"]

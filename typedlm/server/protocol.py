@@ -66,6 +66,17 @@ DOCUMENTED: dict[str, tuple[tuple, str]] = {
 IDENTIFIERS = ("prompt_cache_key", "safety_identifier", "request_id")
 
 
+def without_documented(data, documented: dict[str, tuple[tuple, str]]):
+    """A request body without its documented-but-unimplemented fields, each checked to hold its no-op
+    value (else the error naming the field and why)."""
+    if not isinstance(data, dict):
+        return data
+    for name, (noop, reason) in documented.items():
+        if name in data and data[name] not in noop:
+            raise PydanticCustomError("unsupported_field", "{field}: {reason}", {"field": name, "reason": reason})
+    return {k: v for k, v in data.items() if k not in documented}
+
+
 class _Base(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -102,14 +113,7 @@ class _Base(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _documented(cls, data):
-        if isinstance(data, dict):
-            for name, (noop, reason) in DOCUMENTED.items():
-                if name in data:
-                    if data[name] not in noop:
-                        raise PydanticCustomError("unsupported_field", "{field}: {reason}",
-                                                  {"field": name, "reason": reason})
-                    data = {k: v for k, v in data.items() if k != name}
-        return data
+        return without_documented(data, DOCUMENTED)
 
     @field_validator("logit_bias")
     @classmethod

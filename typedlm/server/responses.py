@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic_core import PydanticCustomError
 
 from .errors import APIError
-from .protocol import ChatRequest
+from .protocol import ChatRequest, without_documented
 from .tools import parse_calls
 
 _NONE = (None,)
@@ -50,10 +50,8 @@ DOCUMENTED: dict[str, tuple[tuple, str]] = {
     "prompt_cache_retention": (_NONE, "there is no prompt cache to configure"),
     "prompt_cache_options": (_NONE, "there is no prompt cache to configure"),
     "moderation": (_NONE, "moderation is not supported"),
-}
-STATEFUL = {
-    "previous_response_id": "typedlm keeps no responses (stateless): send the whole conversation in 'input'",
-    "conversation": "typedlm keeps no conversations (stateless): send the whole conversation in 'input'",
+    "previous_response_id": (_NONE, "typedlm keeps no responses (stateless): send the whole conversation in 'input'"),
+    "conversation": (_NONE, "typedlm keeps no conversations (stateless): send the whole conversation in 'input'"),
 }
 # include values with nothing to add: reasoning items always carry their text in the clear
 INCLUDE_NOOP = {"reasoning.encrypted_content"}
@@ -86,14 +84,7 @@ class ResponsesRequest(BaseModel):
     @classmethod
     def _documented(cls, data):
         if isinstance(data, dict):
-            for name, reason in STATEFUL.items():
-                if data.get(name) is not None:
-                    raise PydanticCustomError("stateless", "{field}: {reason}", {"field": name, "reason": reason})
-            for name, (noop, reason) in DOCUMENTED.items():
-                if name in data and data[name] not in noop:
-                    raise PydanticCustomError("unsupported_field", "{field}: {reason}", {"field": name, "reason": reason})
-            drop = set(DOCUMENTED) | set(STATEFUL)
-            data = {k: v for k, v in data.items() if k not in drop}
+            data = without_documented(data, DOCUMENTED)
             bad = sorted(set(data.get("include") or ()) - INCLUDE_NOOP)
             if bad:
                 raise PydanticCustomError("unsupported_field", "include: {bad} is not supported",
