@@ -45,10 +45,10 @@ mask = _additive(torch.ones(2048, 2048, dtype=torch.bool).tril_(), engine)
 with torch.inference_mode():
     for name, kw in (("causal kernel, no mask", {}), ("4-D additive mask", {"attention_mask": mask})):
         for _ in range(2):
-            engine.forward(ids, logits_to_keep=1, **kw)
+            engine.runner.forward(ids, logits_to_keep=1, **kw)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         for _ in range(5):
-            engine.forward(ids, logits_to_keep=1, **kw)
+            engine.runner.forward(ids, logits_to_keep=1, **kw)
         torch.cuda.synchronize()
         print(f"# 2048-token forward, {name}: {(time.perf_counter() - t0) / 5 * 1e3:.1f} ms")

@@ -72,13 +72,12 @@ for name in ("content_moderation", "invoice_routing"):
                               "decide_many_first_equals_decide": same}
 
 # -- static KV + CUDA graphs (issue 11) ----------------------------------------------------------
-from typedlm.generate.kv import StaticKV, make_kv  # noqa: E402
 
 sk = {}
-kv = make_kv(engine, 8)
+kv = engine.runner.decode_cache(8)
 sk["kv"] = type(kv).__name__
 t0 = time.perf_counter()
-kv.capture(512)
+engine.runner.capture(kv, 512)
 sk["capture_s"] = round(time.perf_counter() - t0, 2)
 sk["graphs"] = len(kv.graphs)
 # 1. a graph replay equals the eager decode of the same inputs
@@ -87,7 +86,7 @@ with torch.inference_mode():
     s0 = kv.acquire()
     kv.prefill(torch.tensor([prompt], device="cuda"), [s0])
     n = kv.length[s0]
-    graph_logits = kv.step([[42]], [s0])
+    graph_logits = kv.step([42], [s0])
     kv.length[s0] = n  # feed the same token at the same position, eagerly
     kv._io[0, 0], kv._io[1, 0] = 42, n
     eager = kv._decode(1, 256)[0]

@@ -16,13 +16,12 @@ import torch  # noqa: E402
 
 from typedlm.bench.gen import PROMPT, SCHEMA, run_typedlm  # noqa: E402
 from typedlm.bench.models import random_engine  # noqa: E402
-from typedlm.generate.kv import make_kv  # noqa: E402
 from typedlm.grammar import make_constraint  # noqa: E402
 
 engine = random_engine("qwen2.5-7b", device="cuda")
 ids = engine.encode_prompt(messages=[{"role": "user", "content": PROMPT}])
 json_c = make_constraint(json_schema=SCHEMA, any_whitespace=False)
-kv = make_kv(engine, 32)
+kv = engine.runner.decode_cache(32)
 t0 = time.perf_counter()
 kv.capture(len(ids) + 256, batches=[1, 32] if mode == "host" else None)  # every bucket bench gen can meet
 res = {"mode": mode, "capture_s": round(time.perf_counter() - t0, 2), "graphs": len(kv.graphs), "runs": []}

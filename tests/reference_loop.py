@@ -84,7 +84,7 @@ def select(seq: Sequence, logits: torch.Tensor) -> int:
 def run_sequence(engine: Engine, seq: Sequence) -> Sequence:
     t0 = time.perf_counter()
     ids = torch.tensor([seq.prompt_ids], device=engine.device)
-    logits, cache = engine.forward(ids)
+    logits, cache = engine.runner.forward(ids)
     logits = logits[0, -1].float()
     engine.sync()
     t1 = time.perf_counter()
@@ -95,7 +95,7 @@ def run_sequence(engine: Engine, seq: Sequence) -> Sequence:
         if seq.finished:
             break
         step = torch.tensor([[token]], device=engine.device)
-        logits, cache = engine.forward(step, cache)
+        logits, cache = engine.runner.forward(step, cache)
         logits = logits[0, -1].float()
     engine.sync()
     seq.timings.decode = time.perf_counter() - t1

@@ -178,7 +178,7 @@ def test_bad_scheduler_settings(tiny):
 def test_slots_are_reused_after_eviction_without_leaking_kv(tiny):
     """A row that takes the slot of a longer, evicted row sees none of the old row's KV: its greedy
     output equals its single-row reference, and it sits in the freed slot."""
-    from typedlm.generate.kv import StaticKV
+    from typedlm.runner.static_kv import StaticKV
 
     params = SamplingParams(max_tokens=10, temperature=0)
     sched = Scheduler(tiny, max_batch=2, max_queue=8)
@@ -208,7 +208,7 @@ def test_a_larger_scheduler_leaves_an_earlier_one_working(tiny):
     (it was freed under it once: IndexError in every later prefill)."""
     params = SamplingParams(max_tokens=6, temperature=0)
     first = Scheduler(tiny, max_batch=1, max_queue=4)
-    second = Scheduler(tiny, max_batch=tiny.static_kv["kv"].capacity + 3, max_queue=4)
+    second = Scheduler(tiny, max_batch=tiny.runner.static_kv.capacity + 3, max_queue=4)
     assert second.kv is not first.kv and second.kv.capacity > first.kv.capacity
     for sched in (first, second):
         req = sched.submit(Request(build_sequence(tiny, tiny.encode_prompt(prompt="a"), params, None)))

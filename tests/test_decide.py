@@ -122,27 +122,27 @@ def test_bad_input(tiny):
         decide(SCHEMA, CTX, engine=tiny, scoring="fast")
 
 
-@dataclasses.dataclass(frozen=True)
-class _OOMEngine(Engine):
+def _oom_engine(tiny, oom_limit: int) -> Engine:
     """The tiny engine, but any forward over more than ``oom_limit`` row tokens runs out of memory (an OOM
     cannot be provoked on this CPU)."""
+    real = tiny.runner.forward
 
-    oom_limit: int = 16
-
-    def forward(self, input_ids, cache=None, **kwargs):
-        if cache is not None and input_ids.numel() > self.oom_limit:
+    def forward(input_ids, cache=None, **kwargs):
+        if cache is not None and input_ids.numel() > oom_limit:
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
-        return super().forward(input_ids, cache, **kwargs)
+        return real(input_ids, cache, **kwargs)
+
+    return dataclasses.replace(tiny, runner=tiny.runner.wrapped(forward))
 
 
 @pytest.mark.parametrize("packing", ["packed", "expand"])
 def test_oom_halves_the_chunk_and_counts(tiny, packing):
-    eng = _OOMEngine(**{f.name: getattr(tiny, f.name) for f in dataclasses.fields(Engine)}, oom_limit=16)
+    eng = _oom_engine(tiny, 16)
     ref = decide(SCHEMA, CTX, engine=tiny)
     d = decide(SCHEMA, CTX, engine=eng, packing=packing)
     assert d.usage["oom_retries"] >= 1 and d.usage["rows"] == ref.usage["rows"]
     assert d.value_dict() == ref.value_dict() and _max_diff(d, ref) <= TOLERANCE
-    eng = dataclasses.replace(eng, oom_limit=0)
+    eng = _oom_engine(tiny, 0)
     with pytest.raises(TypedLMError, match="out of memory scoring a single decision row"):
         decide(SCHEMA, CTX, engine=eng, packing=packing)
 

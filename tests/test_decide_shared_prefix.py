@@ -17,19 +17,23 @@ CONTEXTS = ["My card was charged twice this month and I want my money back.",
             "URGENT: our whole team is locked out since this morning, production is down."]
 
 
-@dataclasses.dataclass(frozen=True)
-class _Counting(Engine):
-    """The tiny engine, recording (input tokens, had a cache) of every forward."""
+@dataclasses.dataclass
+class _Counting:
+    """The tiny engine whose forwards are recorded as (input tokens, had a cache)."""
 
-    calls: list = dataclasses.field(default_factory=list)
-
-    def forward(self, input_ids, cache=None, **kwargs):
-        self.calls.append((input_ids.shape[-1], cache is not None))
-        return super().forward(input_ids, cache, **kwargs)
+    engine: Engine
+    calls: list
 
 
 def _counting(tiny) -> _Counting:
-    return _Counting(**{f.name: getattr(tiny, f.name) for f in dataclasses.fields(Engine)})
+    calls: list = []
+    real = tiny.runner.forward
+
+    def forward(input_ids, cache=None, **kwargs):
+        calls.append((input_ids.shape[-1], cache is not None))
+        return real(input_ids, cache, **kwargs)
+
+    return _Counting(dataclasses.replace(tiny, runner=tiny.runner.wrapped(forward)), calls)
 
 
 def _max_diff(a, b):
@@ -56,7 +60,7 @@ def test_prefix_kv_is_computed_once(tiny, packing):
     ids = [prompt_ids(tiny, plan, c) for c in CONTEXTS]
     P = shared_prefix(ids)
     eng = _counting(tiny)
-    many = decide_many(schema, CONTEXTS, engine=eng, packing=packing, prior="none")
+    many = decide_many(schema, CONTEXTS, engine=eng.engine, packing=packing, prior="none")
     tree = many[0].usage["scored_tokens"]  # the row tree's tokens, fed once per context
     own = sum(len(i) - P + tree for i in ids)  # each context's own prompt tokens + its rows
     fed = sum(n for n, _ in eng.calls)
@@ -82,7 +86,7 @@ def test_shared_prefix_is_everything_before_the_fence(tiny):
 def test_contexts_that_do_not_fit_together_are_split_and_still_equal(tiny):
     schema = presets.load("invoice_routing")["schema"]
     eng = _counting(tiny)
-    small = decide_many(schema, CONTEXTS, engine=eng, packing="packed", prior="none", budget_bytes=6_000_000)
+    small = decide_many(schema, CONTEXTS, engine=eng.engine, packing="packed", prior="none", budget_bytes=6_000_000)
     calls = len(eng.calls)
     big = decide_many(schema, CONTEXTS, engine=tiny, packing="packed", prior="none")
     assert calls > 2  # the budget split the contexts over several passes

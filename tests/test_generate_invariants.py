@@ -166,7 +166,7 @@ def test_truncation_that_removes_every_allowed_token_falls_back_to_the_grammar(t
 def test_greedy_equals_argmax_of_masked_logits(tiny):
     r = generate("hello", engine=tiny, max_tokens=1, temperature=0)
     ids = torch.tensor([tiny.encode_prompt(prompt="hello")])
-    logits, _ = tiny.forward(ids)
+    logits, _ = tiny.runner.forward(ids)
     row = logits[0, -1].float()
     row[tiny.tokenizer_vocab_size:] = float("-inf")
     assert r.token_ids == [int(torch.argmax(row))]

@@ -11,7 +11,7 @@ from typedlm.generate import generate
 from typedlm.generate import SamplingParams, build_sequence
 from typedlm.generate.scheduler import Request, Scheduler, TokenEvent, run_batch
 from typedlm.grammar import make_constraint
-from typedlm.grammar.jump_forward import JumpForward
+from typedlm.generate.spec_decode import JumpForward
 from typedlm.server.app import create_app
 from typedlm.server.state import ServerConfig
 from typedlm.server.testing import live_server
@@ -36,16 +36,14 @@ OTHER = {"type": "object", "properties": {
 
 
 @pytest.fixture(params=["StaticKV", "BatchKV", "StaticKV+device-mask"])
-def kv_kind(request, monkeypatch):
+def kv_kind(request, monkeypatch, tiny):
     """Run the scheduler on either KV backend (the tiny Llama takes StaticKV by default).
     ``+device-mask``: the sampler keeps its mask in a second tensor that only ``upload`` refreshes, as on
     CUDA (on the CPU the two are one tensor): a host mask the sampler does not know changed is then
     missed, as it was on the H200 after a fully accepted draft (``grammar rejected sampled token``)."""
     if request.param == "BatchKV":
-        from typedlm.generate import scheduler
-        from typedlm.generate.batch_cache import BatchKV
-
-        monkeypatch.setattr(scheduler, "make_kv", lambda engine, n: BatchKV(engine, n))
+        real = tiny.runner.decode_cache
+        monkeypatch.setattr(tiny.runner, "decode_cache", lambda n: real(n, dynamic=True))
     if request.param.endswith("+device-mask"):
         from typedlm.generate.sampler import BatchSampler
 
@@ -96,18 +94,16 @@ def test_greedy_output_equals_the_output_without_jump_forward(tiny, kv_kind, sch
 def test_rejected_drafts_are_forgotten_by_the_kv(tiny, kv_kind, monkeypatch):
     """Without the KV rollback the rejected draft tokens stay in the context and the output drifts
     from the run without jump-forward (this fails when ``truncate`` does nothing)."""
-    from typedlm.generate import scheduler
-
     c = make_constraint(json_schema=SCHEMA, any_whitespace=False)
     off = run_batch(tiny, [_seq(tiny, c, False, "hello there")])[0]
-    real = scheduler.make_kv
+    real = tiny.runner.decode_cache
 
-    def kv_without_rollback(engine, n):
-        kv = real(engine, n)
+    def kv_without_rollback(n):
+        kv = real(n)
         monkeypatch.setattr(kv, "truncate", lambda *a: None)
         return kv
 
-    monkeypatch.setattr(scheduler, "make_kv", kv_without_rollback)
+    monkeypatch.setattr(tiny.runner, "decode_cache", kv_without_rollback)
     broken = run_batch(tiny, [_seq(tiny, c, True, "hello there")])[0]
     assert broken.token_ids != off.token_ids
 
@@ -202,13 +198,13 @@ def test_multi_token_step_gives_the_logits_of_one_token_steps(tiny, kind):
     the same tokens one step at a time, and so do the one-token steps after it."""
     import torch
 
-    from typedlm.generate.batch_cache import BatchKV
-    from typedlm.generate.kv import StaticKV
+    from typedlm.runner.static_kv import StaticKV
 
     prompts = ["a b c", "free text here", "x"]
 
     def batch(ps):
-        kv = BatchKV(tiny, 3) if kind == "BatchKV" else StaticKV(tiny, 3, 64)
+        kv = tiny.runner.decode_cache(3, dynamic=True) if kind == "BatchKV" else \
+            StaticKV(tiny.model, device=tiny.device, dtype=tiny.dtype, capacity=3, max_len=64)
         slots = []
         for p in ps:
             ids = torch.tensor([tiny.encode_prompt(prompt=p)])
@@ -219,15 +215,15 @@ def test_multi_token_step_gives_the_logits_of_one_token_steps(tiny, kind):
     feeds = [[11, 12, 13, 14], [21], [31, 32]]
     with torch.inference_mode():
         kv, slots = batch(prompts)
-        multi = kv.step(feeds, slots)
-        after = kv.step([[5], [6], [7]], slots)
+        multi = kv.extend(feeds, slots)
+        after = kv.step([5, 6, 7], slots)
         singles, afters = [], []
         for row, p in enumerate(prompts):
             one, s1 = batch([p])
             for t in feeds[row]:
-                out = one.step([[t]], s1)
+                out = one.step([t], s1)
             singles.append(out[0])
-            afters.append(one.step([[5 + row]], s1)[0])
+            afters.append(one.step([5 + row], s1)[0])
     for row in range(3):
         assert torch.allclose(multi[row], singles[row], atol=1e-4), row
         assert torch.allclose(after[row], afters[row], atol=1e-4), row

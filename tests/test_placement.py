@@ -47,10 +47,10 @@ def test_a_quantized_model_is_never_moved():
     e = engine_from_model(model, default_tokenizer(), name="q", dtype=torch.bfloat16)
     assert next(e.model.parameters()).dtype == torch.float32
     # decoding keeps its weights too: the dynamic KV, not StaticKV (which fuses q/k/v in place)
-    from typedlm.generate.batch_cache import BatchKV
-    from typedlm.generate.kv import StaticKV, make_kv
+    from typedlm.runner.dynamic_kv import DynamicKV
+    from typedlm.runner.static_kv import StaticKV
 
-    assert isinstance(make_kv(e, 2), BatchKV) and isinstance(make_kv(plain, 2), StaticKV)
+    assert isinstance(e.runner.decode_cache(2), DynamicKV) and isinstance(plain.runner.decode_cache(2), StaticKV)
 
 
 def test_a_model_spread_over_devices_is_not_moved():

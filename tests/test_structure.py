@@ -107,3 +107,60 @@ def test_architecture_names_only_existing_paths():
     assert len(named) > 20, named  # the map names the modules
     missing = sorted(p for p in named if not (ROOT / p.split("::")[0].rstrip("/")).exists())
     assert not missing, f"ARCHITECTURE.md names paths that do not exist: {missing}"
+
+
+# -- layering and size rules (issue 18) ---------------------------------------------------------------
+MATCHER_NAMES = {"GrammarMatcher", "BatchGrammarMatcher", "matcher", "fill_next_token_bitmask",
+                 "batch_fill_next_token_bitmask", "find_jump_forward_string", "accept_token", "rollback",
+                 "is_completed", "is_terminated", "apply_token_bitmask_inplace", "_state"}
+
+
+def matcher_touches(path: Path) -> list[str]:
+    """Names of xgrammar matcher APIs (or GrammarRow internals) a module uses, as ``line: name``."""
+    hits = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+        if name in MATCHER_NAMES:
+            hits.append(f"{node.lineno}: {name}")
+    return hits
+
+
+def test_only_the_grammar_package_touches_an_xgrammar_matcher():
+    outside = {str(p.relative_to(ROOT)): matcher_touches(p) for p in PKG.rglob("*.py")
+               if p.relative_to(PKG).parts[0] != "grammar"}
+    assert not {k: v for k, v in outside.items() if v}
+
+
+def test_the_matcher_check_sees_a_leak(tmp_path):
+    leak = tmp_path / "leak.py"
+    leak.write_text("def f(row):\n    return row.matcher.find_jump_forward_string()\n")
+    assert matcher_touches(leak) == ["2: find_jump_forward_string", "2: matcher"]
+
+
+def test_engine_imports_nothing_from_generate_or_decide():
+    edges = import_graph(PKG)["typedlm.engine"]
+    assert edges and not {e for e in edges if e.startswith(("typedlm.generate", "typedlm.decide"))}, edges
+
+
+def test_runner_imports_nothing_above_it():
+    edges = import_graph(PKG)
+    above = ("typedlm.engine", "typedlm.generate", "typedlm.decide", "typedlm.server", "typedlm.grammar")
+    for mod, targets in edges.items():
+        if mod.startswith("typedlm.runner"):
+            assert not {t for t in targets if t.startswith(above)}, (mod, targets)
+
+
+def long_functions(path: Path, limit: int) -> list[str]:
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > limit:
+            out.append(f"{path.name}:{node.name} ({node.end_lineno - node.lineno + 1} lines)")
+    return out
+
+
+def test_files_and_engine_functions_stay_small():
+    big = [f"{p.relative_to(ROOT)} ({n} lines)" for p in PKG.rglob("*.py")
+           if (n := len(p.read_text().splitlines())) > 500]
+    assert not big, big
+    hot = [*(PKG / "runner").glob("*.py"), PKG / "generate" / "scheduler.py", PKG / "generate" / "sampler.py"]
+    assert not [f for p in hot for f in long_functions(p, 80)]

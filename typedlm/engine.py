@@ -1,8 +1,12 @@
-"""Engine: the one frozen handle per loaded model. Resolved once; nothing re-inspects the model later."""
+"""Engine: the one frozen handle per loaded model. Resolved once; nothing re-inspects the model later.
+
+The engine describes the model (tokenizer, vocab sizes, stop ids, chat profile, device, dtype, context) and
+owns, by composition, the :class:`~typedlm.runner.model_runner.ModelRunner` that runs it and an
+:class:`EngineCaches` of per-model caches; it imports nothing from ``generate`` or ``decide``.
+"""
 
 from __future__ import annotations
 
-import inspect
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,17 +17,16 @@ from . import models, placement
 from .errors import ModelLoadError, TypedLMError
 from .grammar.compiler import Grammars
 from .lru import LRUCache
+from .profile import ChatProfile, ReasoningFormat, detect_reasoning
+from .runner.model_runner import ModelRunner
 
 
-@dataclass(frozen=True)
-class ChatProfile:
-    """How chat messages become a prompt: the model's own template, or none (raw prompts only)."""
+@dataclass
+class EngineCaches:
+    """Per-model caches that features fill as they run (mutable; the engine itself is frozen)."""
 
-    template: str | None
-
-    @property
-    def has_template(self) -> bool:
-        return bool(self.template)
+    plans: LRUCache = field(default_factory=lambda: LRUCache(256))  # compiled decide plans (decide.plan.get_plan)
+    priors: LRUCache = field(default_factory=lambda: LRUCache(256))  # neutral priors (decide.prior)
 
 
 @dataclass(frozen=True)
@@ -39,17 +42,13 @@ class Engine:
     stop_ids: frozenset[int]
     max_context: int
     grammars: Grammars
-    cache_kwarg: str = "past_key_values"  # forward() keyword for the KV cache in this transformers
-    keeps_logits: bool = False  # forward() takes logits_to_keep (lm_head only at the positions read)
+    runner: ModelRunner  # the one place the model runs (typedlm.runner)
     kv_bytes_per_token: int = 0  # K+V bytes one token adds to the cache, all layers, at ``dtype``
     attn_heads: int = 1  # query heads (attention-score memory per token pair)
-    reasoning: Any = None  # generate.reasoning.ReasoningFormat: <think> markers of a reasoning model
+    reasoning: ReasoningFormat | None = None  # <think> markers of a reasoning model
     load_seconds: float = 0.0
     source: str = ""
-    # compiled decide plans for this tokenizer (typedlm.decide.plan.get_plan)
-    plans: LRUCache = field(default_factory=lambda: LRUCache(256), compare=False, repr=False)
-    # the decode batch's static KV slots + CUDA graphs (typedlm.generate.kv.make_kv), built on first use
-    static_kv: dict = field(default_factory=dict, compare=False, repr=False)
+    caches: EngineCaches = field(default_factory=EngineCaches, compare=False, repr=False)
 
     # -- prompts ---------------------------------------------------------------------------------
     def render_chat(self, messages: list[dict], **template_kwargs) -> str:
@@ -68,17 +67,9 @@ class Engine:
             return self.tokenizer.encode(text, add_special_tokens=False)
         return self.tokenizer.encode(prompt, add_special_tokens=True)
 
-    def forward(self, input_ids, cache=None, **kwargs):
-        """One model call -> (logits [B, T, V], cache). The only place that knows the KV-cache keyword
-        of this transformers version (``cache`` in 5.x, ``past_key_values`` before)."""
-        kwargs[self.cache_kwarg] = cache
-        out = self.model(input_ids=input_ids, use_cache=True, **kwargs)
-        return out.logits, getattr(out, "cache", None) if self.cache_kwarg == "cache" else out.past_key_values
-
     def sync(self) -> None:
         """Wait for queued device work (timings on CUDA); a no-op on the CPU."""
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+        self.runner.sync()
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
@@ -166,15 +157,11 @@ def engine_from_model(model, tokenizer, *, name: str, device: torch.device | str
     head_dim = getattr(text_cfg, "head_dim", None) or text_cfg.hidden_size // heads
     kv_heads = getattr(text_cfg, "num_key_value_heads", None) or heads
     kv_bytes = 2 * text_cfg.num_hidden_layers * kv_heads * head_dim * torch.finfo(dtype).bits // 8
-    params = inspect.signature(model.forward).parameters
-    cache_kwarg = "cache" if "cache" in params else "past_key_values"
-    keeps_logits = "logits_to_keep" in params
     grammars = Grammars.for_tokenizer(tokenizer, model_vocab_size=model_vocab, stop_ids=sorted(stops))
-    from .generate.reasoning import detect as detect_reasoning  # generate imports this module
-
+    runner = ModelRunner(model, device=device, dtype=dtype, max_context=max_ctx, placed=placement.is_placed(model))
     reasoning = detect_reasoning(tokenizer, chat.template)
     return Engine(name=name, model=model, tokenizer=tokenizer, device=device, dtype=dtype, chat=chat,
                   tokenizer_vocab_size=tok_vocab, model_vocab_size=model_vocab,
                   stop_ids=frozenset(stops), max_context=max_ctx, grammars=grammars,
-                  cache_kwarg=cache_kwarg, keeps_logits=keeps_logits, kv_bytes_per_token=int(kv_bytes),
+                  runner=runner, kv_bytes_per_token=int(kv_bytes),
                   attn_heads=heads, reasoning=reasoning, load_seconds=load_seconds, source=source)

@@ -135,7 +135,6 @@ def bench_gen(engine, *, batches=(1, 8, 32), max_tokens: int = 256, hf: bool = T
               progress=None) -> dict:
     import torch
 
-    from ..generate.kv import make_kv
     from ..grammar import make_constraint
 
     ids = engine.encode_prompt(messages=[{"role": "user", "content": PROMPT}]) if engine.chat.has_template \
@@ -145,8 +144,8 @@ def bench_gen(engine, *, batches=(1, 8, 32), max_tokens: int = 256, hf: bool = T
     # warm-up: static KV for the largest batch + every CUDA graph bucket this run can meet, then
     # kernels, allocator, grammar path (not timed; the capture time is reported)
     t0 = time.perf_counter()
-    kv = make_kv(engine, max(batches))
-    kv.capture(len(ids) + max_tokens)
+    kv = engine.runner.decode_cache(max(batches))
+    engine.runner.capture(kv, len(ids) + max_tokens)
     warmup_s = time.perf_counter() - t0
     run_typedlm(engine, ids, 1, 4, None)
     run_typedlm(engine, ids, 1, 4, modes["json_schema"])

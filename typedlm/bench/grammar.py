@@ -84,6 +84,7 @@ def bench_tokenizer(name: str, tok, model_vocab: int, *, repeats: int = 5) -> di
     import xgrammar as xgr
 
     from ..grammar.compiler import Grammars
+    from ..grammar.controller import GrammarRow
     from ..grammar.spec import make_constraint
 
     stop = [tok.eos_token_id]
@@ -92,7 +93,6 @@ def bench_tokenizer(name: str, tok, model_vocab: int, *, repeats: int = 5) -> di
     cold_ms: list[float] = []
     hit_us: list[float] = []
     per_case = {}
-    bitmask = xgr.allocate_token_bitmask(1, model_vocab)
     for case, schema, instance in CASES:
         constraint = make_constraint(json_schema=schema)
         # compile cold: a fresh compiler (no xgrammar cache, no typedlm cache) each time
@@ -109,15 +109,15 @@ def bench_tokenizer(name: str, tok, model_vocab: int, *, repeats: int = 5) -> di
         ids = tok.encode(text, add_special_tokens=False)
         case_fill = []
         for _ in range(repeats):
-            m = xgr.GrammarMatcher(compiled)
+            row = GrammarRow(compiled, vocab_size=model_vocab, stop_ids=frozenset(stop))
             for t in ids:
                 t0 = time.perf_counter_ns()
-                m.fill_next_token_bitmask(bitmask, 0)
+                row.fill()
                 case_fill.append((time.perf_counter_ns() - t0) / 1e3)
-                if not m.accept_token(t):
+                if not row.accept(t):
                     raise RuntimeError(f"{case}: grammar rejected token {t} of the sample instance on {name}")
-            m.fill_next_token_bitmask(bitmask, 0)
-            if not m.accept_token(stop[0]):
+            row.fill()
+            if not row.accept(stop[0]):
                 raise RuntimeError(f"{case}: grammar did not accept EOS after the full instance on {name}")
         fill_us += case_fill
         per_case[case] = {"tokens": len(ids), "fill_p50_us": statistics.median(case_fill)}

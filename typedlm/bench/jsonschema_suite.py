@@ -224,14 +224,11 @@ def default_grammars(suite: Path = DEFAULT_SUITE, draft: str = "draft2020-12"):
 
 
 def accepts(compiled, text: str) -> bool:
-    """Whether the grammar accepts the whole ``text`` and may stop right after it."""
-    import xgrammar as xgr
+    """Whether the grammar accepts the whole ``text`` and may stop right after it (the matcher stays in
+    the grammar package: :func:`typedlm.grammar.controller.accepts_text`)."""
+    from ..grammar.controller import accepts_text
 
-    m = xgr.GrammarMatcher(compiled, terminate_without_stop_token=False)
-    if not m.accept_string(text):
-        return False
-    stop = m.stop_token_ids
-    return bool(stop) and m.accept_token(stop[0])
+    return accepts_text(compiled, text)
 
 
 def run_case(case: Case, grammars) -> Iterator[TestResult]:

@@ -71,10 +71,10 @@ class Plan:
 
 def get_plan(engine: Engine, schema: DecisionSchema, scoring: str = DEFAULT_SCORING,
              none_of_above: bool = False) -> Plan:
-    """The compiled plan for this engine's tokenizer (cached in ``engine.plans``)."""
+    """The compiled plan for this engine's tokenizer (cached in ``engine.caches.plans``)."""
     if scoring not in SCORING_MODES:
         raise SchemaError(f"scoring must be one of {', '.join(SCORING_MODES)}, got {scoring!r}")
-    return engine.plans.get_or_build((schema.key, scoring, bool(none_of_above)),
+    return engine.caches.plans.get_or_build((schema.key, scoring, bool(none_of_above)),
                                      lambda: compile_plan(engine.tokenizer, schema, scoring, none_of_above))
 
 

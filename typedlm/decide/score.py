@@ -1,5 +1,7 @@
 """Scoring passes: prefill the shared prompt once, then score every row of the plan in batched
-forward passes that reuse the prefix KV cache.
+forward passes that reuse the prefix KV cache. Every forward runs in the engine's model runner
+(``engine.runner``: ``prefill_prefix``, ``score``, ``score_expand``); this module decides what goes in a
+pass (token trees, masks, positions, chunks) and reads the log-probabilities out.
 
 Ways to put many rows on one prefix (``packing``):
   ``fused``   the prompt and every row in ONE forward (:func:`score_contexts`, the prefix inside the
@@ -59,36 +61,14 @@ class ScoreStats:
 
 
 
-def _keep(engine: Engine, positions) -> dict:
-    return {"logits_to_keep": positions} if engine.keeps_logits else {}
-
-
-@torch.inference_mode()
 def prefill(engine: Engine, ids: list[int]):
-    """One forward over the prompt -> its KV cache (logits are not needed: rows start with a cue)."""
-    if len(ids) >= engine.max_context:
-        raise TypedLMError(f"decision prompt has {len(ids)} tokens; the model's context is {engine.max_context}")
-    _, cache = engine.forward(torch.tensor([ids], device=engine.device), **_keep(engine, 1))
-    return cache
+    """One forward over the prompt -> its prefix KV cache (an opaque runner object)."""
+    return engine.runner.prefill_prefix(ids)
 
 
-@torch.inference_mode()
 def prefill_batch(engine: Engine, ids_list: list[list[int]]) -> list:
-    """Several prompts in one right-padded forward -> one prefix cache per prompt (views, cut to its length)."""
-    from transformers import DynamicCache
-
-    if len(ids_list) == 1:
-        return [prefill(engine, ids_list[0])]
-    n = max(len(i) for i in ids_list)
-    ids = torch.zeros(len(ids_list), n, dtype=torch.long)
-    att = torch.zeros(len(ids_list), n, dtype=torch.long)
-    for b, row in enumerate(ids_list):
-        ids[b, : len(row)] = torch.tensor(row)
-        att[b, : len(row)] = 1
-    dev = engine.device
-    _, cache = engine.forward(ids.to(dev), attention_mask=att.to(dev), **_keep(engine, 1))
-    return [DynamicCache(ddp_cache_data=[(lay.keys[b:b + 1, :, : len(row)], lay.values[b:b + 1, :, : len(row)])
-                                         for lay in cache.layers]) for b, row in enumerate(ids_list)]
+    """Several prompts in one forward -> one prefix cache per prompt."""
+    return engine.runner.prefill_prefixes(ids_list)
 
 
 def chunk_rows(engine: Engine, rows: list[Row], prefix_len: int, packing: str, budget: int) -> int:
@@ -140,7 +120,6 @@ def score_rows(engine: Engine, plan: Plan, cache, prefix_len: int, *, packing: s
         except Exception as e:  # noqa: BLE001 - only out-of-memory is retried; everything else re-raised
             if not _is_oom(e):
                 raise
-            _truncate(cache, prefix_len)
             if engine.device.type == "cuda":
                 torch.cuda.empty_cache()
             if chunk == 1:
@@ -159,14 +138,15 @@ def score_rows(engine: Engine, plan: Plan, cache, prefix_len: int, *, packing: s
 def _gather(engine: Engine, plan: Plan, part: list[Row], logits: torch.Tensor, where, contexts: int = 1,
             defer: bool = False):
     """logits rows at every read of ``part`` -> children log-probs (padded lm_head ids excluded), one
-    dict per context: ``part`` is ``contexts`` equal blocks of rows, ``where(context, row, pos)``.
+    dict per context: ``part`` is ``contexts`` equal blocks of rows, ``where(context, row, pos)`` the index
+    of that read in ``logits``.
     ``defer``: return a function that copies them to the host then (no device sync before it is called)."""
     reads, idx, size = [], [], len(part) // contexts
     for r_i, row in enumerate(part):
         for point, pos in row.reads:
             reads.append((r_i // size, row.question, point))
             idx.append(where(r_i // size, r_i % size, pos))
-    rows_t = torch.stack([logits[b, t] for b, t in idx]).float()[:, : engine.tokenizer_vocab_size]
+    rows_t = torch.stack([logits[i] for i in idx]).float()[:, : engine.tokenizer_vocab_size]
     lsm = torch.log_softmax(rows_t, dim=-1)
     width = max(len(plan.questions[q].trie.points[p].children) for _, q, p in reads)
     index = torch.zeros(len(reads), width, dtype=torch.long)
@@ -186,17 +166,13 @@ def _gather(engine: Engine, plan: Plan, part: list[Row], logits: torch.Tensor, w
 
 
 def _pass_expand(engine: Engine, plan: Plan, part: list[Row], cache, prefix_len: int) -> tuple[dict, int]:
-    from transformers import DynamicCache
-
     B, L = len(part), max(len(r.ids) for r in part)
     ids = torch.zeros(B, L, dtype=torch.long)
     for b, r in enumerate(part):
         ids[b, : len(r.ids)] = torch.tensor(r.ids)  # right padding: causal rows never read it
-    layers = [(lay.keys.expand(B, -1, -1, -1), lay.values.expand(B, -1, -1, -1)) for lay in cache.layers]
     need = sorted({p for r in part for _, p in r.reads})
-    at = {k: i for i, k in enumerate(need)} if engine.keeps_logits else {k: k for k in need}
-    logits, _ = engine.forward(ids.to(engine.device), DynamicCache(ddp_cache_data=layers),
-                               **_keep(engine, torch.tensor(need, device=engine.device)))
+    at = {k: i for i, k in enumerate(need)}
+    logits = engine.runner.score_expand(ids, cache, need)
     return _gather(engine, plan, part, logits, lambda _c, b, pos: (b, at[pos]))[0], B * L
 
 
@@ -229,29 +205,13 @@ def _tree(part: list[Row], P: int):
     return ids, pos, allow, row_nodes
 
 
-def _additive(allow: torch.Tensor, engine: Engine) -> torch.Tensor:
-    """The bool matrix -> a [1, 1, Q, K] additive mask, built on the device (only the bools travel)."""
-    allow = allow.to(engine.device, non_blocking=True)
-    mask = torch.zeros(allow.shape, dtype=engine.dtype, device=engine.device)
-    return mask.masked_fill_(~allow, torch.finfo(engine.dtype).min)[None, None]
-
-
 def _pass_packed(engine: Engine, plan: Plan, part: list[Row], cache, prefix_len: int) -> tuple[dict, int]:
     """All rows of ``part`` in one sequence on the cached prefix (see :func:`_tree`)."""
-    P = prefix_len
-    ids, pos, allow, row_nodes = _tree(part, P)
-    dev = engine.device
-    try:
-        need = sorted({row_nodes[b][p] for b, r in enumerate(part) for _, p in r.reads})
-        keep = engine.keeps_logits
-        at = {k: i for i, k in enumerate(need)} if keep else {k: k for k in need}
-        logits, _ = engine.forward(torch.tensor([ids], device=dev), cache,
-                                   position_ids=torch.tensor([pos], device=dev),
-                                   attention_mask=_additive(allow, engine),
-                                   **_keep(engine, torch.tensor(need, device=dev)))
-        return _gather(engine, plan, part, logits, lambda _c, b, p: (0, at[row_nodes[b][p]]))[0], len(ids)
-    finally:
-        _truncate(cache, P)
+    ids, pos, allow, row_nodes = _tree(part, prefix_len)
+    need = sorted({row_nodes[b][p] for b, r in enumerate(part) for _, p in r.reads})
+    at = {k: i for i, k in enumerate(need)}
+    logits, _ = engine.runner.score(ids, cache, pos, allow, need)
+    return _gather(engine, plan, part, logits, lambda _c, b, p: at[row_nodes[b][p]])[0], len(ids)
 
 
 def shared_prefix(ids_all: list[list[int]]) -> int:
@@ -270,7 +230,7 @@ def _pass_bytes(engine: Engine, q: int, k: int, reads: int) -> int:
     logits (fp32 log-softmax), the additive mask (+ its bool form), the new KV and, off CUDA (SDPA's math
     kernel), the attention scores; CUDA's memory-efficient kernel does not materialize them."""
     scores = 0 if engine.device.type == "cuda" else 4 * engine.attn_heads
-    logit_rows = reads if engine.keeps_logits else q
+    logit_rows = reads if engine.runner.keeps_logits else q
     return logit_rows * engine.model_vocab_size * 4 + q * k * (scores + torch.finfo(engine.dtype).bits // 8 + 1) \
         + q * engine.kv_bytes_per_token
 
@@ -337,8 +297,6 @@ def score_contexts(engine: Engine, plan: Plan, ids_all: list[list[int]], *, fuse
         except Exception as e:  # noqa: BLE001 - only out-of-memory is retried
             if not _is_oom(e):
                 raise
-            if cache is not None:
-                _truncate(cache, P)
             if engine.device.type == "cuda":
                 torch.cuda.empty_cache()
             stats[group[0]].oom_retries += 1
@@ -388,25 +346,8 @@ def _pass_contexts(engine: Engine, plan: Plan, suffixes: list[list[int]], prefix
         allow[st:st + T, k + s:k + s + T] = row_allow
     rows = list(plan.rows)
     need = sorted({st + row_nodes[b][p] for st in starts for b, r in enumerate(rows) for _, p in r.reads})
-    at = {k: i for i, k in enumerate(need)} if engine.keeps_logits else {k: k for k in need}
-    dev = engine.device
-    try:
-        logits, new = engine.forward(torch.tensor([ids], device=dev), cache,
-                                     position_ids=torch.tensor([pos], device=dev),
-                                     attention_mask=_additive(allow, engine),
-                                     **_keep(engine, torch.tensor(need, device=dev)))
-        cache = cache if cache is not None else new
-        picked = _gather(engine, plan, rows * len(suffixes), logits,
-                         lambda c, b, p: (0, at[starts[c] + row_nodes[b][p]]), contexts=len(suffixes), defer=True)
-        return picked, cache
-    finally:
-        if cache is not None:
-            _truncate(cache, P)
-
-
-def _truncate(cache, prefix_len: int) -> None:
-    """Put the prefix cache back to exactly the prefix (after a packed pass or a failed one)."""
-    for lay in cache.layers:
-        if getattr(lay, "keys", None) is not None and lay.keys.numel() and lay.keys.shape[-2] > prefix_len:
-            lay.keys = lay.keys[..., :prefix_len, :]
-            lay.values = lay.values[..., :prefix_len, :]
+    at = {k: i for i, k in enumerate(need)}
+    logits, cache = engine.runner.score(ids, cache, pos, allow, need, keep=P)
+    picked = _gather(engine, plan, rows * len(suffixes), logits,
+                     lambda c, b, p: at[starts[c] + row_nodes[b][p]], contexts=len(suffixes), defer=True)
+    return picked, cache

@@ -10,7 +10,7 @@ import torch
 from ..engine import Engine, load_engine
 from ..errors import TypedLMError
 from ..grammar.controller import GrammarRow
-from ..grammar.jump_forward import JumpForward
+from .spec_decode import JumpForward
 from ..grammar.spec import Constraint, make_constraint
 from .detokenize import Detokenizer
 from .reasoning import ReasoningState
@@ -38,7 +38,7 @@ def build_sequence(engine: Engine, prompt_ids: list[int], params: SamplingParams
 
     ``thinking``: the prompt leaves a reasoning block open (see :mod:`.reasoning`); the grammar starts
     after its end marker, which is forced after ``reasoning_budget`` tokens. ``jump_forward``: append
-    the text the grammar forces without sampling (:mod:`typedlm.grammar.jump_forward`).
+    the text the grammar forces without sampling (:mod:`typedlm.generate.spec_decode`).
     ``compiled``: an already compiled grammar for ``constraint`` (e.g. a relaxed superset grammar)."""
     if not prompt_ids:
         raise TypedLMError("the prompt is empty")

@@ -1,8 +1,8 @@
 """Reasoning models: a ``<think>…</think>`` block before the answer.
 
-Family detection (:func:`detect`): a chat template that mentions both markers and a tokenizer that
+Family detection (:func:`typedlm.profile.detect_reasoning`): a chat template that mentions both markers and a tokenizer that
 spells each marker as one token (Qwen3, DeepSeek-R1 and QwQ style). Other families add a
-:class:`ReasoningFormat` here.
+:class:`~typedlm.profile.ReasoningFormat` there.
 
 Per request (:func:`prepare`): the rendered prompt decides the mode.
 
@@ -26,27 +26,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..profile import ReasoningFormat
+
 EFFORT_BUDGET = {"low": 256, "medium": 1024, "high": 4096}
-
-
-@dataclass(frozen=True)
-class ReasoningFormat:
-    start: str
-    end: str
-    start_ids: tuple[int, ...]
-    end_ids: tuple[int, ...]
-
-
-def detect(tokenizer, template: str | None) -> ReasoningFormat | None:
-    """The reasoning markers of this model family, or None (not a reasoning model)."""
-    for start, end in (("<think>", "</think>"),):
-        if not template or start not in template or end not in template:
-            continue
-        s = tokenizer.encode(start, add_special_tokens=False)
-        e = tokenizer.encode(end, add_special_tokens=False)
-        if len(s) == 1 and len(e) == 1:
-            return ReasoningFormat(start, end, tuple(s), tuple(e))
-    return None
 
 
 def prepare(fmt: ReasoningFormat, prompt_text: str, budget: int | None) -> tuple[str, bool]:

@@ -9,8 +9,8 @@ If top-k/top-p removed every token the grammar allows, the row is re-derived wit
 :class:`BatchSampler` runs that pipeline on one ``[B, V]`` tensor: per-row temperature / top-k /
 top-p / penalty come from per-slot device tensors written once when a row is admitted; the
 repetition penalty reads a per-slot ``seen`` bitmap updated by one scatter per step; grammar rows
-fill one ``[max_batch, V/32]`` host bitmask (``xgr.BatchGrammarMatcher``, rows without a grammar are
-skipped) that is copied once and applied by xgrammar's kernel; draws are exponential races, one
+fill one ``[max_batch, V/32]`` host bitmask (``GrammarBatch``, rows without a grammar are
+skipped) that is copied once and applied by xgrammar's kernel (``apply_bitmask``); draws are exponential races, one
 ``exponential_`` per seeded row on its own generator (so a seeded row draws exactly what it draws
 alone) and one for all unseeded rows (``argmax(p / Exp(1))``: one device op; ``torch.multinomial`` ran
 free text at 12.9 tok/s vs 34 for JSON on the H200, ``bench/gpu_smoke.py``); the step ends in one ``.tolist()``. Stages no row needs are
@@ -23,9 +23,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import torch
-import xgrammar as xgr
 
-from .sampling import device_tensor
+from ..grammar.controller import GrammarBatch, apply_bitmask
+from ..runner.tensors import device_tensor
 
 if TYPE_CHECKING:
     from .sequence import Sequence
@@ -41,7 +41,7 @@ class BatchSampler:
         self.bitmask = torch.zeros(max_batch, words, dtype=torch.int32, pin_memory=device.type == "cuda")
         self._device_mask = self.bitmask if device.type == "cpu" else torch.zeros_like(self.bitmask, device=device)
         self._dirty = False
-        self._filler = xgr.BatchGrammarMatcher()
+        self._grammars = GrammarBatch()
         self.temperature = torch.ones(max_batch, device=device)
         self.top_k = torch.zeros(max_batch, dtype=torch.long, device=device)
         self.top_p = torch.ones(max_batch, device=device)
@@ -76,10 +76,7 @@ class BatchSampler:
         rows = [s.grammar for s in seqs if s.grammar is not None and not s.grammar.filled and not s.finished]
         if not rows:
             return
-        self._filler.batch_fill_next_token_bitmask([g.matcher for g in rows], self.bitmask,
-                                                   [g.index for g in rows])
-        for g in rows:
-            g.filled, g._state = True, None
+        self._grammars.fill(rows, self.bitmask)
         self._dirty = True
 
     def _written(self) -> None:
@@ -213,5 +210,5 @@ class BatchSampler:
     def _mask(self, logits: torch.Tensor, mask: torch.Tensor | None, grammar_rows: list[int]) -> None:
         logits[:, self.tok_vocab:] = float("-inf")  # padded lm_head rows never decode
         if mask is not None:  # last: nothing after this may re-allow an id
-            xgr.apply_token_bitmask_inplace(logits, mask, vocab_size=self.vocab,
-                                            indices=grammar_rows if len(grammar_rows) < logits.shape[0] else None)
+            apply_bitmask(logits, mask, vocab_size=self.vocab,
+                          indices=grammar_rows if len(grammar_rows) < logits.shape[0] else None)

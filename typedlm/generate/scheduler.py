@@ -1,26 +1,29 @@
 """Continuous batching: many sequences share one decode batch; rows join and leave between steps.
 
 Per-row rules stay in :class:`Sequence` (``begin_step`` / ``accept`` / ``more`` / ``settle``); every result
-goes through :func:`finish_result`; this module only decides *which* rows run and feeds the model.
+goes through :func:`finish_result`; the model runs only in the runner (:mod:`typedlm.runner`); draft
+verification is :mod:`.spec_decode`. One ``step()`` is data flow:
 
-One ``step()``:
-  1. drop cancelled rows (``finish_reason="abort"``), run queued exclusive calls (``call``)
-  2. admit waiting rows up to ``max_batch``: prefill (equal lengths together) into their KV slots;
-     rows that fed a jump-forward draft verify it (``_verify``: accepted tokens -> ``forced`` events,
-     the rest truncated from the KV)
-  3. every row: ``begin_step`` (a complete grammar finishes the row here, before any sampling)
-     -> optional logprobs of the raw logits -> one ``BatchSampler`` pass for the whole batch (one
-     ``.tolist()``) -> per row ``accept`` (stop ids / strings) -> a ``token`` event -> ``more``
-     (the forced end of a reasoning budget: a ``token`` event each, ``forced``) -> ``draft``
-  4. evict finished rows and queue the next forward now (overlap; a lone row only if ``settle``
-     cannot end it: below max_tokens, grammar not in an accepting state)
-  5. one batched mask fill for the new grammar states -> per row ``settle`` (a grammar that is
-     complete ends the row; max_tokens) -> evict finished rows (slot + matcher freed), ``done`` events
-  6. a lone row that settling could end: its forward only now, if it goes on
+  1. ``schedule()`` -> :class:`StepPlan`: cancelled rows end (``abort``), queued exclusive calls run
+     (``call``), waiting rows are admitted into free KV slots and prefilled (equal lengths together),
+     drafted rows verify their drafts, each row's mask is ready (``begin_step``: a complete grammar
+     ends the row before any sampling); the plan is the rows that sample now.
+  2. ``sample`` -> one ``BatchSampler`` pass for the whole plan (one ``.tolist()``; logprobs of the raw
+     logits when asked for).
+  3. ``accept`` (postprocess, part 1): per row the token is accepted (stop ids / strings end rows), a
+     ``token`` event goes out, forced tokens follow (``more``), a jump-forward draft is made; together
+     they are the row's next ``feed``.
+  4. ``run`` -> evict finished rows, one ``runner.run`` of every running row's feed (logits after each
+     row's last token; at every fed position when a row verifies a draft).
+  5. ``postprocess`` (part 2): one batched mask fill of the new grammar states, per row ``settle``
+     (a complete grammar or ``max_tokens`` ends it), evict finished rows (slot + matcher freed, ``done``).
 
-The forward feeds each row its sampled token plus any forced or drafted ones (``Request.feed``); rows
-with several take the KV's multi-token path (``BatchKV``: right-padded and masked; ``StaticKV``: eager),
-which returns the logits at every position when a row has a draft to verify.
+**The overlap branch**: ``run`` needs only the tokens just accepted, so when the plan allows it
+(``StepPlan.overlap``: more than one row, or a lone row that settling cannot end) it is queued before
+``postprocess`` and the host fills the masks while the device runs the forward; a row that the fill
+then shows complete leaves with its share of that forward discarded. A lone row that settling could
+end runs its forward only after ``postprocess`` (never a forward it will not use; H200, b1 JSON: the
+fill, accept and upload no longer add to every step).
 
 ``Scheduler.start()`` runs ``step()`` in one background thread; ``run_batch`` drives it inline
 (tests, benchmarks). Events are delivered by calling ``Request.on_event`` on the engine thread.
@@ -41,10 +44,10 @@ import torch
 
 from ..engine import Engine
 from ..errors import TypedLMError
-from .kv import make_kv
 from .result import GenerationResult, finish_result
 from .sampler import BatchSampler
 from .sequence import Sequence
+from .spec_decode import verify_drafts
 
 log = logging.getLogger("typedlm.scheduler")
 
@@ -83,6 +86,18 @@ class Request:
     done: threading.Event = field(default_factory=threading.Event)
 
 
+@dataclass
+class StepPlan:
+    """The rows that sample in this step (admitted, drafts verified, masks ready)."""
+
+    rows: list[Request]
+
+    @property
+    def overlap(self) -> bool:
+        """After ``accept``: may the next forward be queued before ``postprocess``? (see the module docstring)"""
+        return len(self.rows) > 1 or not self.rows[0].seq.settle_may_end()
+
+
 class Scheduler:
     def __init__(self, engine: Engine, *, max_batch: int = 8, max_queue: int = 64):
         if max_batch < 1 or max_queue < 0:
@@ -90,7 +105,8 @@ class Scheduler:
         self.engine = engine
         self.max_batch = max_batch
         self.max_queue = max_queue
-        self.kv = make_kv(engine, max_batch)
+        self.runner = engine.runner
+        self.kv = self.runner.decode_cache(max_batch)  # a KVCache (typedlm.runner.contract)
         # a row keeps its slot (KV, bitmask, sampling params) for life; the KV hands them out
         self.sampler = BatchSampler(max_batch=self.kv.capacity, vocab_size=engine.model_vocab_size,
                                     tokenizer_vocab_size=engine.tokenizer_vocab_size, device=engine.device)
@@ -172,113 +188,53 @@ class Scheduler:
 
     @torch.inference_mode()
     def step(self) -> None:
+        plan = self.schedule()
+        if not plan.rows:
+            return
+        self.accept(plan, *self.sample(plan))
+        if plan.overlap:  # the next forward queued first, the masks filled while it runs (module docstring)
+            ahead = self.run()
+            self.postprocess(plan)
+            self.hand_out(ahead)
+        else:
+            self.postprocess(plan)
+            self.hand_out(self.run())
+
+    def schedule(self) -> StepPlan:
         self._drop_cancelled()
         self._run_calls()
         self._admit()
         self._verify()
         if not self.running:
-            return
+            return StepPlan([])
         self.sampler.fill([r.seq for r in self.running])  # rows just admitted
-        active = [r for r in self.running if r.seq.begin_step()]
-        if not active:
+        plan = StepPlan([r for r in self.running if r.seq.begin_step()])
+        if not plan.rows:
             self._evict()
-            return
-        seqs = self._sample(active)
-        # overlap: the next forward needs only the tokens just accepted, so it is queued now and the
-        # grammar masks of the next step are filled on the host while the GPU runs it. In a batch, a
-        # row that the fill shows complete then leaves with its share of that forward discarded; a lone
-        # row overlaps only while settling cannot end it, so a request never pays a forward it will
-        # not use (H200, b1 JSON: the fill, accept and upload no longer add to every step).
-        ahead = len(active) > 1 or not seqs[0].settle_may_end()
-        logits = rows = None
-        if ahead:
-            self._evict()
-            if self.running:
-                logits, rows = self._forward(), list(self.running)
-        self.sampler.fill(seqs)  # the next masks of every grammar row, in one batched call
-        for seq in seqs:
-            if not seq.finished:
-                seq.settle()
-        self._evict()
-        if not self.running:
-            return
-        if not ahead:
-            logits, rows = self._forward(), list(self.running)
-        self.sampler.upload()
-        at = {id(r): i for i, r in enumerate(rows)}
-        for r in self.running:
-            row = logits[at[id(r)]]
-            if row.dim() == 2:  # every position: a drafted row keeps those that predict its draft and after
-                row = row[len(r.feed) - len(r.draft) - 1: len(r.feed)] if r.draft else row[len(r.feed) - 1]
-            r.next_logits = row
+        return plan
 
-    def _forward(self) -> torch.Tensor:
-        """One batched forward of each running row's new tokens -> logits in running order (``[B, V]``;
-        ``[B, k, V]``, every fed position, when a row feeds a jump-forward draft)."""
-        return self.kv.step([r.feed for r in self.running], [r.slot for r in self.running],
-                            every=any(r.draft for r in self.running))
-
-    def _verify(self) -> None:
-        """Jump-forward as speculative decoding with the grammar as the drafter: each drafted row
-        accepts the longest prefix of its draft that it would itself have chosen at each position
-        (``BatchSampler.verify``: greedy = the masked argmax; sampling = the exact rule for a
-        deterministic draft), reports those tokens (``forced``), and the KV forgets the rest. The
-        next draw is from the logits after the last accepted token; after a rejection the rejected
-        draft token is removed from that draw's mask (exact for sampling rows; for greedy rows it
-        was not the argmax anyway). So greedy output equals the output without jump-forward."""
-        drop = [0] * len(self.running)
-        for i, r in enumerate(self.running):
-            if not r.draft:
-                continue
-            seq, logits, draft = r.seq, r.next_logits, r.draft
-            m = 0
-            while m < len(draft) and not seq.finished and self.sampler.verify(logits[m], seq, r.slot, draft[m]):
-                n = len(seq.output_ids)
-                seq.accept(draft[m], forced=True)
-                if len(seq.output_ids) > n:
-                    r.on_event(TokenEvent(draft[m], forced=True))
-                    self.sampler.saw(r.slot, seq, [draft[m]])
-                m += 1
-            if not seq.finished:
-                if m < len(draft):
-                    drop[i] = len(draft) - m
-                    self.sampler.forbid(seq, draft[m])
-                seq.settle()
-            seq.jump.verified(m, len(draft))
-            r.next_logits, r.draft = logits[m], []
-        if any(drop):
-            self.kv.truncate(drop, [r.slot for r in self.running])
-        self._evict()
-
-    def _evict(self) -> None:
-        keep = [i for i, r in enumerate(self.running) if not r.seq.finished]
-        if len(keep) == len(self.running):
-            return
-        for r in self.running:
-            if r.seq.finished:
-                self._finish(r)
-        self.running = [self.running[i] for i in keep]
-        self.kv.keep(keep)
-
-    def _sample(self, active: list[Request]) -> list[Sequence]:
-        """One batched pipeline for every sampling row, one host transfer, then each row accepts its
-        token (stop ids / stop strings end rows here; ``settle`` follows after the mask fill)."""
-        seqs = [r.seq for r in active]
-        logits = torch.stack([r.next_logits for r in active])  # a private float32 copy, changed in place
-        want = [i for i, r in enumerate(active) if r.logprobs is not None]
+    def sample(self, plan: StepPlan) -> tuple[list[int], list[TokenEvent]]:
+        """One batched pipeline for every sampling row and one host transfer -> (tokens, their events)."""
+        seqs = [r.seq for r in plan.rows]
+        logits = torch.stack([r.next_logits for r in plan.rows])  # a private float32 copy, changed in place
+        want = [i for i, r in enumerate(plan.rows) if r.logprobs is not None]
         lp = torch.log_softmax(logits[want], dim=-1) if want else None  # of the raw logits
-        tokens = self.sampler.finish(self.sampler.sample(logits, seqs, [r.slot for r in active]), seqs)
+        tokens = self.sampler.finish(self.sampler.sample(logits, seqs, [r.slot for r in plan.rows]), seqs)
         events = [TokenEvent(t) for t in tokens]
         for row, i in enumerate(want):  # opt-in: one more transfer per row
             events[i].logprob = float(lp[row, tokens[i]])
-            k = active[i].logprobs
+            k = plan.rows[i].logprobs
             if k:
                 top = torch.topk(lp[row, : self.engine.tokenizer_vocab_size], k)
                 events[i].top_logprobs = list(zip(top.indices.tolist(), top.values.tolist()))
-        for r, seq, t, event in zip(active, seqs, tokens, events):
-            n = len(seq.output_ids)
-            seq.accept(t)
-            if len(seq.output_ids) > n:  # stop ids and rejected tokens are not emitted
+        return tokens, events
+
+    def accept(self, plan: StepPlan, tokens: list[int], events: list[TokenEvent]) -> None:
+        """Each row takes its token (stop ids / strings end rows here; ``settle`` follows after the mask
+        fill), then its forced tokens and its draft: the row's next feed."""
+        for r, t, event in zip(plan.rows, tokens, events):
+            seq = r.seq
+            if seq.accept(t).emitted:  # stop ids and rejected tokens are not emitted
                 r.on_event(event)
             forced = seq.more()
             for f in forced:
@@ -286,7 +242,54 @@ class Scheduler:
             self.sampler.saw(r.slot, seq, forced)
             r.draft = [] if forced else seq.draft()
             r.feed = [t, *forced, *r.draft]
-        return seqs
+
+    def run(self) -> tuple[torch.Tensor, list[Request]] | None:
+        """Evict finished rows, then one forward of every running row's feed -> (logits in running order,
+        those rows): ``[B, V]``, or ``[B, k, V]`` at every fed position when a row verifies a draft."""
+        self._evict()
+        if not self.running:
+            return None
+        rows = list(self.running)
+        logits = self.runner.run(self.kv, [r.feed for r in rows], [r.slot for r in rows],
+                                 every=any(r.draft for r in rows))
+        return logits, rows
+
+    def postprocess(self, plan: StepPlan) -> None:
+        """The next masks of every grammar row in one batched fill, then each row settles; finished rows go."""
+        seqs = [r.seq for r in plan.rows]
+        self.sampler.fill(seqs)
+        for seq in seqs:
+            if not seq.finished:
+                seq.settle()
+        self._evict()
+
+    def hand_out(self, forward: tuple[torch.Tensor, list[Request]] | None) -> None:
+        """Each running row's logits for its next step (a drafted row: those that predict its draft and after)."""
+        if forward is None or not self.running:
+            return
+        self.sampler.upload()
+        logits, rows = forward
+        at = {id(r): i for i, r in enumerate(rows)}
+        for r in self.running:
+            row = logits[at[id(r)]]
+            if row.dim() == 2:
+                row = row[len(r.feed) - len(r.draft) - 1: len(r.feed)] if r.draft else row[len(r.feed) - 1]
+            r.next_logits = row
+
+    def _verify(self) -> None:
+        """Jump-forward drafts fed by the last forward are verified (:func:`.spec_decode.verify_drafts`);
+        the KV forgets each row's rejected tokens."""
+        drop = verify_drafts(self.running, self.sampler, lambda r, t: r.on_event(TokenEvent(t, forced=True)))
+        if any(drop):
+            self.kv.truncate(drop, [r.slot for r in self.running])
+        self._evict()
+
+    def _evict(self) -> None:
+        if any(r.seq.finished for r in self.running):
+            for r in self.running:
+                if r.seq.finished:
+                    self._finish(r)
+            self.running = [r for r in self.running if not r.seq.finished]
 
     def _drop_cancelled(self) -> None:
         with self._cond:
@@ -296,14 +299,10 @@ class Scheduler:
         for r in gone:
             r.seq.finish("abort")
             self._finish(r)
-        if any(r.cancelled for r in self.running):
-            keep = [i for i, r in enumerate(self.running) if not r.cancelled]
-            for r in self.running:
-                if r.cancelled:
-                    r.seq.finish("abort")
-                    self._finish(r)
-            self.running = [self.running[i] for i in keep]
-            self.kv.keep(keep)
+        for r in self.running:
+            if r.cancelled:
+                r.seq.finish("abort")
+        self._evict()
 
     def _run_calls(self) -> None:
         """Run the calls queued before this step; one queued meanwhile waits for the next step, so a
@@ -335,8 +334,7 @@ class Scheduler:
                 for r in group:
                     _fit(r.seq, self.kv.max_len)
                     r.slot = self.kv.acquire()
-                ids = torch.tensor([r.seq.prompt_ids for r in group], device=self.engine.device)
-                last = self.kv.prefill(ids, [r.slot for r in group])
+                last = self.runner.prefill(self.kv, [r.seq.prompt_ids for r in group], [r.slot for r in group])
             except Exception as e:  # noqa: BLE001 - these rows fail, the batch goes on
                 log.exception("prefill failed")
                 for r in group:
@@ -376,7 +374,6 @@ class Scheduler:
             calls = list(self._calls)
             self._calls.clear()
         self.running = []
-        self.kv.keep([])
         for r in reqs:
             r.seq.finish(reason, message if reason == "error" else None)
             self._finish(r)

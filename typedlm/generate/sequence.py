@@ -5,7 +5,7 @@ The batch scheduler drives sequences through these calls, so the per-row rules l
 
   ``begin_step()``        the grammar mask is filled; a complete grammar finishes the row (no sampling)
   ``accept(token)``       matcher accepts the token (rejection = internal error on the result);
-                          a stop id or a stop string ends the row
+                          a stop id or a stop string ends the row; returns :class:`Accepted`
   ``more()``              tokens accepted without sampling right after: the forced end of a
                           reasoning block past its budget
   ``draft()``             jump-forward: tokens of the text the grammar forces, fed with the sampled
@@ -29,6 +29,17 @@ from ..grammar.spec import Constraint
 from .detokenize import Detokenizer
 from .reasoning import ReasoningState
 from .sampling import SamplingParams
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """What ``Sequence.accept`` did with a token."""
+
+    emitted: bool  # appended to the output (stop ids and rejected tokens are not)
+    goes_on: bool  # the row continues (``settle`` follows, after the mask of the new state is filled)
+
+
+ENDED, EMITTED_ENDED, EMITTED = Accepted(False, False), Accepted(True, False), Accepted(True, True)
 
 
 @dataclass
@@ -55,7 +66,7 @@ class Sequence:
     detok: Detokenizer | None = None  # the answer's text, incrementally (stop strings)
     grammar: GrammarRow | None = None
     reasoning: ReasoningState | None = None
-    jump: Any = None  # grammar.jump_forward.JumpForward when jump-forward is on
+    jump: Any = None  # spec_decode.JumpForward when jump-forward is on
     constraint: Constraint | None = None
     generator: torch.Generator | None = None
     output_ids: list[int] = field(default_factory=list)
@@ -95,21 +106,20 @@ class Sequence:
     def append(self, token: int) -> None:
         """``accept`` then ``settle``: one row on its own (the batch scheduler calls the two halves,
         with ``more`` and one batched mask fill in between)."""
-        if self.accept(token):
+        if self.accept(token).goes_on:
             self.settle()
 
-    def accept(self, token: int, *, forced: bool = False) -> bool:
+    def accept(self, token: int, *, forced: bool = False) -> Accepted:
         """The matcher accepts the token (unless reasoning defers the grammar); stop ids and stop
-        strings end the row. Returns True when the row goes on (``settle`` must follow, after the
-        mask of the new state is filled)."""
+        strings end the row."""
         deferred = self._deferred
         if self.grammar is not None and not deferred and not self.grammar.accept(token):
             self.finish("error", f"internal error: grammar rejected {'forced' if forced else 'sampled'} token "
                                  f"{token} at step {len(self.output_ids)}")
-            return False
+            return ENDED
         if token in self.stop_ids:
             self.finish("stop")
-            return False
+            return ENDED
         self.output_ids.append(token)
         self.forced_tokens += forced
         if deferred:
@@ -119,8 +129,8 @@ class Sequence:
             if self.detok.stop_at is not None:
                 self.stop_text_at = self.detok.stop_at
                 self.finish("stop")
-                return False
-        return True
+                return EMITTED_ENDED
+        return EMITTED
 
     def settle(self) -> None:
         """After the accepted tokens: a complete (or dead) grammar ends the row now, before any
@@ -135,8 +145,7 @@ class Sequence:
         where the next mask may allow only stop ids; a grammar that cannot end yet cannot be complete.)"""
         if len(self.output_ids) >= self.params.max_tokens:
             return True
-        g = self.grammar
-        return bool(self.masked and g is not None and (g.matcher.is_completed() or g.matcher.is_terminated()))
+        return bool(self.masked and self.grammar.can_end())
 
     def more(self) -> list[int]:
         """Accept the tokens that follow without sampling (after ``accept`` of the sampled one,
@@ -146,11 +155,10 @@ class Sequence:
             return []
         out = []
         for t in self.reasoning.forced()[: self.params.max_tokens - len(self.output_ids)]:
-            n = len(self.output_ids)
-            ok = self.accept(t, forced=True)
-            if len(self.output_ids) > n:
+            took = self.accept(t, forced=True)
+            if took.emitted:
                 out.append(t)
-            if not ok:
+            if not took.goes_on:
                 break
         return out
 

@@ -1,5 +1,10 @@
 """Per-row grammar controller: fill the next-token mask, apply it, accept the sampled token.
 
+The grammar boundary: this module is the only code that touches an xgrammar matcher (fill into a
+bitmask row, accept, is the state accepting, the jump-forward string, mark filled) or applies a
+bitmask (``tests/test_structure.py`` checks it); the decode loop sees :class:`GrammarRow`,
+:class:`GrammarBatch` (one batched fill for many rows) and :func:`apply_bitmask`.
+
 One :class:`GrammarRow` per sequence. Its mask lives in row ``index`` of a bitmask: its own
 one-row buffer, or, once the batch sampler ``attach``-es it, the batch's shared ``[max_batch, V/32]``
 buffer (the sampler then fills every row's mask in one ``BatchGrammarMatcher`` call). The decode loop calls, each step and in this order:
@@ -57,6 +62,19 @@ class GrammarRow:
         mask = mask if logits.device.type == "cpu" else mask.to(logits.device)
         xgr.apply_token_bitmask_inplace(logits.view(1, -1), mask, vocab_size=self.vocab_size)
 
+    def mark_filled(self) -> None:
+        """The mask of the current state was written into this row by a batched fill (:class:`GrammarBatch`)."""
+        self.filled, self._state = True, None
+
+    def can_end(self) -> bool:
+        """Could the grammar end here (an accepting or terminated state)? Then the next mask may allow only
+        stop ids; a grammar that cannot end yet cannot be complete."""
+        return self.matcher.is_completed() or self.matcher.is_terminated()
+
+    def jump_string(self) -> str:
+        """The text the grammar forces next (empty when the next bytes are not fixed)."""
+        return self.matcher.find_jump_forward_string()
+
     def forbid(self, token: int) -> None:
         """Clear ``token`` in the filled mask (until the next ``fill``): a rejected jump-forward draft."""
         w, b = divmod(int(token), 32)
@@ -70,6 +88,33 @@ class GrammarRow:
         self.filled = False
         self._state = None
         return ok
+
+
+class GrammarBatch:
+    """Fills the masks of many rows that share one bitmask in one call (xgrammar's ``BatchGrammarMatcher``)."""
+
+    def __init__(self):
+        self._filler = xgr.BatchGrammarMatcher()
+
+    def fill(self, rows: list[GrammarRow], bitmask: torch.Tensor) -> None:
+        self._filler.batch_fill_next_token_bitmask([g.matcher for g in rows], bitmask, [g.index for g in rows])
+        for g in rows:
+            g.mark_filled()
+
+
+def apply_bitmask(logits: torch.Tensor, mask: torch.Tensor, *, vocab_size: int, indices: list[int] | None) -> None:
+    """Set every id the rows' masks forbid to -inf in ``logits`` ([B, V], in place; ``indices``: only these
+    rows, None: all), with xgrammar's kernel for the device."""
+    xgr.apply_token_bitmask_inplace(logits, mask, vocab_size=vocab_size, indices=indices)
+
+
+def accepts_text(compiled: xgr.CompiledGrammar, text: str) -> bool:
+    """Whether the grammar accepts the whole ``text`` and may stop right after it (suite checks, fuzzers)."""
+    m = xgr.GrammarMatcher(compiled, terminate_without_stop_token=False)
+    if not m.accept_string(text):
+        return False
+    stop = m.stop_token_ids
+    return bool(stop) and m.accept_token(stop[0])
 
 
 def _bits_for(ids: frozenset[int], words: int) -> torch.Tensor:

@@ -51,8 +51,8 @@ def resolve_decide_mode(mode: str, engine: Engine) -> str:
     return "parallel" if engine.device.type == "cpu" and spare_core else "interleaved"
 
 class SteppedEngine:
-    """The Engine, except that ``forward`` runs on the scheduler's engine thread between decode steps (or,
-    ``parallel``, on the calling worker thread beside them).
+    """The Engine, except that its runner's forwards (``runner.wrapped``) run on the scheduler's engine
+    thread between decode steps (or, ``parallel``, on the calling worker thread beside them).
 
     Prefill chunks are sized from measurements: ``step_s`` (EMA of how long a queued forward waits for its
     step, i.e. about one decode step) and ``token_s`` (EMA of forward seconds per token); a chunk gets
@@ -66,6 +66,7 @@ class SteppedEngine:
 
     def __init__(self, engine: Engine, scheduler: Scheduler, *, max_chunk: int, parallel: bool = False):
         self._engine = engine
+        self.runner = engine.runner.wrapped(self.forward)
         self.parallel = parallel
         self._scheduler = scheduler
         self.max_chunk = max_chunk
@@ -73,7 +74,7 @@ class SteppedEngine:
         self.step_s: float | None = None
         self.token_s: float | None = None
 
-    def __getattr__(self, name: str) -> Any:  # everything but forward is the Engine's own
+    def __getattr__(self, name: str) -> Any:  # everything but the runner is the Engine's own
         return getattr(self._engine, name)
 
     def busy(self) -> bool:
@@ -87,12 +88,12 @@ class SteppedEngine:
         self.forwards += 1
         if self.parallel:  # on this worker thread, beside the decode steps (grad mode is per thread)
             with torch.inference_mode():
-                return self._engine.forward(input_ids, *args, **kwargs)
+                return self._engine.runner.forward(input_ids, *args, **kwargs)
         took = {}
 
         def timed():
             t = time.perf_counter()
-            out = self._engine.forward(input_ids, *args, **kwargs)
+            out = self._engine.runner.forward(input_ids, *args, **kwargs)
             took["s"] = time.perf_counter() - t
             return out
 

@@ -1,0 +1,194 @@
+"""ModelRunner: the one place a model runs, under both generation and decisions (torch backend).
+
+What it runs:
+  * **decode** — ``decode_cache(max_batch)`` hands a scheduler a :class:`~typedlm.runner.contract.KVCache`
+    (the engine's shared :class:`StaticKV` for Llama / Qwen2 / Qwen3, else a :class:`DynamicKV` of its
+    own); ``prefill`` / ``run`` / ``capture`` run prompts, decode steps (one token per row: CUDA graphs),
+    and multi-token extends (forced tokens, jump-forward drafts) on it; ``warm_up`` does a throw-away
+    generation's worth of each.
+  * **scoring** (decisions) — ``prefill_prefix`` / ``prefill_prefixes`` give prefix caches;
+    ``score`` runs one pass of tokens on a prefix with per-token positions and an allowed-attention
+    matrix and returns the logits at the positions asked for; ``score_expand`` runs rows as a batch
+    on a broadcast prefix. A prefix cache is opaque to callers: the runner cuts it back after each pass.
+  * ``forward`` — the raw model call (``(logits, cache)``); the only place that knows the model's
+    KV-cache keyword. ``wrapped(fn)`` gives a view whose forwards go through ``fn`` (the server's
+    interleaving of decide forwards with decode steps; tests that count or fail forwards).
+
+Contract for a second backend (MLX): the same methods with the same shapes; logits float32 ``[.., V]``
+(``V`` the lm_head rows); caches owned by the runner; a scheduler's decode calls come from one thread,
+and scoring may run on another thread beside them (the model is read-only; the decision's prefix cache is
+its own). See ``docs/ARCHITECTURE.md`` ("Runner").
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import os
+import threading
+from typing import Callable
+
+import torch
+
+from ..errors import TypedLMError
+from .contract import KVCache
+from .dynamic_kv import DynamicKV
+from .static_kv import StaticKV, unsupported
+
+
+class ModelRunner:
+    backend = "torch"
+
+    def __init__(self, model, *, device: torch.device, dtype: torch.dtype, max_context: int, placed: bool = False):
+        self.model, self.device, self.dtype, self.max_context = model, device, dtype, max_context
+        params = inspect.signature(model.forward).parameters
+        self.cache_kwarg = "cache" if "cache" in params else "past_key_values"  # transformers 5.x vs 4.x
+        self.keeps_logits = "logits_to_keep" in params  # lm_head only at the positions read
+        self.static_reason = unsupported(model, placed)  # None: StaticKV runs this model
+        self.kv_len = min(max_context, int(os.environ.get("TYPEDLM_KV_LEN", "4096")))
+        self._static: StaticKV | None = None
+        self._lock = threading.Lock()
+
+    # -- the model call -------------------------------------------------------------------------------
+    def forward(self, input_ids: torch.Tensor, cache=None, **kwargs):
+        """One model call -> (logits [B, T, V], cache)."""
+        kwargs[self.cache_kwarg] = cache
+        out = self.model(input_ids=input_ids, use_cache=True, **kwargs)
+        return out.logits, getattr(out, "cache", None) if self.cache_kwarg == "cache" else out.past_key_values
+
+    def wrapped(self, wrap: Callable) -> "ModelRunner":
+        """A view of this runner whose forwards call ``wrap(input_ids, cache, **kwargs)`` instead (for
+        scoring: decode caches are made by the runner itself, never by a view)."""
+        view = copy.copy(self)
+        view.forward = wrap
+        return view
+
+    def sync(self) -> None:
+        """Wait for queued device work (timings on CUDA); a no-op on the CPU."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    # -- decode -----------------------------------------------------------------------------------------
+    def decode_cache(self, max_batch: int, *, dynamic: bool = False) -> KVCache:
+        """The KV cache for a scheduler of ``max_batch`` rows: the engine's shared static slots (grown when
+        idle; a smaller one is replaced, not freed, so a scheduler made earlier keeps decoding on it), or a
+        dynamic cache of its own (always for a model the static path does not run; ``dynamic``: also for one
+        it does — tests and benchmarks compare the two)."""
+        if dynamic or self.static_reason is not None:
+            return DynamicKV(self.forward, device=self.device, capacity=max_batch, max_len=self.max_context,
+                             keeps_logits=self.keeps_logits)
+        with self._lock:
+            kv = self._static
+            if kv is None or (kv.capacity < max_batch and kv.idle):
+                kv = StaticKV(self.model, device=self.device, dtype=self.dtype,
+                              capacity=max(max_batch, kv.capacity if kv else 1), max_len=self.kv_len)
+                self._static = kv
+            elif kv.capacity < max_batch:
+                raise TypedLMError(f"the engine's static KV holds {kv.capacity} rows and is in use; "
+                                   f"a scheduler of {max_batch} rows cannot start now")
+            return kv
+
+    @property
+    def static_kv(self) -> StaticKV | None:
+        return self._static
+
+    @torch.inference_mode()
+    def prefill(self, kv: KVCache, prompts: list[list[int]], slots: list[int]) -> torch.Tensor:
+        """Prompts of one length into fresh slots -> float32 logits ``[g, V]`` of their last token."""
+        return kv.prefill(torch.tensor(prompts, device=self.device), slots)
+
+    @torch.inference_mode()
+    def run(self, kv: KVCache, feeds: list[list[int]], slots: list[int], every: bool = False) -> torch.Tensor:
+        """Each row's new tokens into its slot -> float32 logits ``[n, V]`` after each row's last token, or
+        ``[n, k, V]`` after every fed position (``every``: rows verifying a draft). One token per row takes
+        the decode step (CUDA graphs); any row with several, the eager extend."""
+        if every or any(len(f) != 1 for f in feeds):
+            return kv.extend(feeds, slots, every)
+        return kv.step([f[0] for f in feeds], slots)
+
+    def capture(self, kv: KVCache, max_tokens: int | None = None) -> float:
+        return kv.capture(max_tokens)
+
+    # -- scoring (decisions) -----------------------------------------------------------------------------
+    @torch.inference_mode()
+    def prefill_prefix(self, ids: list[int]):
+        """One forward over a prompt -> its KV cache (no logits needed: rows start with a cue)."""
+        if len(ids) >= self.max_context:
+            raise TypedLMError(f"decision prompt has {len(ids)} tokens; the model's context is {self.max_context}")
+        _, cache = self.forward(torch.tensor([ids], device=self.device), **self._keep(1))
+        return cache
+
+    @torch.inference_mode()
+    def prefill_prefixes(self, ids_list: list[list[int]]) -> list:
+        """Several prompts in one right-padded forward -> one prefix cache per prompt (views, cut to its length)."""
+        from transformers import DynamicCache
+
+        if len(ids_list) == 1:
+            return [self.prefill_prefix(ids_list[0])]
+        n = max(len(i) for i in ids_list)
+        ids = torch.zeros(len(ids_list), n, dtype=torch.long)
+        att = torch.zeros(len(ids_list), n, dtype=torch.long)
+        for b, row in enumerate(ids_list):
+            ids[b, : len(row)] = torch.tensor(row)
+            att[b, : len(row)] = 1
+        _, cache = self.forward(ids.to(self.device), attention_mask=att.to(self.device), **self._keep(1))
+        return [DynamicCache(ddp_cache_data=[(lay.keys[b:b + 1, :, : len(row)], lay.values[b:b + 1, :, : len(row)])
+                                             for lay in cache.layers]) for b, row in enumerate(ids_list)]
+
+    @torch.inference_mode()
+    def score(self, ids: list[int], prefix, positions: list[int], allow: torch.Tensor, read: list[int],
+              keep: int | None = None):
+        """One pass of ``ids`` after ``prefix`` (a prefix cache, or None: the pass starts at position 0) with
+        per-token ``positions`` and ``allow`` (``[Q, K]`` bool: query i may see key j; keys are the prefix's
+        then this pass's tokens) -> (logits ``[len(read), V]`` at the pass positions ``read``, the cache cut
+        back to ``keep`` tokens: the prefix's length by default; None when ``prefix`` is None and ``keep`` is
+        not given)."""
+        dev = self.device
+        cut = keep if keep is not None else (prefix_length(prefix) if prefix is not None else None)
+        read_t = torch.tensor(read, device=dev)
+        try:
+            logits, cache = self.forward(torch.tensor([ids], device=dev), prefix,
+                                         position_ids=torch.tensor([positions], device=dev),
+                                         attention_mask=self._additive(allow), **self._keep(read_t))
+            logits = logits[0] if self.keeps_logits else logits[0, read_t]
+        finally:
+            if prefix is not None:
+                truncate(prefix, cut)
+        if prefix is None and cut is not None:
+            truncate(cache, cut)
+            return logits, cache
+        return logits, prefix
+
+    @torch.inference_mode()
+    def score_expand(self, rows: torch.Tensor, prefix, read: list[int]) -> torch.Tensor:
+        """Rows ``[B, L]`` (right-padded) as a batch on a prefix broadcast to the batch -> logits
+        ``[B, len(read), V]`` at row positions ``read``."""
+        from transformers import DynamicCache
+
+        B = rows.shape[0]
+        layers = [(lay.keys.expand(B, -1, -1, -1), lay.values.expand(B, -1, -1, -1)) for lay in prefix.layers]
+        read_t = torch.tensor(read, device=self.device)
+        logits, _ = self.forward(rows.to(self.device), DynamicCache(ddp_cache_data=layers), **self._keep(read_t))
+        return logits if self.keeps_logits else logits[:, read_t]
+
+    def _keep(self, positions) -> dict:
+        return {"logits_to_keep": positions} if self.keeps_logits else {}
+
+    def _additive(self, allow: torch.Tensor) -> torch.Tensor:
+        """The bool matrix -> a [1, 1, Q, K] additive mask, built on the device (only the bools travel)."""
+        allow = allow.to(self.device, non_blocking=True)
+        mask = torch.zeros(allow.shape, dtype=self.dtype, device=self.device)
+        return mask.masked_fill_(~allow, torch.finfo(self.dtype).min)[None, None]
+
+
+def prefix_length(cache) -> int:
+    lay = cache.layers[0]
+    return int(lay.keys.shape[-2]) if getattr(lay, "keys", None) is not None and lay.keys.numel() else 0
+
+
+def truncate(cache, length: int) -> None:
+    """Put a prefix cache back to exactly ``length`` tokens (after a pass on it, or a failed one)."""
+    for lay in cache.layers:
+        if getattr(lay, "keys", None) is not None and lay.keys.numel() and lay.keys.shape[-2] > length:
+            lay.keys = lay.keys[..., :length, :]
+            lay.values = lay.values[..., :length, :]

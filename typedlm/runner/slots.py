@@ -1,0 +1,63 @@
+"""Slot allocation: a row owns one slot (a batch index of every per-row buffer) for its life."""
+
+from __future__ import annotations
+
+import threading
+
+
+class SlotPool:
+    """Slots ``[0, capacity)``, handed out lowest first (so a decode range ``[0, top)`` stays compact)
+    and taken back on release. Thread-safe: schedulers on several threads may share one pool."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self._free = list(range(capacity))
+        self._held: set[int] = set()
+        self._lock = threading.Lock()
+
+    @property
+    def idle(self) -> bool:
+        return not self._held
+
+    @property
+    def held(self) -> int:
+        return len(self._held)
+
+    @property
+    def free(self) -> int:
+        return len(self._free)
+
+    def acquire(self) -> int:
+        with self._lock:
+            self._free.sort()
+            slot = self._free.pop(0)
+            self._held.add(slot)
+            return slot
+
+    def release(self, slot: int) -> bool:
+        """Free ``slot``; False when it was not held (a second release is a no-op)."""
+        with self._lock:
+            if slot not in self._held:
+                return False
+            self._held.discard(slot)
+            self._free.append(slot)
+            return True
+
+
+class SlotCache:
+    """What every KV cache reports about its slots (``self.slots``: its :class:`SlotPool`)."""
+
+    slots: SlotPool
+
+    @property
+    def idle(self) -> bool:
+        return self.slots.idle
+
+    @property
+    def free_slots(self) -> int:
+        return self.slots.free
+
+    @property
+    def size(self) -> int:
+        """Slots held by rows."""
+        return self.slots.held
