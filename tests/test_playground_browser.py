@@ -158,3 +158,39 @@ def test_refused_schema_shows_keyword_and_pointer(page, base):
     page.wait_for_selector("#generate-error:not(:empty)")
     shown = page.inner_text("#generate-error")
     assert err["message"] in shown and f"at {err['param']}" in shown and "uniqueItems" in shown
+
+
+# Every visible element inside a column stays inside it, and no two of a column's own children overlap
+# (the preset <select> once grew to its longest option, left its column and covered the texts' header).
+OVERFLOW_JS = """() => {
+  const bad = [];
+  const name = (e) => e.id ? '#' + e.id : e.tagName.toLowerCase() + (e.className ? '.' + e.className : '');
+  for (const col of document.querySelectorAll('.panel:not(.hidden) .col')) {
+    const c = col.getBoundingClientRect();
+    for (const e of col.querySelectorAll('*')) {
+      const r = e.getBoundingClientRect();
+      if (!r.width || !r.height) continue;
+      if (r.left < c.left - 1 || r.right > c.right + 1) bad.push(`${name(e)} leaves its column (${Math.round(r.left)}..${Math.round(r.right)} vs ${Math.round(c.left)}..${Math.round(c.right)})`);
+    }
+    const kids = [...col.children].filter((e) => e.getBoundingClientRect().height > 0);
+    for (let i = 1; i < kids.length; i++) {
+      const a = kids[i - 1].getBoundingClientRect(), b = kids[i].getBoundingClientRect();
+      if (b.top < a.bottom - 1) bad.push(`${name(kids[i - 1])} overlaps ${name(kids[i])}`);
+    }
+  }
+  return bad;
+}"""
+
+
+@pytest.mark.parametrize("width", [1280, 1024, 760])
+@pytest.mark.parametrize("tab", ["decide", "generate"])
+def test_no_layout_overflow(browser, base, width, tab):
+    p = browser.new_page(viewport={"width": width, "height": 900})
+    try:
+        p.goto(base + "/")
+        p.wait_for_function("document.getElementById('preset').options.length > 1")  # long preset names loaded
+        p.click(f"#tab-{tab}")
+        assert p.evaluate(OVERFLOW_JS) == []
+        assert p.evaluate("document.documentElement.scrollWidth <= window.innerWidth")  # no sideways scroll
+    finally:
+        p.close()

@@ -116,3 +116,26 @@ def test_reasoning_fields_on_a_plain_model_are_400(tiny):
         with pytest.raises(openai.BadRequestError, match="chat_template_kwargs may not set tools"):
             c.chat.completions.create(model=tiny.name, messages=MSG, max_tokens=2,
                                       extra_body={"chat_template_kwargs": {"tools": []}})
+
+
+def test_responses_reasoning_items(client, reng):
+    """/v1/responses: the thought is a ``reasoning`` item before the message, streamed as
+    ``response.reasoning_text.delta``; sent back in ``input`` it is accepted."""
+    text = {"format": {"type": "json_schema", "name": "p", "schema": POINT, "strict": True}}
+    kw = dict(model=reng.name, input="Think, then answer.", text=text, max_output_tokens=200,
+              reasoning={"effort": "minimal"})
+    r = client.responses.create(**kw)
+    kinds = [o.type for o in r.output]
+    assert kinds == ["reasoning", "message"], kinds
+    thought = r.output[0].content[0].text
+    assert thought and "</think>" not in thought
+    assert 0 < r.usage.output_tokens_details.reasoning_tokens <= 65
+    jsonschema.validate(json.loads(r.output_text), POINT)
+    events = list(client.responses.create(**kw, stream=True))
+    streamed = "".join(e.delta for e in events if e.type == "response.reasoning_text.delta")
+    final = events[-1].response
+    assert final.output[0].type == "reasoning" and final.output[0].content[0].text == streamed
+    again = client.responses.create(**{**kw, "input": [{"role": "user", "content": "Think."},
+                                                       *[o.model_dump() for o in r.output],
+                                                       {"role": "user", "content": "Again."}]})
+    assert again.status == "completed"

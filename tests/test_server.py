@@ -297,8 +297,22 @@ def test_413_body_too_large(server, model):
 
 
 def test_max_tokens_capped(client, model):
-    r = client.completions.create(model=model, prompt="x", max_tokens=100_000, temperature=0)
+    r = client.completions.create(model=model, prompt="x", max_tokens=1000, temperature=0)
     assert r.usage.completion_tokens == 256 and r.choices[0].finish_reason == "length"
+
+
+@pytest.mark.parametrize("path, field", [("/v1/completions", "max_tokens"),
+                                         ("/v1/chat/completions", "max_completion_tokens"),
+                                         ("/v1/responses", "max_output_tokens")])
+def test_max_tokens_above_the_context_is_a_400_naming_the_limit(server, model, tiny, path, field):
+    body = {"model": model, field: 100_000}
+    body.update({"/v1/completions": {"prompt": "x"}, "/v1/chat/completions": {"messages": MSG},
+                 "/v1/responses": {"input": "x"}}[path])
+    r = post(server, path, body)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == field and err["code"] == "context_length_exceeded"
+    assert str(tiny.max_context) in err["message"] and "100000" in err["message"]
 
 
 # -- degrade ----------------------------------------------------------------------------------------

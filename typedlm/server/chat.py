@@ -10,47 +10,57 @@ of one choice, in the exact OpenAI chunk shape (``reasoning_content``, ``content
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..generate.detokenize import StreamText
 from ..generate.reasoning import EFFORT_BUDGET, StreamSplit, prepare
 from .errors import APIError
-from .generation import jump_forward, warning_header
+from .generation import Degraded, Prompt, jump_forward, warning_header
 from .structured import Structured, resolve
-from .tools import ParsedCall, Relaxed, ToolStream, combine, parse_calls, template_messages, tool_choice_mode, tool_format
+from .tools import (ParsedCall, Relaxed, ToolStream, combine, parse_calls, template_messages, tool_choice_mode,
+                    tool_format, unfinished_call_removed)
 
 RESERVED_TEMPLATE_KWARGS = {"messages", "tools", "add_generation_prompt", "tokenize", "documents", "chat_template"}
 EFFORTS = {"none": 0, "minimal": 64, **EFFORT_BUDGET}
 
 
-@dataclass
+@dataclass(frozen=True)
 class ChatPlan:
+    """Everything a chat request asks for, resolved once by :func:`plan` (nothing is filled in later)."""
+
     structured: Structured
     tool_mode: str  # none | auto | required
     messages: list[dict]
     template_kwargs: dict
-    budget: int | None
+    budget: int | None  # reasoning tokens
     jump_forward: bool
     include_reasoning: bool
-    thinking: bool = False  # set by encode(): the prompt leaves a reasoning block open
-    relaxed: Relaxed | None = None  # non-strict tools whose schemas were relaxed to a superset
-    extra: dict = field(default_factory=dict)
+    degraded: Degraded | None  # non-strict tools whose schemas were relaxed to a superset
 
-    def relax_notice(self, job) -> None:
-        """Relaxed tool schemas: the ``Warning: 199`` header and the response's ``typedlm`` field, as for
-        a relaxed json_schema; ``schema_valid`` there checks each call's arguments on its tool's schema."""
-        r = self.relaxed
-        if r is None:
-            return
-        job.state.metrics.degraded.inc()
-        places = "; ".join(f"{d['keyword']} at {d['pointer']} of tool {d['tool']}" for d in r.places)
-        job.headers["Warning"] = warning_header(f"relaxed {places}; the call arguments are validated with "
-                                                "jsonschema (see typedlm.schema_valid)", "tool parameters partly enforced")
-        job.notice = {"degraded": "relaxed", "reason": "; ".join(r.reasons), "relaxed": r.places}
-        job.check = lambda res: r.check(res.text)
+    def encoder(self, engine):
+        """``encode(instruction) -> Prompt`` for ``generation.submit``: the rendered prompt and the
+        sequence keywords that depend on it (an open reasoning block)."""
+        def encode(instruction: str | None) -> Prompt:
+            text = engine.render_chat(_with_instruction(self.messages, instruction), **self.template_kwargs)
+            thinking = False
+            if engine.reasoning is not None:
+                text, thinking = prepare(engine.reasoning, text, self.budget)
+            return Prompt(engine.tokenizer.encode(text, add_special_tokens=False),
+                          {"thinking": thinking, "reasoning_budget": self.budget, "jump_forward": self.jump_forward})
 
-    def seq_kw(self) -> dict:
-        return {"thinking": self.thinking, "reasoning_budget": self.budget, "jump_forward": self.jump_forward}
+        return encode
+
+
+def relaxed_tools(r: Relaxed | None) -> Degraded | None:
+    """Relaxed tool schemas: the ``Warning: 199`` header and the response's ``typedlm`` field, as for a
+    relaxed json_schema; ``schema_valid`` there checks each call's arguments on its tool's schema."""
+    if r is None:
+        return None
+    places = "; ".join(f"{d['keyword']} at {d['pointer']} of tool {d['tool']}" for d in r.places)
+    return Degraded(warning_header(f"relaxed {places}; the call arguments are validated with jsonschema "
+                                   "(see typedlm.schema_valid)", "tool parameters partly enforced"),
+                    {"degraded": "relaxed", "reason": "; ".join(r.reasons), "relaxed": r.places},
+                    lambda res: r.check(res.text))
 
 
 def plan(state, engine, body, logprobs) -> ChatPlan:
@@ -73,18 +83,7 @@ def plan(state, engine, body, logprobs) -> ChatPlan:
                                 "(its chat template has no <think> block)", param=field_)
         budget = body.max_reasoning_tokens if body.max_reasoning_tokens is not None else EFFORTS[body.reasoning_effort]
     return ChatPlan(structured, mode, messages, {**kwargs, **extra}, budget,
-                    jump_forward(state, body, logprobs), body.include_reasoning, relaxed=relaxed)
-
-
-def encoder(engine, p: ChatPlan):
-    """``encode(instruction) -> ids`` for ``generation.submit``; sets ``p.thinking``."""
-    def encode(instruction: str | None) -> list[int]:
-        text = engine.render_chat(_with_instruction(p.messages, instruction), **p.template_kwargs)
-        if engine.reasoning is not None:
-            text, p.thinking = prepare(engine.reasoning, text, p.budget)
-        return engine.tokenizer.encode(text, add_special_tokens=False)
-
-    return encode
+                    jump_forward(state, body, logprobs), body.include_reasoning, relaxed_tools(relaxed))
 
 
 def message(res, p: ChatPlan) -> tuple[dict, str]:
@@ -92,7 +91,7 @@ def message(res, p: ChatPlan) -> tuple[dict, str]:
     msg: dict = {"role": "assistant", "content": res.text}
     finish = res.finish_reason
     if p.tool_mode != "none":
-        content, calls = parse_calls(res.text)
+        content, calls = parse_calls(res.text, cut=finish == "length")
         msg["content"] = content
         if calls:
             msg["tool_calls"] = [c.to_openai() for c in calls]
@@ -122,7 +121,8 @@ class ChatStream:
             return []
         return self._content(self.answer.add(token))
 
-    def finish(self, res) -> tuple[list[dict], str]:
+    def final_deltas(self, res) -> tuple[list[dict], str]:
+        """The deltas still held back when the choice ends, and its finish_reason."""
         out = []
         if res.reasoning is not None and self.p.include_reasoning:
             rest = self.thought.finish(res.reasoning)
@@ -130,7 +130,7 @@ class ChatStream:
                 out.append({"reasoning_content": rest})
         out += self._content(self.answer.finish(res.text))
         if self.tools is not None:
-            out += self.tools.feed("") + self._flush_tools()
+            out += self.tools.feed("") + self._flush_tools(cut=res.finish_reason == "length")
         finish = res.finish_reason
         if self.tools is not None and self.tools.calls and finish == "stop":
             finish = "tool_calls"
@@ -143,9 +143,10 @@ class ChatStream:
             return [{"content": text}]
         return self.tools.feed(text)
 
-    def _flush_tools(self) -> list[dict]:
+    def _flush_tools(self, cut: bool) -> list[dict]:
         t = self.tools
         rest, t.buf = t.buf, ""
+        rest = rest if t.in_call else unfinished_call_removed(rest, cut)
         if rest and not t.in_call and (rest.strip() or not t.calls):
             return [{"content": rest}]
         return []
@@ -160,4 +161,4 @@ def _with_instruction(messages: list[dict], instruction: str | None) -> list[dic
     return [{"role": "system", "content": instruction}, *messages]
 
 
-__all__ = ["ChatPlan", "ChatStream", "ParsedCall", "encoder", "message", "plan"]
+__all__ = ["ChatPlan", "ChatStream", "ParsedCall", "message", "plan"]

@@ -30,14 +30,59 @@ from .structured import Structured, is_degradable
 DISCONNECT_POLL_S = 0.5
 
 
-def sampling_params(state: ServerState, body, max_tokens: int | None) -> SamplingParams:
+@dataclass(frozen=True)
+class Budget:
+    """The output-token limit a request asked for: ``field`` names it (max_tokens, max_completion_tokens,
+    max_output_tokens), ``asked`` is None when the request left it out. An explicit limit above the room
+    the context leaves after the prompt is a 400 naming the limit (as vLLM does); an absent one is the
+    server's ``max_tokens_cap`` or the room, whichever is lower."""
+
+    field: str
+    asked: int | None
+
+    @classmethod
+    def of(cls, body, *fields: str) -> "Budget":
+        for f in fields:
+            if getattr(body, f, None) is not None:
+                return cls(f, getattr(body, f))
+        return cls(fields[0], None)
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """An encoded prompt and the ``build_sequence`` keywords that come with it (reasoning mode, ...)."""
+
+    ids: list[int]
+    seq_kw: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Degraded:
+    """How a request's constraint was weakened: the ``Warning`` header, the response's ``typedlm``
+    field, and the check of a result against the original schema (None: the result's own verdict)."""
+
+    warning: str
+    notice: dict
+    check: Callable | None = None
+
+
+def sampling_params(state: ServerState, body, budget: Budget) -> SamplingParams:
     cap = state.config.max_tokens_cap
     try:
-        return SamplingParams(max_tokens=min(max_tokens or cap, cap), temperature=body.temperature,
+        return SamplingParams(max_tokens=min(budget.asked or cap, cap), temperature=body.temperature,
                               top_p=body.top_p, top_k=max(0, body.top_k), seed=body.seed, stop=body.stop or (),
                               repetition_penalty=body.repetition_penalty, logit_bias=body.logit_bias_pairs)
     except ValueError as e:
         raise APIError(400, str(e)) from e
+
+
+def check_context(engine, ids: list[int], budget: Budget) -> None:
+    """400 when an explicit output limit does not fit beside the prompt in the model's context."""
+    room = engine.max_context - len(ids)
+    if budget.asked is not None and budget.asked > room:
+        raise APIError(400, f"{budget.field} is {budget.asked}, but the model's context is {engine.max_context} "
+                            f"tokens and the prompt has {len(ids)}: at most {max(room, 0)} output tokens fit",
+                       param=budget.field, code="context_length_exceeded")
 
 
 def warning_header(reason: str, what: str = "response_format not enforced") -> str:
@@ -73,16 +118,19 @@ class Job:
     finished: int = 0
     events: dict = field(default_factory=dict)  # choice index -> [TokenEvent] (for logprobs)
     polled: float = field(default_factory=time.perf_counter)  # last client-disconnect check
-    notice: dict | None = None  # the response's ``typedlm`` field: how the constraint was degraded
-    # a relaxed constraint: result -> (valid for the original schema, errors); default the result's own check
-    check: Callable = lambda r: (r.schema_valid, r.schema_errors)
+    degraded: Degraded | None = None  # how the constraint was weakened (the response's ``typedlm`` field)
+
+    @property
+    def notice(self) -> dict | None:
+        return self.degraded.notice if self.degraded else None
 
     def notice_for(self, results) -> dict | None:
-        if self.notice is None:
+        if self.degraded is None:
             return None
-        out = dict(self.notice)
+        out = dict(self.degraded.notice)
         if out.get("degraded") == "relaxed":
-            checked = [self.check(r) for r in results]
+            check = self.degraded.check or (lambda r: (r.schema_valid, r.schema_errors))
+            checked = [check(r) for r in results]
             out["schema_valid"] = [v for v, _ in checked]
             out["schema_errors"] = [e for _, e in checked]
         return out
@@ -142,39 +190,39 @@ def jump_forward(state: ServerState, body, logprobs) -> bool:
 
 
 async def submit(state: ServerState, http: HTTPRequest, *, structured: Structured, params: SamplingParams,
-                 encode: Callable[[str | None], list[int]], n: int, logprobs: int | None,
-                 seq_kw: Callable[[], dict] = dict) -> Job:
+                 budget: Budget, encode: Callable[[str | None], Prompt], n: int, logprobs: int | None,
+                 degraded: Degraded | None = None) -> Job:
     """Compile (or degrade), build ``n`` sequences, queue them. Raises APIError 400 / 429.
-    ``seq_kw()``: extra ``build_sequence`` keywords, read after ``encode`` ran (reasoning mode)."""
+    ``encode(instruction)``: the prompt (with the degrade instruction, when given); ``degraded``: a
+    weakening the plan already knows of (relaxed tool schemas)."""
     t0 = time.perf_counter()
     state.engine  # 503 while not loaded
-    headers, notice, ids = {}, None, None
-    if structured.source:
-        headers["X-TypedLM-Constraint"] = structured.source
+    headers = {"X-TypedLM-Constraint": structured.source} if structured.source else {}
     try:
-        ids = _encode(encode, None)
-        seqs = await asyncio.to_thread(_build, state, ids, params, structured.constraint, n, seq_kw())
+        prompt = _encode(encode, None)
+        check_context(state.engine, prompt.ids, budget)
+        seqs = await asyncio.to_thread(_build, state, prompt, params, structured.constraint, n)
     except GrammarCompileError as e:
         if not is_degradable(structured, e):
             raise APIError(400, f"{structured.source}: {e}", param=e.pointer or structured.source,
                            code="grammar_compile_error") from e
-        state.metrics.degraded.inc()
         relaxed = await asyncio.to_thread(relaxed_grammar, state.engine, structured, e)
         if relaxed is not None:  # a superset grammar: structure kept, the output validated with jsonschema
             compiled, done = relaxed
             places = "; ".join(f"{d['keyword']} at {d['pointer']}" for d in done)
-            headers["Warning"] = warning_header(f"relaxed {places}; the output is validated with jsonschema "
-                                                "(see typedlm.schema_valid)", "response_format partly enforced")
-            notice = {"degraded": "relaxed", "reason": str(e), "relaxed": done}
-            seqs = await asyncio.to_thread(_build, state, ids, params, structured.constraint, n,
-                                           {**seq_kw(), "compiled": compiled})
+            degraded = Degraded(warning_header(f"relaxed {places}; the output is validated with jsonschema "
+                                               "(see typedlm.schema_valid)", "response_format partly enforced"),
+                                {"degraded": "relaxed", "reason": str(e), "relaxed": done})
+            seqs = await asyncio.to_thread(_build, state, prompt, params, structured.constraint, n, compiled)
         else:
-            headers["Warning"] = warning_header(str(e))
-            notice = {"degraded": "free_text", "reason": str(e)}
-            ids = _encode(encode, structured.instruction())
-            seqs = await asyncio.to_thread(_build, state, ids, params, None, n, seq_kw())
+            degraded = Degraded(warning_header(str(e)), {"degraded": "free_text", "reason": str(e)})
+            prompt = _encode(encode, structured.instruction())
+            seqs = await asyncio.to_thread(_build, state, prompt, params, None, n)
     except TypedLMError as e:
         raise APIError(400, str(e)) from e
+    if degraded is not None:
+        state.metrics.degraded.inc()
+        headers["Warning"] = degraded.warning
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
 
@@ -192,10 +240,10 @@ async def submit(state: ServerState, http: HTTPRequest, *, structured: Structure
     except QueueFull as e:
         raise APIError(429, f"{e}; retry after {state.config.retry_after_s}s", type="rate_limit_error",
                        code="queue_full", headers={"Retry-After": str(state.config.retry_after_s)}) from e
-    return Job(state, reqs, queue, t0, headers, notice=notice)
+    return Job(state, reqs, queue, t0, headers, degraded=degraded)
 
 
-def _encode(encode: Callable[[str | None], list[int]], instruction: str | None) -> list[int]:
+def _encode(encode: Callable[[str | None], Prompt], instruction: str | None) -> Prompt:
     try:
         return encode(instruction)
     except TypedLMError:
@@ -212,13 +260,13 @@ def _record(state: ServerState, res: GenerationResult) -> None:
     m.finished.labels(res.finish_reason, res.constraint or "none").inc()
 
 
-def _build(state: ServerState, ids: list[int], params: SamplingParams, constraint, n: int, kw: dict):
-    engine = state.engine
+def _build(state: ServerState, prompt: Prompt, params: SamplingParams, constraint, n: int, compiled=None):
+    engine, ids = state.engine, prompt.ids
     cap = state.config.max_prompt_tokens
     if cap is not None and len(ids) > cap:
         raise TypedLMError(f"prompt has {len(ids)} tokens; this server accepts at most {cap}")
     out = []
     for i in range(n):
         p = params if params.seed is None or i == 0 else replace(params, seed=params.seed + i)
-        out.append(build_sequence(engine, ids, p, constraint, **kw))
+        out.append(build_sequence(engine, ids, p, constraint, compiled=compiled, **prompt.seq_kw))
     return out

@@ -66,6 +66,17 @@ DOCUMENTED: dict[str, tuple[tuple, str]] = {
 IDENTIFIERS = ("prompt_cache_key", "safety_identifier", "request_id")
 
 
+def without_documented(data, documented: dict[str, tuple[tuple, str]]):
+    """A request body without its documented-but-unimplemented fields, each checked to hold its no-op
+    value (else the error naming the field and why)."""
+    if not isinstance(data, dict):
+        return data
+    for name, (noop, reason) in documented.items():
+        if name in data and data[name] not in noop:
+            raise PydanticCustomError("unsupported_field", "{field}: {reason}", {"field": name, "reason": reason})
+    return {k: v for k, v in data.items() if k not in documented}
+
+
 class _Base(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -90,6 +101,9 @@ class _Base(BaseModel):
     guided_regex: str | None = None
     guided_choice: list[str] | None = None
     guided_grammar: str | None = None
+    regex: str | None = None  # SGLang's top-level structured-output fields (typedlm.server.structured)
+    ebnf: str | None = None
+    json_schema: dict[str, Any] | str | None = None
     logit_bias: dict[str, float] | None = None  # token id (as a string) -> bias in [-100, 100]
     jump_forward: bool | None = None  # typedlm: append grammar-forced text without sampling
     prompt_cache_key: str | None = None
@@ -99,14 +113,7 @@ class _Base(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _documented(cls, data):
-        if isinstance(data, dict):
-            for name, (noop, reason) in DOCUMENTED.items():
-                if name in data:
-                    if data[name] not in noop:
-                        raise PydanticCustomError("unsupported_field", "{field}: {reason}",
-                                                  {"field": name, "reason": reason})
-                    data = {k: v for k, v in data.items() if k != name}
-        return data
+        return without_documented(data, DOCUMENTED)
 
     @field_validator("logit_bias")
     @classmethod
@@ -160,6 +167,7 @@ class ToolCallFunction(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
     arguments: str  # a JSON object, as text (OpenAI shape)
+    parsed_arguments: Any = None  # the SDK's .parse() helpers add it: derived from ``arguments``, not read
 
 
 class ToolCall(BaseModel):
@@ -167,9 +175,16 @@ class ToolCall(BaseModel):
     id: str
     type: Literal["function"] = "function"
     function: ToolCallFunction
+    index: int | None = None  # streamed calls, accumulated by a client, keep their index
 
 
 class Message(BaseModel):
+    """A message as the SDKs send it, including an assistant message sent back whole
+    (``message.model_dump()``): fields a response carries that add nothing to the prompt are accepted
+    when null or empty (``audio``, ``function_call``) or always (``annotations``: citations of the
+    content; ``parsed``: the content parsed by ``.parse()``); a non-null ``audio`` or ``function_call``
+    would change the meaning, so it is a 400."""
+
     model_config = ConfigDict(extra="forbid")
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
@@ -177,7 +192,22 @@ class Message(BaseModel):
     tool_calls: list[ToolCall] | None = None  # assistant turns that called tools
     tool_call_id: str | None = None  # tool turns: the call this result answers
     reasoning_content: str | None = None  # assistant turns of a reasoning model (templates may use it)
-    refusal: str | None = None
+    refusal: str | None = None  # an assistant refusal: its text is the turn's text when there is no content
+    annotations: list[dict[str, Any]] | None = None
+    parsed: Any = None
+    audio: None = None
+    function_call: None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sent_back(cls, data):
+        if isinstance(data, dict):
+            if data.get("audio") is not None:
+                raise PydanticCustomError("unsupported_field", "audio: audio messages are not supported", {})
+            if data.get("function_call") is not None:
+                raise PydanticCustomError("unsupported_field", "function_call: the deprecated function_call is not "
+                                          "supported: send the call in tool_calls", {})
+        return data
 
     def text(self) -> str:
         content = self.content
@@ -186,7 +216,7 @@ class Message(BaseModel):
             if bad:
                 raise ValueError(f"message content part type {bad[0]!r} is not supported (text only)")
             content = "".join(p.text or "" for p in content)
-        return content or ""
+        return content or self.refusal or ""
 
 
 class FunctionDef(BaseModel):

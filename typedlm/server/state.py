@@ -87,6 +87,15 @@ class ServerState:
         names = [self.engine_or_none.name] if self.engine_or_none is not None else []
         return names + [n for n in self.config.model_names if n not in names]
 
+    def engine_for(self, model: str) -> Engine:
+        """The engine a request names: 503 while not ready, 400 ``model_not_found`` for another name."""
+        if not self.ready:
+            raise self.not_ready()
+        if model not in self.served_models:
+            raise APIError(400, f"model '{model}' is not served here; available: {', '.join(self.served_models)}",
+                           param="model", code="model_not_found")
+        return self.engine
+
     def not_ready(self) -> APIError:
         if self.load_error:
             return APIError(503, f"model failed to load: {self.load_error}", type="server_error",

@@ -3,15 +3,19 @@
 Fields read (the highest present wins; every lower one is overridden, the winner is echoed in the
 ``X-TypedLM-Constraint`` response header):
 
-  1. ``guided_grammar``                                   EBNF/GBNF text (root rule ``root``)
+  1. ``guided_grammar``, then SGLang's ``ebnf``            EBNF/GBNF text (root rule ``root``)
   2. ``response_format: {type: json_schema}``             ``json_schema.{schema, strict, any_whitespace}``
-     then ``guided_json``                                 (the same rank: "json_schema")
+     then ``guided_json``, then SGLang's ``json_schema``  (the same rank: "json_schema"; SGLang's is
+                                                          a schema object or its JSON text)
   3. ``response_format: {type: json_object}``
   4. ``response_format: {type: structural_tag}``          xgrammar format, or vLLM's structures+triggers
   5. ``structured_outputs: {json | regex | choice | grammar | json_object | structural_tag,
      disable_any_whitespace}``                            exactly one kind inside it
-  6. ``guided_regex``
+  6. ``guided_regex``, then SGLang's ``regex``
   7. ``guided_choice``
+
+Inside a rank the first one listed wins, as between ranks. SGLang's top-level ``regex`` / ``ebnf`` /
+``json_schema`` are what SGLang's OpenAI server accepts (outlines' ``from_sglang`` sends them).
 
 ``response_format: {type: text}`` (or none) means no constraint.
 
@@ -20,22 +24,29 @@ Policy when the constraint cannot be compiled (``GrammarCompileError``):
     ``json_schema`` with ``strict: true``) -> HTTP 400 naming the reason;
   * a non-strict ``response_format`` (json_schema without ``strict: true``, json_object) -> degrade;
   * any structured request while ``TYPEDLM_GRAMMAR=0`` (``GrammarDisabled``) -> degrade.
+A JSON Schema that is invalid against its own metaschema (``$schema``, else Draft 2020-12) is a 400
+``invalid_json_schema`` naming the error and its place, whatever ``strict`` says (:func:`check_metaschema`).
+
 Degrade = add an instruction carrying the schema, generate unconstrained, answer with
 ``Warning: 199 typedlm "response_format not enforced: <reason>"``.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
+
+from jsonschema.exceptions import SchemaError
+from jsonschema.validators import Draft202012Validator, validator_for
 
 from ..errors import GrammarCompileError
 from ..grammar.compiler import GrammarDisabled
 from ..grammar.spec import Constraint, canonical_json, make_constraint
 from .errors import APIError
 
-PRECEDENCE = ("guided_grammar", "json_schema", "json_object", "structural_tag", "structured_outputs",
-              "guided_regex", "guided_choice")
+PRECEDENCE = ("guided_grammar", "ebnf", "json_schema", "json_object", "structural_tag", "structured_outputs",
+              "guided_regex", "regex", "guided_choice")
 
 
 @dataclass(frozen=True)
@@ -77,9 +88,10 @@ def resolve(body: Any) -> Structured:
     if so is not None and not isinstance(so, dict):
         raise APIError(400, "structured_outputs must be an object", param="structured_outputs")
 
-    with _param("guided_grammar"):
-        if body.guided_grammar is not None:
-            return Structured(make_constraint(grammar=body.guided_grammar), "guided_grammar")
+    for name in ("guided_grammar", "ebnf"):
+        with _param(name):
+            if getattr(body, name) is not None:
+                return Structured(make_constraint(grammar=getattr(body, name)), name)
     if rf_type == "json_schema":
         with _param("response_format.json_schema"):
             js = rf.get("json_schema")
@@ -91,11 +103,15 @@ def resolve(body: Any) -> Structured:
             if not isinstance(aw, bool):
                 raise APIError(400, "response_format.json_schema.any_whitespace must be a boolean",
                                param="response_format.json_schema.any_whitespace")
+            check_metaschema(js["schema"], "response_format.json_schema.schema")
             return Structured(make_constraint(json_schema=js["schema"], any_whitespace=aw), "json_schema",
                               explicit=strict)
-    with _param("guided_json"):
-        if body.guided_json is not None:
-            return Structured(make_constraint(json_schema=body.guided_json, any_whitespace=_aw(body)), "json_schema")
+    for name in ("guided_json", "json_schema"):
+        with _param(name):
+            if getattr(body, name) is not None:
+                check_metaschema(getattr(body, name), name)
+                return Structured(make_constraint(json_schema=getattr(body, name), any_whitespace=_aw(body)),
+                                  "json_schema")
     if rf_type == "json_object":
         return Structured(make_constraint(json_object=True), "json_object", explicit=False)
     if rf_type == "structural_tag":
@@ -103,9 +119,10 @@ def resolve(body: Any) -> Structured:
             return Structured(make_constraint(structural_tag=structural_tag(rf)), "structural_tag")
     if so is not None:
         return _structured_outputs(so)
-    with _param("guided_regex"):
-        if body.guided_regex is not None:
-            return Structured(make_constraint(regex=body.guided_regex), "guided_regex")
+    for name in ("guided_regex", "regex"):
+        with _param(name):
+            if getattr(body, name) is not None:
+                return Structured(make_constraint(regex=getattr(body, name)), name)
     with _param("guided_choice"):
         if body.guided_choice is not None:
             return Structured(make_constraint(choice=body.guided_choice), "guided_choice")
@@ -133,6 +150,7 @@ def _structured_outputs(so: dict) -> Structured:
                        param="structured_outputs.whitespace_pattern")
     kw: dict[str, Any] = {}
     if so.get("json") is not None:
+        check_metaschema(so["json"], "structured_outputs.json")
         kw["json_schema"] = so["json"]
     if so.get("json_object") not in (None, False):
         kw["json_object"] = True
@@ -189,6 +207,27 @@ class _param:
         if isinstance(exc, ValueError):  # ConstraintError: several kinds at once, bad values
             raise APIError(400, f"{self.name}: {exc}", param=self.name) from exc
         return False
+
+
+def check_metaschema(schema: Any, param: str) -> None:
+    """400 ``invalid_json_schema`` when ``schema`` (an object, or its JSON text) is not valid against the
+    metaschema of its ``$schema`` (default Draft 2020-12); the message names the error and its pointer."""
+    if isinstance(schema, str):
+        try:
+            schema = json.loads(schema)
+        except ValueError:
+            return  # not JSON: make_constraint names that
+    if isinstance(schema, bool):
+        return
+    if not isinstance(schema, dict):
+        raise APIError(400, f"{param}: a JSON Schema is an object or a boolean, not {type(schema).__name__}",
+                       param=param, code="invalid_json_schema")
+    try:
+        validator_for(schema, default=Draft202012Validator).check_schema(schema)
+    except SchemaError as e:
+        pointer = "".join(f"/{p}" for p in e.absolute_path)
+        raise APIError(400, f"{param}: not a valid JSON Schema: {e.message} (at '{pointer or '/'}')",
+                       param=param + pointer, code="invalid_json_schema") from e
 
 
 def is_degradable(s: Structured, err: GrammarCompileError) -> bool:

@@ -19,10 +19,11 @@ a 400 for a ``strict`` tool, else relaxed like a non-strict json_schema: ``tool_
                                 whose arguments match its schema (``triggered_tags``)
   ``required``                  one call (several, separated by a newline, when
                                 ``parallel_tool_calls``) and nothing else (``tags_with_separator``)
-  ``{"type": "function", …}``   the same with only the named tool
+  ``{"type": "function", …}``   exactly one call of the named tool
   ============================  =====================================================================
 
-With ``response_format`` json_schema and ``auto``: either the calls or the JSON answer (``or``).
+With ``response_format`` json_schema and ``auto``: either the calls or the JSON answer (``or``); with a
+forced call, the calls alone.
 
 Prompt: a template that mentions ``tools`` gets ``tools=[…]`` (OpenAI shape) and the history as is
 (assistant ``tool_calls`` with ``arguments`` parsed into objects, ``tool`` messages). Otherwise the
@@ -43,6 +44,7 @@ from ..grammar.relax import NotRelaxable, relax_schema
 from ..grammar.schema import prepare_schema
 from ..grammar.spec import Constraint, canonical_json, make_constraint
 from .errors import APIError
+from .structured import check_metaschema
 
 TRIGGER = "<tool_call>"
 END = "</tool_call>"
@@ -174,6 +176,7 @@ def tool_format(body, mode: str, named: str | None) -> tuple[dict | None, Relaxe
         if named is not None and t.function.name != named:
             continue
         params = _params(t)
+        check_metaschema(params, f"tools[{i}].function.parameters")
         try:
             prepare_schema(params)
         except GrammarCompileError as e:
@@ -191,7 +194,7 @@ def tool_format(body, mode: str, named: str | None) -> tuple[dict | None, Relaxe
             relaxed.schemas[t.function.name], params = params, schema
         tags.append({"type": "tag", "begin": begin(t.function.name),
                      "content": {"type": "json_schema", "json_schema": params}, "end": END_TEXT})
-    one = not body.parallel_tool_calls
+    one = not body.parallel_tool_calls or named is not None  # a named tool_choice: that one call (as vLLM, OpenAI)
     if mode == "auto":
         fmt = {"type": "triggered_tags", "triggers": [TRIGGER], "tags": tags, "stop_after_first": one}
     else:
@@ -201,17 +204,16 @@ def tool_format(body, mode: str, named: str | None) -> tuple[dict | None, Relaxe
 
 
 def combine(calls: dict | None, mode: str, answer: Constraint | None) -> Constraint | None:
-    """One constraint for tool calls and/or a response_format answer."""
+    """One constraint for tool calls and/or a response_format answer. A forced call (``required`` or a
+    named tool) leaves no room for an answer in this turn: the calls alone (the answer's format applies
+    to the turn that answers, as with OpenAI; openai-agents sends both on every turn)."""
     if calls is None:
         return answer
-    if answer is None:
+    if answer is None or mode != "auto":
         return make_constraint(structural_tag={"type": "structural_tag", "format": calls})
     if answer.kind not in ("json_schema", "json_object"):
         raise APIError(400, f"tools can be combined with response_format json_schema / json_object only, "
                             f"not {answer.kind}", param="tools")
-    if mode != "auto":
-        raise APIError(400, f"tool_choice {mode!r} forces a tool call; it cannot also answer with response_format",
-                       param="tool_choice")
     calls = {**calls, "type": "tags_with_separator", "separator": "\n", "at_least_one": True}
     calls.pop("triggers", None)
     js = {"type": "json_schema", "json_schema": answer.schema}
@@ -237,8 +239,10 @@ def new_call_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
 
 
-def parse_calls(text: str) -> tuple[str | None, list[ParsedCall]]:
-    """(content outside the calls or None, the calls). A block that is not a call object stays text."""
+def parse_calls(text: str, cut: bool = False) -> tuple[str | None, list[ParsedCall]]:
+    """(content outside the calls or None, the calls). A block that is not a call object stays text;
+    an unclosed call (the output ended inside it) is dropped, and so is a trailing partial
+    ``<tool_call>`` when the output was ``cut`` (``finish_reason`` length): no markup reaches content."""
     calls, rest, at = [], [], 0
     for m in _CALL.finditer(text):
         call = _call(m.group(1))
@@ -247,9 +251,20 @@ def parse_calls(text: str) -> tuple[str | None, list[ParsedCall]]:
         rest.append(text[at:m.start()])
         at = m.end()
         calls.append(call)
-    rest.append(text[at:])
-    content = "".join(rest).strip()
-    return (content or None) if calls else text, calls
+    rest.append(unfinished_call_removed(text[at:], cut))
+    content = "".join(rest)
+    if calls or content != text:
+        return content.strip() or None, calls
+    return text, calls
+
+
+def unfinished_call_removed(tail: str, cut: bool) -> str:
+    """``tail`` (text after the last complete call) without an unclosed call or, when ``cut``, a
+    trailing proper prefix of ``<tool_call>``."""
+    i = tail.find(TRIGGER)
+    if i >= 0:
+        return tail[:i]
+    return tail[: len(tail) - _partial_suffix(tail, TRIGGER)] if cut else tail
 
 
 def _call(obj_text: str) -> ParsedCall | None:

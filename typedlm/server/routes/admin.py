@@ -1,0 +1,29 @@
+"""GET /health, /ready, /metrics."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+router = APIRouter()
+
+
+@router.get("/health")
+async def health():
+    return {"status": "ok"}
+
+
+@router.get("/ready")
+async def ready(http: Request):
+    state = http.app.state.typedlm
+    if not state.ready:
+        e = state.not_ready()
+        return JSONResponse({"status": "failed" if state.load_error else "loading", "error": e.message},
+                            status_code=503, headers=e.headers)
+    return {"status": "ready", "model": state.engine.name, "decide_mode": state.decide_mode,
+            "cuda_graph_capture_s": round(getattr(state.scheduler.kv, "capture_s", 0.0), 2)}
+
+
+@router.get("/metrics")
+async def metrics(http: Request):
+    return Response(http.app.state.typedlm.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
