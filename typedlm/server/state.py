@@ -157,4 +157,4 @@ def _warm(engine: Engine, sched: Scheduler) -> None:
             build_sequence(engine, ids, SamplingParams(max_tokens=2, temperature=0), make_constraint(json_object=True))]
     for r in sched.submit_all([Request(seq=s) for s in seqs], force=True):
         r.done.wait(600)
-    sched.call(sched.kv.capture).result(600)  # CUDA graphs of every bucket: no request pays a capture
+    sched.call(sched.runner.capture, sched.kv).result(600)  # CUDA graphs of every bucket: no request pays a capture
