@@ -130,9 +130,8 @@ class Algebra:
         if a.patterns and b.patterns:
             raise Refuse("patternProperties", a.at or p, "two patternProperties cannot be intersected")
         props = {}
-        for name in list(a.properties) + list(b.properties):
-            if name not in props:
-                props[name] = self.intersect(self.prop_schema(a, name), self.prop_schema(b, name), p, kw)
+        for name in key_order(a, b):
+            props[name] = self.intersect(self.prop_schema(a, name), self.prop_schema(b, name), p, kw)
         patterns = None
         for x, y in ((a, b), (b, a)):
             if x.patterns:
@@ -146,7 +145,8 @@ class Algebra:
             max_props=min(highs) if highs else None, names=names or None, at=a.at or p,
             evaluated_names=a.evaluated_names | b.evaluated_names,
             evaluated_patterns=tuple(dict.fromkeys(a.evaluated_patterns + b.evaluated_patterns)),
-            evaluated_all=a.evaluated_all or b.evaluated_all, partial=a.partial or b.partial))
+            evaluated_all=a.evaluated_all or b.evaluated_all, partial=a.partial or b.partial,
+            implied=frozenset(n for n in props if n not in listed(a) and n not in listed(b))))
 
     def complement(self, d, p, kw) -> list:
         out = any_()
@@ -226,15 +226,26 @@ class Algebra:
                 out += [Array(contains=((c, mx + 1, None),), at=q)] if mx is not None else []
             return out
         if isinstance(b, Object) and k == "required":
-            return [Object(properties={r: []}, at=q) for r in b.required]
+            return [Object(properties={r: []}, at=q, implied=frozenset([r])) for r in b.required]
         if isinstance(b, Object) and k == "properties":
             out = []
             for name, d in b.properties.items():
                 if name in b.required or d != any_():  # required: present and ¬S (¬required covers absent)
                     neg = self.complement(d, p, kw)
-                    out += [Object(properties={name: neg}, required=(name,), at=q)] if neg else []
+                    out += [Object(properties={name: neg}, required=(name,), at=q, implied=frozenset([name]))] if neg else []
             return out
         raise Refuse(kw, p, f"the complement of '{KEYWORD.get(k, k)}' on {b.type}s cannot be enforced")
+
+
+def listed(b) -> list[str]:
+    """The property names object branch ``b`` lists itself (not only through ``required``), in order."""
+    return [n for n in b.properties if n not in b.implied]
+
+
+def key_order(a, b) -> list[str]:
+    """Property names of ``a`` ∧ ``b`` in the order the schema wrote them: the names ``a`` lists, then
+    those ``b`` lists, then names known only from ``required`` (an intersection never moves a key)."""
+    return list(dict.fromkeys(listed(a) + listed(b) + list(a.properties) + list(b.properties)))
 
 
 def whole_match(core):

@@ -90,12 +90,13 @@ class Object:
     evaluated_patterns: tuple = ()
     evaluated_all: bool = False
     partial: bool = False
+    implied: frozenset = frozenset()  # names in properties only because required lists them (they go last)
     type = "object"
 
 
 TYPED = (Scalar, Number, String, Array, Object)
 BOOKKEEPING = {"at", "integer", "type", "evaluated", "contained", "partial", "evaluated_names",
-               "evaluated_patterns", "evaluated_all"}
+               "evaluated_patterns", "evaluated_all", "implied"}
 KEYWORD = {"lo": "minimum", "hi": "maximum", "multiple_of": "multipleOf", "not_multiple_of": "multipleOf",
            "frac": "type", "min_length": "minLength", "max_length": "maxLength", "prefix": "prefixItems",
            "min_items": "minItems", "max_items": "maxItems", "patterns": "patternProperties",

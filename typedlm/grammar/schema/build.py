@@ -356,15 +356,16 @@ class Builder:
 
     def complete_object(self, b):
         """List every required name in properties; drop the branch when a required key is impossible."""
-        props = dict(b.properties)
+        props, implied = dict(b.properties), set(b.implied)
         for r in b.required:
             if r not in props:
                 props[r] = self.prop_schema(b, r)
+                implied.add(r)
             if props[r] == []:
                 return None
         if (b.min_props or 0) > (math.inf if b.max_props is None else b.max_props):
             return None
-        return replace(b, properties=props)
+        return replace(b, properties=props, implied=frozenset(implied))
 
     def prop_schema(self, b, name):
         """What a value under key ``name`` must match in object branch ``b``."""
@@ -378,18 +379,35 @@ class Builder:
             out = self.intersect(out, d, b.at, "patternProperties")
         return out
 
-    def applicators(self, d, s, p) -> list:
-        if "$ref" in s:
-            d = self.intersect(d, self.ref(s["$ref"], ptr(p, "$ref")), p, "$ref")
-        for kw in ("$dynamicRef", "$recursiveRef"):
-            if kw in s:
+    def conjuncts(self, d, s, p) -> list:
+        """The object's own keywords ``d`` ∧ ``$ref`` ∧ ``$dynamicRef``/``$recursiveRef`` ∧ the ``allOf``
+        members, met in the order the schema wrote them (``properties`` marks where its own keys stand),
+        so that properties come out in the schema's order."""
+        parts = []  # (position in the schema object, pointer, keyword, branches)
+        own = list(s).index("properties") if "properties" in s else -1
+        for pos, kw in enumerate(s):
+            if kw == "$ref":
+                parts.append((pos, p, kw, self.ref(s[kw], ptr(p, kw))))
+            elif kw in ("$dynamicRef", "$recursiveRef"):
                 target = self.dynamic(kw, s[kw], ptr(p, kw))
-                d = self.intersect(d, self.ref(s[kw], ptr(p, kw), target), p, kw)
+                parts.append((pos, p, kw, self.ref(s[kw], ptr(p, kw), target)))
+            elif kw == "allOf":
+                parts += [(pos, ptr(p, kw), kw, self.norm(sub, ptr(p, kw, i))) for i, sub in enumerate(s[kw])]
+        before = [x for x in parts if x[0] < own]
+        if before:  # written before the object's own properties: their keys come first
+            head = before[0][3]
+            for _, q, kw, part in before[1:]:
+                head = self.intersect(head, part, q, kw)
+            d = self.intersect(head, d, before[0][1], before[0][2])
+        for _, q, kw, part in parts[len(before):]:
+            d = self.intersect(d, part, q, kw)
+        return d
+
+    def applicators(self, d, s, p) -> list:
         for kw in ("allOf", "anyOf", "oneOf"):
             if kw in s and (not isinstance(s[kw], list) or not s[kw]):
                 raise Refuse(kw, ptr(p, kw), "must be a non-empty array of schemas")
-        for i, sub in enumerate(s.get("allOf", [])):
-            d = self.intersect(d, self.norm(sub, ptr(p, "allOf", i)), ptr(p, "allOf"), "allOf")
+        d = self.conjuncts(d, s, p)
         if "anyOf" in s:
             ds = [self.norm(sub, ptr(p, "anyOf", i)) for i, sub in enumerate(s["anyOf"])]
             u = [b for x in ds for b in x]
@@ -417,9 +435,10 @@ class Builder:
                 q = at(s, p, kw, key)
                 if kw == "dependentRequired":
                     dep = {"required": dep}
-                need = self.intersect([Object(properties={key: any_()}, required=(key,), at=q)],
+                only = frozenset([key])
+                need = self.intersect([Object(properties={key: any_()}, required=(key,), at=q, implied=only)],
                                       self.norm(dep, q), q, kw)
-                absent = [Object(properties={key: []}, at=q)]
+                absent = [Object(properties={key: []}, at=q, implied=only)]
                 others = [plain(t) for t in TYPES if t != "object"]
                 d = self.intersect(d, others + absent + need, q, kw)
         return d
