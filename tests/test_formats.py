@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from typedlm.grammar.schema import prepare_schema
+from typedlm.grammar.schema import find_refusals, prepare_schema
 from typedlm.grammar.schema.formats import LENGTHS, PATTERNS, XGRAMMAR
 from typedlm.grammar.spec import make_constraint
 
@@ -148,5 +148,23 @@ def test_unknown_formats_are_annotations_and_undecidable_ones_are_refused():
         prepare_schema({"type": "string", "format": "uri"})
     with pytest.raises(GrammarCompileError, match="maxLength"):
         prepare_schema({"type": "string", "format": "uri", "maxLength": 2083})  # Pydantic's HttpUrl
-    # draft 4 knows no 'date' format: an annotation there
-    assert prepare_schema({"$schema": "http://json-schema.org/draft-04/schema#", "format": "date"}) == {}
+
+
+@pytest.mark.parametrize("draft,fmt,good,bad", [
+    ("http://json-schema.org/draft-04/schema#", "date", "2020-02-29", "2021-02-29"),
+    ("http://json-schema.org/draft-04/schema#", "uuid", "123e4567-e89b-12d3-a456-426614174000", "not-a-uuid"),
+    ("http://json-schema.org/draft-06/schema#", "time", "10:00:00Z", "25:00:00Z"),
+    ("http://json-schema.org/draft-07/schema#", "duration", "P1D", "1D"),
+])
+def test_formats_are_asserted_under_every_draft(grammars, draft, fmt, good, bad):
+    """Draft 4 defines no ``date`` (nor 6 ``time``, 7 ``duration``): the author still means one, so the
+    format is enforced there as under 2020-12, and enum values are judged with it too."""
+    from typedlm.bench.jsonschema_suite import accepts
+    from typedlm.grammar.spec import make_constraint
+
+    schema = {"$schema": draft, "type": "string", "format": fmt}
+    compiled, _ = grammars.compile(make_constraint(json_schema=schema, any_whitespace=False))
+    assert accepts(compiled, json.dumps(good)) and not accepts(compiled, json.dumps(bad))
+    assert prepare_schema({**schema, "enum": [good, bad]}) == {"enum": [good]}
+    iri = {"$schema": draft, "type": "string", "format": "iri"}  # known, not enforceable: refused, not ignored
+    assert find_refusals(iri)[0].keyword == "format"

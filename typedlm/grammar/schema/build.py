@@ -237,7 +237,7 @@ class Builder:
         f = s.get("format")
         if "format" in s and not isinstance(f, str):
             raise Refuse("format", ptr(p, "format"), "format must be a string")
-        if f is None or not known(f, self.draft):
+        if f is None or not known(f):
             pass  # an unknown format is an annotation: the validator ignores it
         elif f in FORMAT_PATTERNS:
             if "pattern" in b:

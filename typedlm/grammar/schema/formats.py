@@ -1,8 +1,10 @@
 """``format`` as an exact regular language, checked against jsonschema's format checker.
 
-A format is *known* when the draft's jsonschema ``FORMAT_CHECKER`` decides it (its optional
-dependencies are runtime dependencies: ``jsonschema[format-nongpl]``); an unknown format (Pydantic's
-``binary``, ``password``, ...) is an annotation, ignored as the validator ignores it. A known format
+A format is *known* when any draft's jsonschema ``FORMAT_CHECKER`` decides it (its optional
+dependencies are runtime dependencies: ``jsonschema[format-nongpl]``), and it is asserted under every
+draft, including those that do not define it (``date`` or ``uuid`` in a draft-04 schema: the author
+means a date); an unknown format (Pydantic's ``binary``, ``password``, ...) is an annotation, ignored
+as the validator ignores it. A known format
 is enforced by a whole-match regex (:data:`PATTERNS`), or by xgrammar's own format grammar
 (:data:`XGRAMMAR`), or refused (``hostname``: a 253-character limit over 63-character labels is
 regular but far too large; ``idn-*``, ``iri*``, ``uri-template``, ``regex``: not regular or not decided
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import re
 
+import jsonschema
 import rfc3986_validator
 
 _YEAR = "([0-9]{3}[1-9]|[0-9]{2}[1-9][0-9]|[0-9][1-9][0-9]{2}|[1-9][0-9]{3})"  # Python's date: no year 0
@@ -94,6 +97,21 @@ XGRAMMAR = {"email", "uuid"}  # xgrammar's own format grammars: accepted => chec
 NOT_EXACT = "is not checked exactly by the grammar"
 
 
-def known(name: str, draft) -> bool:
-    """Whether the draft's jsonschema format checker decides ``name`` (else: an annotation)."""
-    return name in draft.validator.FORMAT_CHECKER.checkers
+def _every_drafts_checker() -> jsonschema.FormatChecker:
+    """One format checker deciding every format any draft's jsonschema checker decides (draft 2020-12's
+    definition where drafts differ)."""
+    out = jsonschema.FormatChecker(formats=())
+    for cls in (jsonschema.Draft4Validator, jsonschema.Draft6Validator, jsonschema.Draft7Validator,
+                jsonschema.Draft201909Validator, jsonschema.Draft202012Validator):
+        out.checkers.update(cls.FORMAT_CHECKER.checkers)
+    return out
+
+
+# Formats are asserted under every draft: an author of a draft-04 schema who writes ``format: date``
+# (which draft 4 does not define) means a date, so typedlm enforces it, and judges instances with it.
+FORMAT_CHECKER = _every_drafts_checker()
+
+
+def known(name: str) -> bool:
+    """Whether ``name`` is a format typedlm asserts (any draft's checker decides it); else an annotation."""
+    return name in FORMAT_CHECKER.checkers

@@ -56,6 +56,7 @@ from .algebra import Algebra
 from .build import Builder
 from .drafts import draft_of
 from .emit import Emitter
+from .formats import FORMAT_CHECKER
 from .refusal import Refusal, Refuse
 
 INTERNAL = "the schema could not be analysed (a typedlm bug; please report it)"
@@ -80,7 +81,7 @@ class Normalizer(Builder, Algebra, Emitter):
         # the draft's validator judges the user's schema objects; the 2020-12 one judges core forms
         self.validators = {}
         self.core_validator = jsonschema.Draft202012Validator(
-            {}, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+            {}, format_checker=FORMAT_CHECKER)
         self.memo: dict[int, list] = {}  # $ref target (by identity) -> branches
         self.active: set[int] = set()
         self.cyclic: set[int] = set()
@@ -114,7 +115,7 @@ class Normalizer(Builder, Algebra, Emitter):
             v = self.validators.get(self.draft.name)
             if v is None:
                 v = self.validators[self.draft.name] = self.draft.validator(
-                    {}, registry=self.registry, format_checker=self.draft.validator.FORMAT_CHECKER)
+                    {}, registry=self.registry, format_checker=FORMAT_CHECKER)
             return v.evolve(schema=schema, _resolver=self.res).is_valid(value)
         except Exception as e:  # unresolvable $ref, bad regex, ...
             raise Refuse("$ref" if "ref" in type(e).__name__.lower() else "(schema)", p,
