@@ -150,6 +150,17 @@ CASES = [
     ("two contains", {"allOf": [{"contains": {"multipleOf": 2}}, {"contains": {"multipleOf": 3}}]}, "[2,9]", True),
     ("two contains", {"allOf": [{"contains": {"multipleOf": 2}}, {"contains": {"multipleOf": 3}}]}, "[2,4]", False),
     ("two contains", {"allOf": [{"contains": {"multipleOf": 2}}, {"contains": {"multipleOf": 3}}]}, "[6]", True),
+    ("lengths beside a pattern", {"type": "string", "pattern": "^[a-z]+$", "minLength": 2, "maxLength": 4},
+     '"abcde"', False),
+    ("lengths beside a pattern", {"type": "string", "pattern": "^[a-z]+$", "minLength": 2, "maxLength": 4},
+     '"a"', False),
+    ("lengths beside a pattern", {"type": "string", "pattern": "^[a-z]+$", "minLength": 2, "maxLength": 4},
+     '"abcd"', True),
+    ("lengths beside a pattern", {"type": "string", "pattern": "b", "maxLength": 3}, '"a\\"b"', True),
+    ("lengths beside a pattern", {"type": "string", "pattern": "b", "maxLength": 3}, '"a\\nb"', True),
+    ("lengths beside a pattern", {"type": "string", "pattern": "b", "maxLength": 3}, '"a\\n\\tb"', False),
+    ("lengths beside a format", {"type": "string", "format": "ipv4", "maxLength": 9}, '"1.2.3.4"', True),
+    ("lengths beside a format", {"type": "string", "format": "ipv4", "maxLength": 9}, '"10.20.30.4"', False),
 ]
 
 
@@ -250,7 +261,8 @@ def test_pattern_rewrite():
     ({"properties": {"a": {"contains": {"type": "string"}, "minContains": 5000}}}, "contains", "/properties/a"),
     ({"type": "string", "pattern": "(?=a)"}, "pattern", "/pattern"),
     ({"type": "string", "format": "iri-reference"}, "format", "/format"),
-    ({"type": "string", "pattern": "a", "maxLength": 3}, "maxLength", ""),
+    ({"type": "string", "pattern": "a", "maxLength": 3000}, "maxLength", ""),
+    ({"type": "string", "format": "email", "maxLength": 30}, "maxLength", ""),
     ({"not": {"type": "string", "pattern": "a"}}, "not", "/not"),
     ({"$ref": "http://example.com/x.json"}, "$ref", "/$ref"),
     ({"items": {"$dynamicRef": "#x"}}, "$dynamicRef", "/items/$dynamicRef"),

@@ -328,9 +328,9 @@ def fix_int(b):
 
 
 def check_string(b):
-    if (b.pattern or b.format) and (b.min_length is not None or b.max_length is not None):
+    if b.format and (b.min_length is not None or b.max_length is not None):
         kw = "minLength" if b.min_length is not None else "maxLength"
-        raise Refuse(kw, b.at, f"{kw} beside pattern/format is not enforced by the grammar")
+        raise Refuse(kw, b.at, f"{kw} beside format {b.format!r} is not enforced by the grammar")
     if b.pattern and b.format:
         raise Refuse("format", b.at, "format beside pattern is not enforced by the grammar")
     if (b.min_length or 0) > (math.inf if b.max_length is None else b.max_length):

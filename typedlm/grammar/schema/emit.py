@@ -12,8 +12,11 @@ from .ebnf import contains_automaton
 from .keys import TooLarge, anything as any_key, lengths as key_lengths, names as key_names
 from .keys import pattern as key_pattern, spec as key_spec
 from .refusal import TYPES, Refuse, rewrite_pattern
+from .formats import PATTERNS
+from .strings import TooLarge as LengthsTooLarge, length_spec
 
 MAX_ENUM = 256  # multipleOf between bounds: the most values it is enumerated as
+FORMAT_REGEXES = frozenset(PATTERNS.values())
 MAX_MODULUS = 1000  # integers by residue (a multipleOf complement): one grammar rule per residue
 
 
@@ -145,8 +148,7 @@ class Emitter:
             return self.emit_number(b)
         out = {"type": b.type}
         if isinstance(b, String):
-            out.update({k: v for k, v in (("minLength", b.min_length), ("maxLength", b.max_length),
-                                          ("pattern", b.pattern), ("format", b.format)) if v is not None})
+            return emit_string(b)
         elif isinstance(b, Array):
             pre = list(b.prefix or [])
             mx = b.max_items
@@ -245,3 +247,24 @@ class Emitter:
         out["x-typedlm-residues"] = {"modulus": modulus, "residues": sorted(good), "values": values, "pos": pos,
                                      "neg": neg}
         return out
+
+
+def emit_string(b: String) -> dict | None:
+    """A string branch. A pattern goes to the grammar as its automaton (:mod:`.strings`: exact, JSON
+    escapes included, lengths counted) — required beside ``minLength``/``maxLength``; without them a
+    format's regex, or a pattern whose automaton is too large, stays xgrammar's ``pattern``."""
+    out = {"type": "string", **{k: v for k, v in (("minLength", b.min_length), ("maxLength", b.max_length),
+                                                 ("pattern", b.pattern), ("format", b.format)) if v is not None}}
+    counted = b.min_length is not None or b.max_length is not None
+    if b.pattern is None or (not counted and b.pattern in FORMAT_REGEXES):
+        return out
+    try:
+        spec = length_spec(b.pattern, b.min_length or 0, b.max_length)
+    except LengthsTooLarge as e:
+        if counted:
+            raise Refuse("maxLength" if b.max_length is not None else "minLength", b.at, str(e)) from None
+        return out
+    if spec is None:
+        return None
+    out["x-typedlm-string"] = spec
+    return out
