@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from typedlm.errors import EmptySchemaError, GrammarCompileError
 from typedlm.grammar.schema import find_refusals, prepare_schema
-from typedlm.grammar.schema.refusal import rewrite_pattern
+from typedlm.grammar.schema.refusal import pattern_problem, rewrite_pattern
 
 CASES = [
     ("type split", {"maximum": 3}, "5", False),
@@ -253,8 +253,13 @@ def test_pattern_rewrite():
     assert rewrite_pattern("^a.") == r"(a[^\n\r\u2028\u2029])[\s\S]*"
     assert rewrite_pattern("[.]") == r"[\s\S]*([.])[\s\S]*"
     assert rewrite_pattern("^(ab+)?c(d)??$") == "((ab+){0,1}c(d){0,1})"
-    for bad in ("(?=a)", r"\bx", r"\p{L}", "^a|b$", "a^b", r"(a)\1", "[]", "^(a|b|a{1,2})$"):
+    assert rewrite_pattern("^a|b$") == r"((a)[\s\S]*)|([\s\S]*(b))"  # each branch its own anchors
+    assert rewrite_pattern("^(a|b|a{1,2})$") == "((a|b|a{1,2}))"  # the grammar gets its automaton
+    for bad, why in (("(?=a)", "lookaround"), ("(?<!a)b", "lookaround"), (r"\bx", "word boundary"),
+                     (r"\p{L}", "property"), ("a^b", "anchor"), ("(^a|b)", "anchor"), (r"(a)\1", "backreference"),
+                     ("(?<n>a)", "named groups"), ("[]", "escape or class")):
         assert rewrite_pattern(bad) is None, bad
+        assert why in pattern_problem(bad), bad
 
 
 @pytest.mark.parametrize("schema,keyword,pointer", [

@@ -17,7 +17,7 @@ from .branches import (Array, Enum, Number, Object, Ref, String, any_, at, count
                        plain, same)
 from .drafts import DEFAULT, draft_of, translate
 from .formats import LENGTHS as FORMAT_LENGTHS, NOT_EXACT, PATTERNS as FORMAT_PATTERNS, XGRAMMAR, known
-from .refusal import JSON_TYPES, TYPES, Refuse, ptr, rewrite_pattern
+from .refusal import JSON_TYPES, TYPES, Refuse, pattern_problem, ptr, rewrite_pattern
 
 MAX_ENUM = 256  # the most arrays uniqueItems may enumerate
 MAX_PATTERNS = 4  # patternProperties: 2**n classes of keys
@@ -231,8 +231,7 @@ class Builder:
         if "pattern" in s:
             rw = rewrite_pattern(s["pattern"])
             if rw is None:
-                raise Refuse("pattern", ptr(p, "pattern"),
-                             "pattern uses anchors, lookaround or escapes that cannot be enforced exactly")
+                raise Refuse("pattern", ptr(p, "pattern"), pattern_problem(s["pattern"]))
             b["pattern"] = rw
         f = s.get("format")
         if "format" in s and not isinstance(f, str):
@@ -324,8 +323,7 @@ class Builder:
                              f"more than {MAX_PATTERNS} patterns (each set of them is a class of keys)")
             for pat in pp:
                 if rewrite_pattern(pat) is None:
-                    raise Refuse("patternProperties", ptr(p, "patternProperties", pat),
-                                 "pattern cannot be enforced exactly")
+                    raise Refuse("patternProperties", ptr(p, "patternProperties", pat), pattern_problem(pat))
             b["patterns"] = {pat: self.norm(sub, ptr(p, "patternProperties", pat)) for pat, sub in pp.items()}
         b["evaluated_names"], b["evaluated_patterns"] = frozenset(b["properties"]), tuple(b.get("patterns") or ())
         if "additionalProperties" in s:

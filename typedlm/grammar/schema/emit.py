@@ -11,7 +11,7 @@ from .branches import NOTHING, Array, Enum, Number, Object, Ref, String, any_, i
 from .ebnf import contains_automaton
 from .keys import TooLarge, anything as any_key, lengths as key_lengths, names as key_names
 from .keys import pattern as key_pattern, spec as key_spec
-from .refusal import TYPES, Refuse, rewrite_pattern
+from .refusal import TYPES, Refuse, rewrite_pattern, xgrammar_safe
 from .formats import PATTERNS
 from .strings import TooLarge as LengthsTooLarge, length_spec
 
@@ -172,7 +172,8 @@ class Emitter:
             props, pats = b.properties, b.patterns or {}
             # measured: xgrammar lets any extra key through beside properties and patternProperties; it
             # mishandles names that need JSON escapes; one pattern alone it enforces
-            if len(pats) > 1 or (props and pats) or b.names is not None or any(map(needs_escape, props)):
+            if len(pats) > 1 or (props and pats) or b.names is not None or any(map(needs_escape, props)) \
+                    or not all(xgrammar_safe(rewrite_pattern(pat)) for pat in pats):
                 classes = self.key_classes(b)
                 if classes is None:
                     return None
@@ -263,6 +264,9 @@ def emit_string(b: String) -> dict | None:
     except LengthsTooLarge as e:
         if counted:
             raise Refuse("maxLength" if b.max_length is not None else "minLength", b.at, str(e)) from None
+        if not xgrammar_safe(b.pattern):
+            raise Refuse("pattern", b.at, f"{e}; xgrammar's own regex engine misreads an alternation beside "
+                                          "a {m,n} range") from None
         return out
     if spec is None:
         return None
