@@ -94,8 +94,10 @@ class Emitter:
                 if x.format is not None:
                     raise Refuse("propertyNames", q, f"format {x.format!r} on property names is not enforced")
                 f = key_lengths(x.min_length or 0, x.max_length)
-                if x.pattern is not None:
-                    f = f & key_pattern(x.pattern)
+                for rx in ((x.pattern,) if x.pattern is not None else ()) + x.also:
+                    f = f & key_pattern(rx)
+                for rx in x.excluded:
+                    f = f & key_pattern(rx).everythingbut()
             else:
                 continue
             if f is not None:
@@ -251,19 +253,27 @@ class Emitter:
 
 
 def emit_string(b: String) -> dict | None:
-    """A string branch. A pattern goes to the grammar as its automaton (:mod:`.strings`: exact, JSON
-    escapes included, lengths counted) — required beside ``minLength``/``maxLength``; without them a
-    format's regex, or a pattern whose automaton is too large, stays xgrammar's ``pattern``."""
+    """A string branch. Patterns go to the grammar as their automaton (:mod:`.strings`: exact, JSON
+    escapes included, lengths counted, several patterns intersected, excluded ones complemented) —
+    required beside lengths or several patterns; else a format's regex, or a pattern whose automaton
+    is too large, stays xgrammar's ``pattern``."""
     out = {"type": "string", **{k: v for k, v in (("minLength", b.min_length), ("maxLength", b.max_length),
                                                  ("pattern", b.pattern), ("format", b.format)) if v is not None}}
+    if b.also:
+        out["allOf"] = [{"pattern": x} for x in b.also]
+    if b.excluded:
+        out["not"] = {"anyOf": [{"pattern": x} for x in b.excluded]}
+    patterns = ((b.pattern,) if b.pattern is not None else ()) + b.also
     counted = b.min_length is not None or b.max_length is not None
-    if b.pattern is None or (not counted and b.pattern in FORMAT_REGEXES):
+    must = b.also or b.excluded or (counted and patterns)
+    if not must and (b.pattern is None or b.pattern in FORMAT_REGEXES):
         return out
     try:
-        spec = length_spec(b.pattern, b.min_length or 0, b.max_length)
+        spec = length_spec(patterns, b.excluded, b.min_length or 0, b.max_length)
     except LengthsTooLarge as e:
-        if counted:
-            raise Refuse("maxLength" if b.max_length is not None else "minLength", b.at, str(e)) from None
+        if must:
+            kw = "pattern" if b.also or b.excluded else "maxLength" if b.max_length is not None else "minLength"
+            raise Refuse(kw, b.at, str(e)) from None
         if not xgrammar_safe(b.pattern):
             raise Refuse("pattern", b.at, f"{e}; xgrammar's own regex engine misreads an alternation beside "
                                           "a {m,n} range") from None

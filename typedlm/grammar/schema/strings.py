@@ -22,15 +22,21 @@ class TooLarge(Exception):
 
 
 @lru_cache(maxsize=256)
-def _automaton(regex: str) -> dict | None:
-    return keys.spec(keys.pattern(regex), escape=True)
+def _automaton(patterns: tuple[str, ...], excluded: tuple[str, ...]) -> dict | None:
+    f = keys.anything()
+    for rx in patterns:
+        f = f & keys.pattern(rx)
+    for rx in excluded:
+        f = f & keys.pattern(rx).everythingbut()
+    return keys.spec(f, escape=True)
 
 
-def length_spec(regex: str, lo: int, hi: int | None) -> dict | None:
-    """``{"initial", "finals", "edges", "lo", "hi"}``: the automaton of ``regex`` (a whole-match
-    regex) with the length bounds the grammar counts; None when no string matches."""
+def length_spec(patterns: tuple[str, ...], excluded: tuple[str, ...], lo: int, hi: int | None) -> dict | None:
+    """``{"initial", "finals", "edges", "lo", "hi"}``: the automaton of the strings matching every one of
+    ``patterns`` and none of ``excluded`` (whole-match regexes), with the length bounds the grammar
+    counts; None when no string is left."""
     try:
-        auto = _automaton(regex)
+        auto = _automaton(patterns, excluded) if len(patterns) != 1 or excluded else _automaton(patterns, ())
     except keys.TooLarge as e:
         raise TooLarge(str(e)) from None
     if auto is None:
