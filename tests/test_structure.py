@@ -107,3 +107,19 @@ def test_architecture_names_only_existing_paths():
     assert len(named) > 20, named  # the map names the modules
     missing = sorted(p for p in named if not (ROOT / p.split("::")[0].rstrip("/")).exists())
     assert not missing, f"ARCHITECTURE.md names paths that do not exist: {missing}"
+
+
+MAX_SCHEMA_CLASS_LINES = 300
+
+
+def test_no_large_class_in_the_schema_normalizer():
+    """grammar/schema/ stays readable: no class over 300 lines (the normalizer's roles live in their own
+    modules as plain functions, not in one growing mixin)."""
+    import ast
+
+    big = []
+    for f in sorted((ROOT / "typedlm" / "grammar" / "schema").glob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > MAX_SCHEMA_CLASS_LINES:
+                big.append(f"{f.name}:{node.name} ({node.end_lineno - node.lineno + 1} lines)")
+    assert not big, big

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from . import keys
+from .keys import TooLarge as KeyTooLarge, anything, pattern, spec as automaton_spec
 
 MAX_STATES = 2048  # automaton states × counted lengths
 
@@ -23,12 +23,12 @@ class TooLarge(Exception):
 
 @lru_cache(maxsize=256)
 def _automaton(patterns: tuple[str, ...], excluded: tuple[str, ...]) -> dict | None:
-    f = keys.anything()
-    for rx in patterns:
-        f = f & keys.pattern(rx)
+    f = pattern(patterns[0]) if patterns else anything()
+    for rx in patterns[1:]:
+        f = f & pattern(rx)
     for rx in excluded:
-        f = f & keys.pattern(rx).everythingbut()
-    return keys.spec(f, escape=True)
+        f = f & pattern(rx).everythingbut()
+    return automaton_spec(f, escape=True)
 
 
 def length_spec(patterns: tuple[str, ...], excluded: tuple[str, ...], lo: int, hi: int | None) -> dict | None:
@@ -36,8 +36,8 @@ def length_spec(patterns: tuple[str, ...], excluded: tuple[str, ...], lo: int, h
     ``patterns`` and none of ``excluded`` (whole-match regexes), with the length bounds the grammar
     counts; None when no string is left."""
     try:
-        auto = _automaton(patterns, excluded) if len(patterns) != 1 or excluded else _automaton(patterns, ())
-    except keys.TooLarge as e:
+        auto = _automaton(patterns, excluded)
+    except KeyTooLarge as e:
         raise TooLarge(str(e)) from None
     if auto is None:
         return None
