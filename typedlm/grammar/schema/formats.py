@@ -6,9 +6,8 @@ draft, including those that do not define it (``date`` or ``uuid`` in a draft-04
 means a date); an unknown format (Pydantic's ``binary``, ``password``, ...) is an annotation, ignored
 as the validator ignores it. A known format
 is enforced by a whole-match regex (:data:`PATTERNS`), or by xgrammar's own format grammar
-(:data:`XGRAMMAR`), or refused (``hostname``: a 253-character limit over 63-character labels is
-regular but far too large; ``idn-*``, ``iri*``, ``uri-template``, ``regex``: not regular or not decided
-exactly).
+(:data:`XGRAMMAR`), or refused (``idn-*``, ``iri*``, ``uri-template``, ``regex``: not regular or not
+decided exactly).
 
 Exactness (``tests/test_formats.py``, hypothesis through the compiled grammar, generated strings and
 near misses): ``date``, ``time``, ``date-time``, ``ipv4``, ``ipv6``, ``json-pointer``,
@@ -16,10 +15,11 @@ near misses): ``date``, ``time``, ``date-time``, ``ipv4``, ``ipv6``, ``json-poin
 the grammar accepts a string iff the checker does, except the checker accepting a trailing newline
 (Python's ``$``) on ``date-time``/``time``/``uri*`` and leading zeros in an IPv4 part inside an IPv6
 literal of a ``uri*``, which the suite calls invalid.
-``duration`` (RFC 3339 appendix A), ``email``, ``uuid`` (xgrammar's grammars): every accepted string
-is accepted by the checker (and the suite), but the checker also takes some the grammar does not
-(isoduration's fractions and signs, an ``@`` anywhere, UUIDs with extra dashes): stricter, never
-looser.
+``duration`` (RFC 3339 appendix A), ``email``, ``uuid`` (xgrammar's grammars), ``hostname`` (at most
+4 labels of at most 62 characters; the checker allows 253 characters of 63-character labels, a
+language whose exact grammar is far too large): every accepted string is accepted by the checker (and
+the suite), but the checker also takes some the grammar does not (isoduration's fractions and signs,
+an ``@`` anywhere, UUIDs with extra dashes, longer host names): stricter, never looser.
 
 Every pattern is written with ``{0,1}`` instead of ``(...)?``: measured, xgrammar 0.2.9 compiles
 ``(ab+)?`` as if ``a?b*`` (the duration pattern accepted ``P1Y2M3DT4H5M6``).
@@ -75,6 +75,12 @@ def _rfc3986(rx: str) -> str:
     return _ipv6().join([_from_verbose(head)] + [_from_verbose(r) for r in rest])
 
 _URI = _rfc3986(rfc3986_validator.URI_RE)
+# RFC 1123 host names as the checker (fqdn) reads them: labels of letters, digits and inner hyphens, at
+# most 253 characters in all. Written with at most 4 labels of at most 62 characters (251 in all), so
+# no length has to be counted; no "--" in a label's 3rd and 4th place (IDNA A-labels, which the suite
+# checks further) and no trailing dot (the suite rejects it): stricter than the checker, never looser.
+_AN, _AH = "[A-Za-z0-9]", "[-A-Za-z0-9]"
+_LABEL = f"{_AN}({_AN}|{_AH}({_AN}({_AH}{{0,58}}{_AN}){{0,1}}|-{_AN}({_AH}{{0,57}}{_AN}){{0,1}})){{0,1}}"
 
 PATTERNS = {
     "date": _DATE,
@@ -87,12 +93,13 @@ PATTERNS = {
     "relative-json-pointer": f"(0|[1-9][0-9]*)(#|{_POINTER})",
     "uri": _URI,
     "uri-reference": f"({_URI}|{_rfc3986(rfc3986_validator.RELATIVE_REF_RE)})",
+    "hostname": f"({_LABEL}\\.){{0,3}}{_LABEL}",
 }
 # the shortest and longest string of each format (None: unbounded); a minLength/maxLength that these
 # already imply is dropped beside the format (tests/test_formats.py checks every accepted string)
 LENGTHS = {"date": (10, 10), "time": (9, None), "date-time": (20, None), "duration": (3, None),
            "ipv4": (7, 15), "ipv6": (2, 45), "uuid": (36, 36), "uri": (2, None), "email": (3, None),
-           "uri-reference": (0, None)}
+           "uri-reference": (0, None), "hostname": (1, 251)}
 XGRAMMAR = {"email", "uuid"}  # xgrammar's own format grammars: accepted => checker accepts
 NOT_EXACT = "is not checked exactly by the grammar"
 
