@@ -6,8 +6,8 @@ draft, including those that do not define it (``date`` or ``uuid`` in a draft-04
 means a date); an unknown format (Pydantic's ``binary``, ``password``, ...) is an annotation, ignored
 as the validator ignores it. A known format
 is enforced by a whole-match regex (:data:`PATTERNS`), or by xgrammar's own format grammar
-(:data:`XGRAMMAR`), or refused (``idn-*``, ``iri*``, ``uri-template``, ``regex``: not regular or not
-decided exactly).
+(:data:`XGRAMMAR`), or refused (``iri*``: rfc3987-syntax rejects some URIs (``http://[::1]:80/``), so
+the URI grammar is no subset; ``uri-template``, ``regex``: not regular or not decided exactly).
 
 Exactness (``tests/test_formats.py``, hypothesis through the compiled grammar, generated strings and
 near misses): ``date``, ``time``, ``date-time``, ``ipv4``, ``ipv6``, ``json-pointer``,
@@ -19,7 +19,8 @@ literal of a ``uri*``, which the suite calls invalid.
 4 labels of at most 62 characters; the checker allows 253 characters of 63-character labels, a
 language whose exact grammar is far too large): every accepted string is accepted by the checker (and
 the suite), but the checker also takes some the grammar does not (isoduration's fractions and signs,
-an ``@`` anywhere, UUIDs with extra dashes, longer host names): stricter, never looser.
+an ``@`` anywhere, UUIDs with extra dashes, longer host names): stricter, never looser. So are
+``idn-hostname`` (the ASCII lower-case host names) and ``idn-email`` (xgrammar's email) (:data:`STRICTER`).
 
 Every pattern is written with ``{0,1}`` instead of ``(...)?``: measured, xgrammar 0.2.9 compiles
 ``(ab+)?`` as if ``a?b*`` (the duration pattern accepted ``P1Y2M3DT4H5M6``).
@@ -81,6 +82,7 @@ _URI = _rfc3986(rfc3986_validator.URI_RE)
 # checks further) and no trailing dot (the suite rejects it): stricter than the checker, never looser.
 _AN, _AH = "[A-Za-z0-9]", "[-A-Za-z0-9]"
 _LABEL = f"{_AN}({_AN}|{_AH}({_AN}({_AH}{{0,58}}{_AN}){{0,1}}|-{_AN}({_AH}{{0,57}}{_AN}){{0,1}})){{0,1}}"
+_LOWER_LABEL = _LABEL.replace("A-Z", "")  # idna: an upper-case letter is not a valid code point
 
 PATTERNS = {
     "date": _DATE,
@@ -94,13 +96,16 @@ PATTERNS = {
     "uri": _URI,
     "uri-reference": f"({_URI}|{_rfc3986(rfc3986_validator.RELATIVE_REF_RE)})",
     "hostname": f"({_LABEL}\\.){{0,3}}{_LABEL}",
+    "idn-hostname": f"({_LOWER_LABEL}\\.){{0,3}}{_LOWER_LABEL}",  # a stricter subset: ASCII host names
 }
+STRICTER = {"duration", "hostname", "idn-hostname"}  # regexes: accepted => checker accepts
 # the shortest and longest string of each format (None: unbounded); a minLength/maxLength that these
 # already imply is dropped beside the format (tests/test_formats.py checks every accepted string)
 LENGTHS = {"date": (10, 10), "time": (9, None), "date-time": (20, None), "duration": (3, None),
            "ipv4": (7, 15), "ipv6": (2, 45), "uuid": (36, 36), "uri": (2, None), "email": (3, None),
-           "uri-reference": (0, None), "hostname": (1, 251)}
-XGRAMMAR = {"email", "uuid"}  # xgrammar's own format grammars: accepted => checker accepts
+           "uri-reference": (0, None), "hostname": (1, 251), "idn-hostname": (1, 251)}
+XGRAMMAR = {"email", "uuid", "idn-email"}  # xgrammar's own format grammars: accepted => checker accepts
+XGRAMMAR_NAME = {"idn-email": "email"}  # the checker decides idn-email as email (an '@'): xgrammar's email
 NOT_EXACT = "is not checked exactly by the grammar"
 
 

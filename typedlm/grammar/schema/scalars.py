@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from .algebra import bound, check_string, fix_int
 from .branches import Enum, Number, String, at, count, finite, is_num, same
-from .formats import LENGTHS as FORMAT_LENGTHS, NOT_EXACT, PATTERNS as FORMAT_PATTERNS, XGRAMMAR, known
+from .formats import LENGTHS as FORMAT_LENGTHS, NOT_EXACT, PATTERNS as FORMAT_PATTERNS, XGRAMMAR, XGRAMMAR_NAME, known
 from .refusal import Refuse, pattern_problem, ptr, rewrite_pattern
 
 MAX_ENUM = 256  # the most arrays uniqueItems may enumerate
@@ -59,7 +59,7 @@ def string_branch(s, p: str):
             raise Refuse("format", ptr(p, "format"), "format beside pattern is not enforced by the grammar")
         b["pattern"] = FORMAT_PATTERNS[f]
     elif f in XGRAMMAR:
-        b["format"] = f
+        b["format"] = XGRAMMAR_NAME.get(f, f)
     else:
         raise Refuse("format", ptr(p, "format"), f"format {f!r} {NOT_EXACT}")
     if f is not None and f in FORMAT_LENGTHS and ("pattern" in b or "format" in b):
