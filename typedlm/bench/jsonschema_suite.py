@@ -322,9 +322,6 @@ def register(app, bench_app) -> None:
     import typer
 
     from ..cliutil import fail, print_json, user_errors
-    from .schema_compile import register as register_schema_compile
-
-    register_schema_compile(app, bench_app)  # the suite's schemas timed stage by stage
 
     @bench_app.command("jsonschema-suite")
     def jsonschema_suite(
