@@ -28,7 +28,13 @@ keyword and its JSON pointer. The rewrites (each pinned by tests/test_schema_rew
 - ``multipleOf``: integral divisors on integers (a number multiple of an integer is an integer);
   beside bounds: the values near a bound listed, the unbounded side by a remainder automaton.
 - integer bounds: made whole (``minimum: 1.5`` -> ``2``; exclusive bounds made inclusive).
-- ``pattern`` / ``patternProperties``: search semantics and ECMA ``.`` (see refusal.rewrite_pattern).
+- ``pattern`` / ``patternProperties``: search semantics, ECMA ``.`` and ``\\s``, anchors per top-level
+  alternative (see refusal.rewrite_pattern); a string's patterns go to the grammar as automata
+  (:mod:`.strings`): ``minLength``/``maxLength`` beside a pattern or format regex (a length counter),
+  several patterns (intersection), ``not`` over a pattern (complement).
+- key order: properties in the order the schema wrote them (``$ref``/``allOf`` members in order); a
+  name known only from ``required`` after the listed ones (``algebra.key_order``).
+- formats: asserted under every draft (``formats.FORMAT_CHECKER``).
 - ``uniqueItems`` over a finite array space (positions that are enums/booleans/null, bounded
   length): the enum of every array of distinct values; on arrays of at most one item: dropped.
 - ``contains``/``minContains``/``maxContains`` (up to 3 per array): items split into classes by the
