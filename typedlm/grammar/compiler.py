@@ -106,7 +106,7 @@ class Grammars:
             self.stats.compile_seconds += dt
             self._cache[c.key] = compiled
             while len(self._cache) > self.max_entries:
-                self._cache.popitem(last=False)
+                self._relaxed.pop(self._cache.popitem(last=False)[0], None)
             self.stats.entries = len(self._cache)
         return compiled, dt
 
