@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from typedlm.grammar.schema import prepare_schema
-from typedlm.grammar.schema.formats import LENGTHS, PATTERNS, XGRAMMAR
+from typedlm.grammar.schema import find_refusals, prepare_schema
+from typedlm.grammar.schema.formats import LENGTHS, PATTERNS, STRICTER, XGRAMMAR
 from typedlm.grammar.spec import make_constraint
 
 CHECKER = jsonschema.Draft202012Validator.FORMAT_CHECKER
@@ -26,7 +26,7 @@ ALPHABET = {
     "date": "0123456789-", "time": "0123456789:.+-Zz", "date-time": "0123456789:.+-ZzTt",
     "duration": "PYMWDTHS0123456789.", "ipv4": "0123456789.", "ipv6": "0123456789abcdefABCDEF:.",
     "json-pointer": "/~01a", "relative-json-pointer": "/~01a#",
-    "uuid": "0123456789abcdefABCDEF-", "email": "ab@.-_+", "uri": "ab:/?#[]@%._~-09", "uri-reference": "ab:/?#[]@%._~-09 ",
+    "uuid": "0123456789abcdefABCDEF-", "email": "ab@.-_+", "hostname": "aZ09-._", "idn-hostname": "aZ09-._\u00e9", "idn-email": "ab@.-_+\u00e9", "uri": "ab:/?#[]@%._~-09", "uri-reference": "ab:/?#[]@%._~-09 ",
 }
 SEEDS = {
     "date": st.one_of(st.dates().map(datetime.date.isoformat),
@@ -42,12 +42,16 @@ SEEDS = {
     "json-pointer": st.sampled_from(["", "/a~0/b", "/~1", "/0/a"]),
     "relative-json-pointer": st.sampled_from(["0", "1/a", "2#", "10/~0"]),
     "uuid": st.uuids().map(str),
+    "idn-hostname": st.sampled_from(["example.com", "a", "a-b.c-d.e9", "xn--bcher-kva.example"]),
+    "idn-email": st.sampled_from(["a@b.co", "joe.bloggs@example.com", "\u00e9@b.co"]),
+    "hostname": st.sampled_from(["example.com", "a", "xn--bcher-kva.example.", "a-b.c-d.e9", "1.2.3.4",
+                                 "a" * 62 + ".b"]),
     "email": st.sampled_from(["a@b.co", "joe.bloggs@example.com", "a+b@c.org"]),
     "uri": st.sampled_from(["http://a.b/c?d#e", "urn:isbn:0451450523", "mailto:a@b.co", "ftp://x:1/y",
                             "http://[::1]:80/", "http://[v1.x]/", "http://[::ffff:1.2.3.4]/"]),
     "uri-reference": st.sampled_from(["http://a.b/c?d#e", "//x/y", "#f", "../a?b", "a:b", "", "/p%20q"]),
 }
-EXACT = set(PATTERNS) - {"duration"}
+EXACT = set(PATTERNS) - STRICTER
 CHECKER_BUGS = {  # the checker accepts, the suite (and RFC 3339) does not: Python's '$' before a final '\n'
     "date-time": lambda s: s.endswith("\n"), "time": lambda s: s.endswith("\n"),
     "uri": lambda s: s.endswith("\n") or _zero_in_literal(s),
@@ -100,7 +104,7 @@ def _accepts(grammars, fmt, text):
     return accepts(_COMPILED[fmt], json.dumps(text, ensure_ascii=False))
 
 
-@pytest.mark.parametrize("fmt", sorted(EXACT | XGRAMMAR | {"duration"}))
+@pytest.mark.parametrize("fmt", sorted(EXACT | XGRAMMAR | STRICTER))
 def test_format_grammar_agrees_with_the_checker(grammars, fmt):
     @SETTINGS
     @given(text=_mutated(fmt))
@@ -141,12 +145,30 @@ def test_unknown_formats_are_annotations_and_undecidable_ones_are_refused():
     from typedlm.errors import GrammarCompileError
 
     assert prepare_schema({"type": "string", "format": "binary"}) == {"type": "string"}  # Pydantic's bytes
-    with pytest.raises(GrammarCompileError, match="format 'hostname' is not checked exactly"):
-        prepare_schema({"type": "string", "format": "hostname"})
+    with pytest.raises(GrammarCompileError, match="format 'uri-template' is not checked exactly"):
+        prepare_schema({"type": "string", "format": "uri-template"})
     # a length the format implies is dropped; one it does not imply is refused
     assert prepare_schema({"type": "string", "format": "uri", "minLength": 1}) == \
         prepare_schema({"type": "string", "format": "uri"})
     with pytest.raises(GrammarCompileError, match="maxLength"):
         prepare_schema({"type": "string", "format": "uri", "maxLength": 2083})  # Pydantic's HttpUrl
-    # draft 4 knows no 'date' format: an annotation there
-    assert prepare_schema({"$schema": "http://json-schema.org/draft-04/schema#", "format": "date"}) == {}
+
+
+@pytest.mark.parametrize("draft,fmt,good,bad", [
+    ("http://json-schema.org/draft-04/schema#", "date", "2020-02-29", "2021-02-29"),
+    ("http://json-schema.org/draft-04/schema#", "uuid", "123e4567-e89b-12d3-a456-426614174000", "not-a-uuid"),
+    ("http://json-schema.org/draft-06/schema#", "time", "10:00:00Z", "25:00:00Z"),
+    ("http://json-schema.org/draft-07/schema#", "duration", "P1D", "1D"),
+])
+def test_formats_are_asserted_under_every_draft(grammars, draft, fmt, good, bad):
+    """Draft 4 defines no ``date`` (nor 6 ``time``, 7 ``duration``): the author still means one, so the
+    format is enforced there as under 2020-12, and enum values are judged with it too."""
+    from typedlm.bench.jsonschema_suite import accepts
+    from typedlm.grammar.spec import make_constraint
+
+    schema = {"$schema": draft, "type": "string", "format": fmt}
+    compiled, _ = grammars.compile(make_constraint(json_schema=schema, any_whitespace=False))
+    assert accepts(compiled, json.dumps(good)) and not accepts(compiled, json.dumps(bad))
+    assert prepare_schema({**schema, "enum": [good, bad]}) == {"enum": [good]}
+    iri = {"$schema": draft, "type": "string", "format": "iri"}  # known, not enforceable: refused, not ignored
+    assert find_refusals(iri)[0].keyword == "format"

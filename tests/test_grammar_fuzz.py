@@ -238,3 +238,51 @@ def test_patterns_match_exactly_what_the_regex_matches(grammars, rx, texts):
         return
     for t in texts:
         assert accepts(compiled, json.dumps(t)) == (re.fullmatch(rx, t) is not None), (rx, t)
+
+
+@SETTINGS
+@given(rx=SIMPLE_REGEX, anchored=st.booleans(), lo=st.integers(0, 3), span=st.one_of(st.none(), st.integers(0, 4)),
+       texts=st.lists(st.text('ab1"\\\n', max_size=6), min_size=6, max_size=6))
+def test_lengths_beside_a_pattern_are_exact(grammars, rx, anchored, lo, span, texts):
+    """Differential: minLength/maxLength beside a pattern (the automaton product of :mod:`strings`)
+    accept a string iff Python's re finds the pattern and its length is within the bounds; the texts
+    hold characters a JSON string must escape."""
+    import re
+
+    from typedlm.bench.jsonschema_suite import accepts
+
+    pattern = f"^{rx}$" if anchored else rx
+    hi = None if span is None else lo + span
+    schema = {"type": "string", "pattern": pattern, "minLength": lo, **({} if hi is None else {"maxLength": hi})}
+    compiled = _compile(grammars, json_schema=schema, strict=False, any_whitespace=False)
+    if compiled is None:
+        return
+    for t in texts:
+        ok = re.search(pattern, t) is not None and lo <= len(t) <= (len(t) if hi is None else hi)
+        assert accepts(compiled, json.dumps(t)) == ok, (schema, t)
+
+
+ECMA_ATOM = st.sampled_from(["a", "b", "[ab]", "[^a]", ".", "\\d", "\\w", "\\s", "\\D", "\\W", "\\S", "\\.", "\\t",
+                             "[a-c1]", "[^\\d\\s]", "[\\w.]", "\\x61", "\\u0062", " "])
+ECMA_REGEX = st.recursive(ECMA_ATOM, _regex_ext, max_leaves=5)
+BRANCH = st.tuples(st.booleans(), ECMA_REGEX, st.booleans()).map(lambda t: ("^" if t[0] else "") + t[1] +
+                                                                  ("$" if t[2] else ""))
+
+
+@SETTINGS
+@given(branches=st.lists(BRANCH, min_size=1, max_size=3),
+       texts=st.lists(st.text("ab1 _.\t", max_size=5), min_size=8, max_size=8))
+def test_ecma_patterns_are_searched_exactly(grammars, branches, texts):
+    """Differential against Python's re (search, as jsonschema does; on this alphabet ECMA-262 agrees):
+    classes and their escapes, {m,n}, groups, a top-level alternation whose branches carry their own
+    anchors."""
+    import re
+
+    from typedlm.bench.jsonschema_suite import accepts
+
+    pattern = "|".join(branches)
+    compiled = _compile(grammars, json_schema={"type": "string", "pattern": pattern}, strict=False,
+                        any_whitespace=False)
+    assert compiled is not None, pattern  # every such pattern is ECMA-regular: none is refused
+    for t in texts:
+        assert accepts(compiled, json.dumps(t)) == (re.search(pattern, t) is not None), (pattern, t)

@@ -5,19 +5,23 @@ finished output must validate).
 
 ``LAXER``: rows whose Pydantic JSON Schema accepts more than Pydantic does (the grammar enforces the
 schema exactly, so there the output is checked against the schema only). The README lists this table.
-``set[str]`` (uniqueItems over strings: not context-free) and ``HttpUrl`` (``maxLength: 2083`` beside
-``format: uri``) are refused, and tested as refused.
+``RELAXED``: ``set[str]`` (uniqueItems over strings: not context-free) and ``HttpUrl`` (``maxLength:
+2083`` beside ``format: uri``: a product automaton too large to compile fast) are refused by default,
+and with ``lenient=True`` (opt-in) compile as a superset with a ``RelaxedSchemaWarning``; the output is
+then validated against the original schema (``schema_valid``).
 """
 
 import datetime
 import decimal
 import enum
 import ipaddress
+import json
 import uuid
 from typing import Annotated, Literal, Optional, Union
 
 import pytest
-from pydantic import AnyUrl, BaseModel, Field, HttpUrl, conint, conlist, constr, confloat
+import jsonschema
+from pydantic import AnyHttpUrl, AnyUrl, BaseModel, Field, HttpUrl, conint, conlist, constr, confloat
 
 from typedlm.errors import GrammarCompileError
 from typedlm.generate import generate
@@ -30,7 +34,7 @@ LAXER = {
 }
 # a free URI never ends under a random-weight model: this row checks a written instance through the
 # compiled grammar instead of sampling
-NOT_SAMPLED = {"AnyUrl": '{"v":"https://example.com/a?b=1#c"}'}
+NOT_SAMPLED = {"AnyUrl": '{"v":"https://example.com/a?b=1#c"}', "AnyHttpUrl": '{"v":"http://example.com/x"}'}
 
 
 class Color(enum.Enum):
@@ -67,12 +71,13 @@ TABLE = {
     "nested model": Inner, "list[model]": conlist(Inner, max_length=2),
     "discriminated union": Annotated[Union[Cat, Dog], Field(discriminator="kind")],
     "constr": constr(min_length=2, max_length=5), "constr(pattern)": constr(pattern=r"^[a-z]{1,8}$"),
+    "constr(pattern, lengths)": constr(pattern=r"^[a-z]+$", min_length=2, max_length=6), "AnyHttpUrl": AnyHttpUrl,
     "conint": conint(ge=0, le=10), "conint(multiple_of)": conint(multiple_of=5, ge=0, le=100),
     "conint(multiple_of, ge)": conint(multiple_of=5, ge=3),
     "confloat": confloat(gt=0, lt=1), "list length bounds": conlist(int, min_length=1, max_length=3),
     "dict[str, int]": dict[str, int], "tuple[int, str]": tuple[int, constr(max_length=4)], "tuple[bool, ...]": tuple[bool, ...],
 }
-REFUSED = {"set[str]": (set[str], "uniqueItems"), "HttpUrl": (HttpUrl, "maxLength")}
+RELAXED = {"set[str]": (set[str], "uniqueItems"), "HttpUrl": (HttpUrl, "maxLength")}
 
 
 def _model(t):
@@ -106,9 +111,48 @@ def test_standard_type_compiles_and_samples_validate(tiny, name):
     assert finished, f"{name}: no seed finished within max_tokens"
 
 
-@pytest.mark.parametrize("name", sorted(REFUSED))
+@pytest.mark.parametrize("name", sorted(RELAXED))
 def test_unenforceable_standard_types_are_refused_by_keyword(tiny, name):
-    t, keyword = REFUSED[name]
+    t, keyword = RELAXED[name]
     with pytest.raises(GrammarCompileError) as e:
         generate("x", engine=tiny, json_schema=_model(t), max_tokens=4)
     assert e.value.keyword == keyword
+
+
+@pytest.mark.parametrize("name,good,superset", [("set[str]", '{"v":["a","b"]}', '{"v":["a","a"]}'),
+                                                ("HttpUrl", '{"v":"https://example.com/a"}', None)])
+def test_unenforceable_standard_types_relax_on_request(tiny, name, good, superset):
+    """lenient=True: a superset grammar (the refused keyword dropped, named in the warning)."""
+    from typedlm.bench.jsonschema_suite import accepts
+    from typedlm.grammar.relax import RelaxedSchemaWarning
+    from typedlm.grammar.spec import make_constraint
+
+    t, keyword = RELAXED[name]
+    model = _model(t)
+    with pytest.warns(RelaxedSchemaWarning, match=keyword):
+        compiled, _ = tiny.grammars.compile(make_constraint(json_schema=model, lenient=True, any_whitespace=False))
+    assert accepts(compiled, good)
+    model.model_validate_json(good)
+    if superset is not None:
+        assert accepts(compiled, superset)
+        assert not jsonschema.Draft202012Validator(model.model_json_schema()).is_valid(json.loads(superset))
+
+
+def test_relaxed_outputs_are_validated_against_the_original_schema(tiny):
+    """A set of short strings, relaxed: each finished output's ``schema_valid`` is jsonschema's verdict
+    on the original schema (duplicates: False), and Pydantic reads every one."""
+    from typedlm.grammar.relax import RelaxedSchemaWarning
+
+    model = _model(Annotated[set[constr(max_length=2)], Field(max_length=3)])
+    schema = model.model_json_schema()
+    finished = 0
+    for seed in SEEDS:
+        with pytest.warns(RelaxedSchemaWarning, match="uniqueItems"):
+            r = generate("x", engine=tiny, json_schema=model, lenient=True, seed=seed, max_tokens=48,
+                         any_whitespace=False)
+        if r.finish_reason != "stop":
+            continue
+        finished += 1
+        assert r.schema_valid == jsonschema.Draft202012Validator(schema).is_valid(json.loads(r.text))
+        model.model_validate_json(r.text)
+    assert finished, "no seed finished within max_tokens"

@@ -23,8 +23,8 @@ UNIQUE = {"type": "array", "uniqueItems": True}
      {"type": "object", "properties": {"a": {"type": "array"}}}),
     # in an if condition: if/then/else go together
     ({"type": "array", "if": UNIQUE, "then": {"minItems": 2}, "else": {"maxItems": 5}}, {"type": "array"}),
-    # a not over a pattern (not expressible): the not goes, the type stays
-    ({"type": "object", "properties": {"a": {"type": "string", "not": {"pattern": "a"}}}},
+    # a not over a format xgrammar checks (not expressible): the not goes, the type stays
+    ({"type": "object", "properties": {"a": {"type": "string", "not": {"format": "email"}}}},
      {"type": "object", "properties": {"a": {"type": "string"}}}),
     # $ref: the target is inlined at the use site; the definition itself is kept for other uses
     ({"$defs": {"x": UNIQUE}, "type": "object", "properties": {"a": {"$ref": "#/$defs/x"}}},
@@ -46,6 +46,7 @@ SCHEMAS = [
     {"anyOf": [{"if": UNIQUE, "then": {"maxItems": 2}}, {"type": "integer", "not": {"const": 2}}]},
     {"$defs": {"x": UNIQUE}, "properties": {"a": {"$ref": "#/$defs/x"}, "b": {"not": {"$ref": "#/$defs/x"}}}},
     {"type": "string", "minLength": 2, "pattern": "^a"},
+    {"type": "string", "maxLength": 3000, "pattern": "^a", "not": {"format": "email"}},
 ]
 
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from typedlm.errors import EmptySchemaError, GrammarCompileError
 from typedlm.grammar.schema import find_refusals, prepare_schema
-from typedlm.grammar.schema.refusal import rewrite_pattern
+from typedlm.grammar.schema.refusal import pattern_problem, rewrite_pattern
 
 CASES = [
     ("type split", {"maximum": 3}, "5", False),
@@ -150,6 +150,29 @@ CASES = [
     ("two contains", {"allOf": [{"contains": {"multipleOf": 2}}, {"contains": {"multipleOf": 3}}]}, "[2,9]", True),
     ("two contains", {"allOf": [{"contains": {"multipleOf": 2}}, {"contains": {"multipleOf": 3}}]}, "[2,4]", False),
     ("two contains", {"allOf": [{"contains": {"multipleOf": 2}}, {"contains": {"multipleOf": 3}}]}, "[6]", True),
+    ("lengths beside a pattern", {"type": "string", "pattern": "^[a-z]+$", "minLength": 2, "maxLength": 4},
+     '"abcde"', False),
+    ("lengths beside a pattern", {"type": "string", "pattern": "^[a-z]+$", "minLength": 2, "maxLength": 4},
+     '"a"', False),
+    ("lengths beside a pattern", {"type": "string", "pattern": "^[a-z]+$", "minLength": 2, "maxLength": 4},
+     '"abcd"', True),
+    ("lengths beside a pattern", {"type": "string", "pattern": "b", "maxLength": 3}, '"a\\"b"', True),
+    ("lengths beside a pattern", {"type": "string", "pattern": "b", "maxLength": 3}, '"a\\nb"', True),
+    ("lengths beside a pattern", {"type": "string", "pattern": "b", "maxLength": 3}, '"a\\n\\tb"', False),
+    ("not a pattern", {"type": "string", "not": {"pattern": "^a"}}, '"ab"', False),
+    ("not a pattern", {"type": "string", "not": {"pattern": "^a"}}, '"ba"', True),
+    ("two patterns", {"type": "string", "pattern": "a", "allOf": [{"pattern": "b$"}]}, '"xab"', True),
+    ("two patterns", {"type": "string", "pattern": "a", "allOf": [{"pattern": "b$"}]}, '"abx"', False),
+    ("oneOf overlapping patterns", {"oneOf": [{"type": "string", "pattern": "^a"}, {"type": "string", "pattern": "b$"}]},
+     '"ab"', False),
+    ("oneOf overlapping patterns", {"oneOf": [{"type": "string", "pattern": "^a"}, {"type": "string", "pattern": "b$"}]},
+     '"a"', True),
+    ("oneOf overlapping patterns", {"oneOf": [{"type": "string", "pattern": "^a"}, {"type": "string", "pattern": "b$"}]},
+     '"axb"', False),
+    ("oneOf overlapping patterns", {"oneOf": [{"type": "string", "pattern": "^a"}, {"type": "string", "pattern": "b$"}]},
+     '"ax"', True),
+    ("lengths beside a format", {"type": "string", "format": "ipv4", "maxLength": 9}, '"1.2.3.4"', True),
+    ("lengths beside a format", {"type": "string", "format": "ipv4", "maxLength": 9}, '"10.20.30.4"', False),
 ]
 
 
@@ -242,16 +265,22 @@ def test_pattern_rewrite():
     assert rewrite_pattern("^a.") == r"(a[^\n\r\u2028\u2029])[\s\S]*"
     assert rewrite_pattern("[.]") == r"[\s\S]*([.])[\s\S]*"
     assert rewrite_pattern("^(ab+)?c(d)??$") == "((ab+){0,1}c(d){0,1})"
-    for bad in ("(?=a)", r"\bx", r"\p{L}", "^a|b$", "a^b", r"(a)\1", "[]", "^(a|b|a{1,2})$"):
+    assert rewrite_pattern("^a|b$") == r"((a)[\s\S]*)|([\s\S]*(b))"  # each branch its own anchors
+    assert rewrite_pattern("^(a|b|a{1,2})$") == "((a|b|a{1,2}))"  # the grammar gets its automaton
+    for bad, why in (("(?=a)", "lookaround"), ("(?<!a)b", "lookaround"), (r"\bx", "word boundary"),
+                     (r"\p{L}", "property"), ("a^b", "anchor"), ("(^a|b)", "anchor"), (r"(a)\1", "backreference"),
+                     ("(?<n>a)", "named groups"), ("[]", "escape or class")):
         assert rewrite_pattern(bad) is None, bad
+        assert why in pattern_problem(bad), bad
 
 
 @pytest.mark.parametrize("schema,keyword,pointer", [
     ({"properties": {"a": {"contains": {"type": "string"}, "minContains": 5000}}}, "contains", "/properties/a"),
     ({"type": "string", "pattern": "(?=a)"}, "pattern", "/pattern"),
     ({"type": "string", "format": "iri-reference"}, "format", "/format"),
-    ({"type": "string", "pattern": "a", "maxLength": 3}, "maxLength", ""),
-    ({"not": {"type": "string", "pattern": "a"}}, "not", "/not"),
+    ({"type": "string", "pattern": "a", "maxLength": 3000}, "maxLength", ""),
+    ({"type": "string", "format": "email", "maxLength": 30}, "maxLength", ""),
+    ({"not": {"type": "string", "format": "email"}}, "not", "/not"),
     ({"$ref": "http://example.com/x.json"}, "$ref", "/$ref"),
     ({"items": {"$dynamicRef": "#x"}}, "$dynamicRef", "/items/$dynamicRef"),
     ({"type": "object", "patternProperties": {"a": {}, "b": {}, "c": {}, "d": {}, "e": {}}}, "patternProperties",

@@ -164,3 +164,19 @@ def test_files_and_engine_functions_stay_small():
     assert not big, big
     hot = [*(PKG / "runner").glob("*.py"), PKG / "generate" / "scheduler.py", PKG / "generate" / "sampler.py"]
     assert not [f for p in hot for f in long_functions(p, 80)]
+
+
+MAX_SCHEMA_CLASS_LINES = 300
+
+
+def test_no_large_class_in_the_schema_normalizer():
+    """grammar/schema/ stays readable: no class over 300 lines (the normalizer's roles live in their own
+    modules as plain functions, not in one growing mixin)."""
+    import ast
+
+    big = []
+    for f in sorted((ROOT / "typedlm" / "grammar" / "schema").glob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > MAX_SCHEMA_CLASS_LINES:
+                big.append(f"{f.name}:{node.name} ({node.end_lineno - node.lineno + 1} lines)")
+    assert not big, big

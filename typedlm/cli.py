@@ -19,6 +19,7 @@ from .bench import gen as bench_gen
 from .bench import grammar as bench_grammar
 from .bench import itl as bench_itl
 from .bench import jsonschema_suite as bench_jsonschema_suite
+from .bench import schema_compile as bench_schema_compile
 from .bench import jump_forward as bench_jump_forward
 from .bench import trust as bench_trust
 from .cliutil import EXIT_INCOMPLETE, fail, print_json, read_json, read_text, user_errors
@@ -196,6 +197,7 @@ def models_convert(ref: str = typer.Argument("default", help="default or a .gguf
 
 
 for _feature in (bench_grammar, bench_gen, bench_jump_forward, bench_decide, bench_itl, bench_jsonschema_suite,
+                 bench_schema_compile,
                  bench_trust, server_cli, decide_cli, eval_cli):
     _feature.register(app, bench_app)
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import threading
 import time
+import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
 
 import xgrammar as xgr
 
-from ..errors import GrammarCompileError
+from ..errors import EmptySchemaError, GrammarCompileError
+from .relax import NotRelaxable, RelaxedSchemaWarning, relax_schema
 from .schema import prepare_schema
 from .schema.ebnf import ebnf_literal, needs_grammar, to_ebnf
 from .spec import MAX_WHITESPACE, Constraint, canonical_json
@@ -68,6 +70,7 @@ class Grammars:
         self.max_entries = max_entries
         self._cache: OrderedDict[str, xgr.CompiledGrammar] = OrderedDict()
         self._lock = threading.Lock()
+        self._relaxed: dict[str, str] = {}  # lenient constraint key -> what was relaxed (warned on each compile)
         self.stats = CacheStats()
 
     @classmethod
@@ -78,7 +81,15 @@ class Grammars:
         return cls(info, schema_registry=schema_registry)
 
     def compile(self, c: Constraint) -> tuple[xgr.CompiledGrammar, float]:
-        """Compiled grammar and the seconds this call spent (≈0 on a cache hit)."""
+        """Compiled grammar and the seconds this call spent (≈0 on a cache hit); a lenient schema that
+        was relaxed warns (:class:`.relax.RelaxedSchemaWarning`) in the caller's thread."""
+        out = self._compile(c)
+        note = self._relaxed.get(c.key)
+        if note is not None:
+            warnings.warn(RelaxedSchemaWarning(note), stacklevel=2)
+        return out
+
+    def _compile(self, c: Constraint) -> tuple[xgr.CompiledGrammar, float]:
         if not grammar_enabled():
             raise GrammarDisabled(f"grammar compilation is disabled ({KILL_SWITCH}=0)")
         t0 = time.perf_counter()
@@ -95,7 +106,7 @@ class Grammars:
             self.stats.compile_seconds += dt
             self._cache[c.key] = compiled
             while len(self._cache) > self.max_entries:
-                self._cache.popitem(last=False)
+                self._relaxed.pop(self._cache.popitem(last=False)[0], None)
             self.stats.entries = len(self._cache)
         return compiled, dt
 
@@ -128,8 +139,7 @@ class Grammars:
     def _build(self, c: Constraint, deadline: float) -> xgr.CompiledGrammar:
         try:
             if c.kind in ("json_schema", "json_object"):
-                schema = prepare_schema(c.value, lenient=c.lenient, registry=self.schema_registry,
-                                        deadline=deadline) if c.kind == "json_schema" else c.value
+                schema = self._core_schema(c, deadline) if c.kind == "json_schema" else c.value
                 if c.kind == "json_schema" and needs_grammar(schema):
                     return self.compiler.compile_grammar(to_ebnf(
                         schema, any_whitespace=c.any_whitespace, strict=c.strict,
@@ -155,6 +165,26 @@ class Grammars:
         except Exception as e:  # xgrammar raises RuntimeError / ValueError / TypeError with a reason
             raise GrammarCompileError(f"{c.kind} does not compile: {_clean(e)}") from e
         raise GrammarCompileError(f"unknown constraint kind {c.kind!r}")
+
+
+    def _core_schema(self, c: Constraint, deadline: float) -> dict:
+        """The core form of a json_schema constraint. ``lenient``: where a keyword is refused, the
+        superset that drops only what must go (:func:`.relax.relax_schema`), with a
+        :class:`.relax.RelaxedSchemaWarning`; the output is still validated against the original
+        schema (``schema_valid``). A schema that cannot be relaxed is compiled as given."""
+        try:
+            return prepare_schema(c.value, registry=self.schema_registry, deadline=deadline)
+        except GrammarCompileError as e:
+            if not c.lenient or not e.keyword or isinstance(e, EmptySchemaError):
+                raise
+            try:
+                relaxed, done = relax_schema(c.value, self.schema_registry)
+            except NotRelaxable:
+                return c.value
+            places = "; ".join(f"{d['keyword']} at {d['pointer']}: {d['action']}" for d in done)
+            with self._lock:
+                self._relaxed[c.key] = f"json_schema partly enforced (the output is validated after): {places}"
+            return prepare_schema(relaxed, lenient=True, registry=self.schema_registry, deadline=deadline)
 
 
 def _checked_tag(node, lenient: bool, path: str = ""):

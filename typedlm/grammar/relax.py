@@ -36,6 +36,10 @@ _COMPANIONS = {"contains": ("contains", "minContains", "maxContains"),
                "if": ("if", "then", "else")}
 
 
+class RelaxedSchemaWarning(UserWarning):
+    """A lenient json_schema compiled as a superset: the refused keywords were dropped (listed)."""
+
+
 class NotRelaxable(Exception):
     """The refusal cannot be located in the schema (it stays a free-text degrade)."""
 

@@ -94,11 +94,13 @@ class Algebra:
         out = {}
         lows = [x.min_length for x in (a, b) if x.min_length is not None]
         highs = [x.max_length for x in (a, b) if x.max_length is not None]
-        for k in ("pattern", "format"):
-            vals = [getattr(x, k) for x in (a, b) if getattr(x, k) is not None]
-            if len(vals) == 2 and vals[0] != vals[1]:
-                raise Refuse(k, b.at or p, f"two different {k}s on one string cannot be intersected")
-            out[k] = vals[0] if vals else None
+        formats = [x.format for x in (a, b) if x.format is not None]
+        if len(formats) == 2 and formats[0] != formats[1]:
+            raise Refuse("format", b.at or p, "two different formats on one string cannot be intersected")
+        out["format"] = formats[0] if formats else None
+        patterns = list(dict.fromkeys(x for y in (a, b) for x in ((y.pattern,) if y.pattern else ()) + y.also))
+        out["pattern"], out["also"] = (patterns[0], tuple(patterns[1:])) if patterns else (None, ())
+        out["excluded"] = tuple(dict.fromkeys(a.excluded + b.excluded))
         return check_string(String(min_length=max(lows) if lows else None, max_length=min(highs) if highs else None,
                                    at=a.at or p, **out))
 
@@ -130,9 +132,8 @@ class Algebra:
         if a.patterns and b.patterns:
             raise Refuse("patternProperties", a.at or p, "two patternProperties cannot be intersected")
         props = {}
-        for name in list(a.properties) + list(b.properties):
-            if name not in props:
-                props[name] = self.intersect(self.prop_schema(a, name), self.prop_schema(b, name), p, kw)
+        for name in key_order(a, b):
+            props[name] = self.intersect(self.prop_schema(a, name), self.prop_schema(b, name), p, kw)
         patterns = None
         for x, y in ((a, b), (b, a)):
             if x.patterns:
@@ -146,7 +147,8 @@ class Algebra:
             max_props=min(highs) if highs else None, names=names or None, at=a.at or p,
             evaluated_names=a.evaluated_names | b.evaluated_names,
             evaluated_patterns=tuple(dict.fromkeys(a.evaluated_patterns + b.evaluated_patterns)),
-            evaluated_all=a.evaluated_all or b.evaluated_all, partial=a.partial or b.partial))
+            evaluated_all=a.evaluated_all or b.evaluated_all, partial=a.partial or b.partial,
+            implied=frozenset(n for n in props if n not in listed(a) and n not in listed(b))))
 
     def complement(self, d, p, kw) -> list:
         out = any_()
@@ -225,16 +227,31 @@ class Algebra:
                 out += [Array(contains=((c, 0, mn - 1),), at=q)] if mn > 0 else []
                 out += [Array(contains=((c, mx + 1, None),), at=q)] if mx is not None else []
             return out
+        if isinstance(b, String) and k in ("pattern", "also"):  # matches one of them not
+            return [String(excluded=(x,), at=q) for x in ((b.pattern,) if k == "pattern" else b.also)]
+        if isinstance(b, String) and k == "excluded":  # matches one of them
+            return [String(pattern=x, at=q) for x in b.excluded]
         if isinstance(b, Object) and k == "required":
-            return [Object(properties={r: []}, at=q) for r in b.required]
+            return [Object(properties={r: []}, at=q, implied=frozenset([r])) for r in b.required]
         if isinstance(b, Object) and k == "properties":
             out = []
             for name, d in b.properties.items():
                 if name in b.required or d != any_():  # required: present and ¬S (¬required covers absent)
                     neg = self.complement(d, p, kw)
-                    out += [Object(properties={name: neg}, required=(name,), at=q)] if neg else []
+                    out += [Object(properties={name: neg}, required=(name,), at=q, implied=frozenset([name]))] if neg else []
             return out
         raise Refuse(kw, p, f"the complement of '{KEYWORD.get(k, k)}' on {b.type}s cannot be enforced")
+
+
+def listed(b) -> list[str]:
+    """The property names object branch ``b`` lists itself (not only through ``required``), in order."""
+    return [n for n in b.properties if n not in b.implied]
+
+
+def key_order(a, b) -> list[str]:
+    """Property names of ``a`` ∧ ``b`` in the order the schema wrote them: the names ``a`` lists, then
+    those ``b`` lists, then names known only from ``required`` (an intersection never moves a key)."""
+    return list(dict.fromkeys(listed(a) + listed(b) + list(a.properties) + list(b.properties)))
 
 
 def whole_match(core):
@@ -252,7 +269,8 @@ def whole_match(core):
             out[k] = {f"^(?:{pat})\\Z": whole_match(x) for pat, x in v.items()}
         elif k in ("properties", "$defs", "x-typedlm-contains"):
             out[k] = {name: whole_match(x) for name, x in v.items()}
-        elif k in ("anyOf", "allOf", "prefixItems", "items", "additionalProperties", "contains", "propertyNames"):
+        elif k in ("anyOf", "allOf", "prefixItems", "items", "additionalProperties", "contains", "propertyNames",
+                   "not"):
             out[k] = whole_match(v)
         else:
             out[k] = v
@@ -317,10 +335,10 @@ def fix_int(b):
 
 
 def check_string(b):
-    if (b.pattern or b.format) and (b.min_length is not None or b.max_length is not None):
+    if b.format and (b.min_length is not None or b.max_length is not None):
         kw = "minLength" if b.min_length is not None else "maxLength"
-        raise Refuse(kw, b.at, f"{kw} beside pattern/format is not enforced by the grammar")
-    if b.pattern and b.format:
+        raise Refuse(kw, b.at, f"{kw} beside format {b.format!r} is not enforced by the grammar")
+    if (b.pattern or b.excluded) and b.format:
         raise Refuse("format", b.at, "format beside pattern is not enforced by the grammar")
     if (b.min_length or 0) > (math.inf if b.max_length is None else b.max_length):
         return None

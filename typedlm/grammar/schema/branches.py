@@ -56,9 +56,11 @@ class Number:
 class String:
     min_length: int | None = None
     max_length: int | None = None
-    pattern: str | None = None
+    pattern: str | None = None  # whole-match regexes (refusal.rewrite_pattern output)
     format: str | None = None
     at: str = ""
+    also: tuple = ()  # further patterns the string matches too (an intersection)
+    excluded: tuple = ()  # patterns the string does not match (a complement)
     type = "string"
 
 
@@ -90,17 +92,18 @@ class Object:
     evaluated_patterns: tuple = ()
     evaluated_all: bool = False
     partial: bool = False
+    implied: frozenset = frozenset()  # names in properties only because required lists them (they go last)
     type = "object"
 
 
 TYPED = (Scalar, Number, String, Array, Object)
 BOOKKEEPING = {"at", "integer", "type", "evaluated", "contained", "partial", "evaluated_names",
-               "evaluated_patterns", "evaluated_all"}
+               "evaluated_patterns", "evaluated_all", "implied"}
 KEYWORD = {"lo": "minimum", "hi": "maximum", "multiple_of": "multipleOf", "not_multiple_of": "multipleOf",
            "frac": "type", "min_length": "minLength", "max_length": "maxLength", "prefix": "prefixItems",
            "min_items": "minItems", "max_items": "maxItems", "patterns": "patternProperties",
            "additional": "additionalProperties", "min_props": "minProperties", "max_props": "maxProperties",
-           "names": "propertyNames"}  # field -> the JSON Schema keyword it holds
+           "names": "propertyNames", "also": "pattern", "excluded": "pattern"}  # field -> the JSON Schema keyword it holds
 
 
 def keywords(b) -> list[str]:

@@ -14,6 +14,8 @@ grammar needs and xgrammar's JSON Schema subset cannot say:
   :mod:`.keys`), each with its value schema.
 - ``x-typedlm-residues``: integers by remainder (``multipleOf`` beside bounds, or its complement).
 - ``x-typedlm-fraction``: non-integral numbers.
+- ``x-typedlm-string``: a pattern beside ``minLength``/``maxLength`` (:mod:`.strings`): the pattern's
+  automaton times a length counter.
 
 When no node carries one, the schema goes to ``compile_json_schema`` as before. Otherwise each such node
 is replaced by a placeholder string constant and its sub-schemas are moved to ``$defs``; xgrammar
@@ -30,8 +32,9 @@ import re
 import secrets
 
 from ...errors import GrammarCompileError
+from .strings import product
 
-PRIVATE = ("x-typedlm-contains", "x-typedlm-fraction", "x-typedlm-object", "x-typedlm-residues")
+PRIVATE = ("x-typedlm-contains", "x-typedlm-fraction", "x-typedlm-object", "x-typedlm-residues", "x-typedlm-string")
 # A non-integral number: below 1e9 in magnitude, 1 to 6 decimals, the last one not 0. At most 15
 # digits in all, so that a double (how jsonschema, Python and JavaScript read JSON numbers) holds it
 # exactly enough to be non-integral too ("1.00000000000000001" reads as 1.0). Stricter than the
@@ -149,6 +152,8 @@ class _Builder:
             return self.residues(node["x-typedlm-residues"])
         if "x-typedlm-fraction" in node:
             return self.hole("typedlm_fraction", FRACTION)
+        if "x-typedlm-string" in node:
+            return self.string(node["x-typedlm-string"])
         return {k: (v if k in ("enum", "const") else self.walk(v)) for k, v in node.items()}
 
     def hole(self, rule: str, body: str | None = None) -> dict:
@@ -221,6 +226,19 @@ class _Builder:
                 self.rules.append(f"{rule}_{i}_{started} ::= " + " | ".join(f"({a})" for a in alts))
         self.rules.append(f'{rule} ::= "{{" {self.ws} {rule}_0_0 {self.ws} "}}"')
         return {"const": self.holes[rule]}
+
+    def string(self, spec) -> dict:
+        """A string value: the pattern automaton times the length counter (:func:`.strings.product`)."""
+        start, moves = product(spec)
+        if start is None:
+            raise GrammarCompileError("internal: an empty string language reached the grammar emitter")
+        rule = f"typedlm_string_{_letters(len(self.holes))}"
+        names = {st: f"{rule}_{i}" for i, st in enumerate(moves)}
+        for st, (end, out) in moves.items():
+            alts = (['""'] if end else []) + [f"{cls} {names[nx]}" for cls, nx in out]
+            self.rules.append(f"{names[st]} ::= " + " | ".join(f"({a})" for a in alts))
+        self.rules.append(f'{rule} ::= "\\"" {names[start]} "\\""')
+        return self.hole(rule)
 
     def contains(self, node) -> dict:
         spec = node["x-typedlm-contains"]

@@ -11,9 +11,12 @@ from .branches import NOTHING, Array, Enum, Number, Object, Ref, String, any_, i
 from .ebnf import contains_automaton
 from .keys import TooLarge, anything as any_key, lengths as key_lengths, names as key_names
 from .keys import pattern as key_pattern, spec as key_spec
-from .refusal import TYPES, Refuse, rewrite_pattern
+from .refusal import TYPES, Refuse, rewrite_pattern, xgrammar_safe
+from .formats import PATTERNS
+from .strings import TooLarge as LengthsTooLarge, length_spec
 
 MAX_ENUM = 256  # multipleOf between bounds: the most values it is enumerated as
+FORMAT_REGEXES = frozenset(PATTERNS.values())
 MAX_MODULUS = 1000  # integers by residue (a multipleOf complement): one grammar rule per residue
 
 
@@ -91,8 +94,10 @@ class Emitter:
                 if x.format is not None:
                     raise Refuse("propertyNames", q, f"format {x.format!r} on property names is not enforced")
                 f = key_lengths(x.min_length or 0, x.max_length)
-                if x.pattern is not None:
-                    f = f & key_pattern(x.pattern)
+                for rx in ((x.pattern,) if x.pattern is not None else ()) + x.also:
+                    f = f & key_pattern(rx)
+                for rx in x.excluded:
+                    f = f & key_pattern(rx).everythingbut()
             else:
                 continue
             if f is not None:
@@ -145,8 +150,7 @@ class Emitter:
             return self.emit_number(b)
         out = {"type": b.type}
         if isinstance(b, String):
-            out.update({k: v for k, v in (("minLength", b.min_length), ("maxLength", b.max_length),
-                                          ("pattern", b.pattern), ("format", b.format)) if v is not None})
+            return emit_string(b)
         elif isinstance(b, Array):
             pre = list(b.prefix or [])
             mx = b.max_items
@@ -170,7 +174,8 @@ class Emitter:
             props, pats = b.properties, b.patterns or {}
             # measured: xgrammar lets any extra key through beside properties and patternProperties; it
             # mishandles names that need JSON escapes; one pattern alone it enforces
-            if len(pats) > 1 or (props and pats) or b.names is not None or any(map(needs_escape, props)):
+            if len(pats) > 1 or (props and pats) or b.names is not None or any(map(needs_escape, props)) \
+                    or not all(xgrammar_safe(rewrite_pattern(pat)) for pat in pats):
                 classes = self.key_classes(b)
                 if classes is None:
                     return None
@@ -245,3 +250,35 @@ class Emitter:
         out["x-typedlm-residues"] = {"modulus": modulus, "residues": sorted(good), "values": values, "pos": pos,
                                      "neg": neg}
         return out
+
+
+def emit_string(b: String) -> dict | None:
+    """A string branch. Patterns go to the grammar as their automaton (:mod:`.strings`: exact, JSON
+    escapes included, lengths counted, several patterns intersected, excluded ones complemented) —
+    required beside lengths or several patterns; else a format's regex, or a pattern whose automaton
+    is too large, stays xgrammar's ``pattern``."""
+    out = {"type": "string", **{k: v for k, v in (("minLength", b.min_length), ("maxLength", b.max_length),
+                                                 ("pattern", b.pattern), ("format", b.format)) if v is not None}}
+    if b.also:
+        out["allOf"] = [{"pattern": x} for x in b.also]
+    if b.excluded:
+        out["not"] = {"anyOf": [{"pattern": x} for x in b.excluded]}
+    patterns = ((b.pattern,) if b.pattern is not None else ()) + b.also
+    counted = b.min_length is not None or b.max_length is not None
+    must = b.also or b.excluded or (counted and patterns)
+    if not must and (b.pattern is None or b.pattern in FORMAT_REGEXES):
+        return out
+    try:
+        spec = length_spec(patterns, b.excluded, b.min_length or 0, b.max_length)
+    except LengthsTooLarge as e:
+        if must:
+            kw = "pattern" if b.also or b.excluded else "maxLength" if b.max_length is not None else "minLength"
+            raise Refuse(kw, b.at, str(e)) from None
+        if not xgrammar_safe(b.pattern):
+            raise Refuse("pattern", b.at, f"{e}; xgrammar's own regex engine misreads an alternation beside "
+                                          "a {m,n} range") from None
+        return out
+    if spec is None:
+        return None
+    out["x-typedlm-string"] = spec
+    return out

@@ -1,12 +1,13 @@
 """``format`` as an exact regular language, checked against jsonschema's format checker.
 
-A format is *known* when the draft's jsonschema ``FORMAT_CHECKER`` decides it (its optional
-dependencies are runtime dependencies: ``jsonschema[format-nongpl]``); an unknown format (Pydantic's
-``binary``, ``password``, ...) is an annotation, ignored as the validator ignores it. A known format
+A format is *known* when any draft's jsonschema ``FORMAT_CHECKER`` decides it (its optional
+dependencies are runtime dependencies: ``jsonschema[format-nongpl]``), and it is asserted under every
+draft, including those that do not define it (``date`` or ``uuid`` in a draft-04 schema: the author
+means a date); an unknown format (Pydantic's ``binary``, ``password``, ...) is an annotation, ignored
+as the validator ignores it. A known format
 is enforced by a whole-match regex (:data:`PATTERNS`), or by xgrammar's own format grammar
-(:data:`XGRAMMAR`), or refused (``hostname``: a 253-character limit over 63-character labels is
-regular but far too large; ``idn-*``, ``iri*``, ``uri-template``, ``regex``: not regular or not decided
-exactly).
+(:data:`XGRAMMAR`), or refused (``iri*``: rfc3987-syntax rejects some URIs (``http://[::1]:80/``), so
+the URI grammar is no subset; ``uri-template``, ``regex``: not regular or not decided exactly).
 
 Exactness (``tests/test_formats.py``, hypothesis through the compiled grammar, generated strings and
 near misses): ``date``, ``time``, ``date-time``, ``ipv4``, ``ipv6``, ``json-pointer``,
@@ -14,10 +15,12 @@ near misses): ``date``, ``time``, ``date-time``, ``ipv4``, ``ipv6``, ``json-poin
 the grammar accepts a string iff the checker does, except the checker accepting a trailing newline
 (Python's ``$``) on ``date-time``/``time``/``uri*`` and leading zeros in an IPv4 part inside an IPv6
 literal of a ``uri*``, which the suite calls invalid.
-``duration`` (RFC 3339 appendix A), ``email``, ``uuid`` (xgrammar's grammars): every accepted string
-is accepted by the checker (and the suite), but the checker also takes some the grammar does not
-(isoduration's fractions and signs, an ``@`` anywhere, UUIDs with extra dashes): stricter, never
-looser.
+``duration`` (RFC 3339 appendix A), ``email``, ``uuid`` (xgrammar's grammars), ``hostname`` (at most
+4 labels of at most 62 characters; the checker allows 253 characters of 63-character labels, a
+language whose exact grammar is far too large): every accepted string is accepted by the checker (and
+the suite), but the checker also takes some the grammar does not (isoduration's fractions and signs,
+an ``@`` anywhere, UUIDs with extra dashes, longer host names): stricter, never looser. So are
+``idn-hostname`` (the ASCII lower-case host names) and ``idn-email`` (xgrammar's email) (:data:`STRICTER`).
 
 Every pattern is written with ``{0,1}`` instead of ``(...)?``: measured, xgrammar 0.2.9 compiles
 ``(ab+)?`` as if ``a?b*`` (the duration pattern accepted ``P1Y2M3DT4H5M6``).
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import re
 
+import jsonschema
 import rfc3986_validator
 
 _YEAR = "([0-9]{3}[1-9]|[0-9]{2}[1-9][0-9]|[0-9][1-9][0-9]{2}|[1-9][0-9]{3})"  # Python's date: no year 0
@@ -72,6 +76,13 @@ def _rfc3986(rx: str) -> str:
     return _ipv6().join([_from_verbose(head)] + [_from_verbose(r) for r in rest])
 
 _URI = _rfc3986(rfc3986_validator.URI_RE)
+# RFC 1123 host names as the checker (fqdn) reads them: labels of letters, digits and inner hyphens, at
+# most 253 characters in all. Written with at most 4 labels of at most 62 characters (251 in all), so
+# no length has to be counted; no "--" in a label's 3rd and 4th place (IDNA A-labels, which the suite
+# checks further) and no trailing dot (the suite rejects it): stricter than the checker, never looser.
+_AN, _AH = "[A-Za-z0-9]", "[-A-Za-z0-9]"
+_LABEL = f"{_AN}({_AN}|{_AH}({_AN}({_AH}{{0,58}}{_AN}){{0,1}}|-{_AN}({_AH}{{0,57}}{_AN}){{0,1}})){{0,1}}"
+_LOWER_LABEL = _LABEL.replace("A-Z", "")  # idna: an upper-case letter is not a valid code point
 
 PATTERNS = {
     "date": _DATE,
@@ -84,16 +95,35 @@ PATTERNS = {
     "relative-json-pointer": f"(0|[1-9][0-9]*)(#|{_POINTER})",
     "uri": _URI,
     "uri-reference": f"({_URI}|{_rfc3986(rfc3986_validator.RELATIVE_REF_RE)})",
+    "hostname": f"({_LABEL}\\.){{0,3}}{_LABEL}",
+    "idn-hostname": f"({_LOWER_LABEL}\\.){{0,3}}{_LOWER_LABEL}",  # a stricter subset: ASCII host names
 }
+STRICTER = {"duration", "hostname", "idn-hostname"}  # regexes: accepted => checker accepts
 # the shortest and longest string of each format (None: unbounded); a minLength/maxLength that these
 # already imply is dropped beside the format (tests/test_formats.py checks every accepted string)
 LENGTHS = {"date": (10, 10), "time": (9, None), "date-time": (20, None), "duration": (3, None),
            "ipv4": (7, 15), "ipv6": (2, 45), "uuid": (36, 36), "uri": (2, None), "email": (3, None),
-           "uri-reference": (0, None)}
-XGRAMMAR = {"email", "uuid"}  # xgrammar's own format grammars: accepted => checker accepts
+           "uri-reference": (0, None), "hostname": (1, 251), "idn-hostname": (1, 251)}
+XGRAMMAR = {"email", "uuid", "idn-email"}  # xgrammar's own format grammars: accepted => checker accepts
+XGRAMMAR_NAME = {"idn-email": "email"}  # the checker decides idn-email as email (an '@'): xgrammar's email
 NOT_EXACT = "is not checked exactly by the grammar"
 
 
-def known(name: str, draft) -> bool:
-    """Whether the draft's jsonschema format checker decides ``name`` (else: an annotation)."""
-    return name in draft.validator.FORMAT_CHECKER.checkers
+def _every_drafts_checker() -> jsonschema.FormatChecker:
+    """One format checker deciding every format any draft's jsonschema checker decides (draft 2020-12's
+    definition where drafts differ)."""
+    out = jsonschema.FormatChecker(formats=())
+    for cls in (jsonschema.Draft4Validator, jsonschema.Draft6Validator, jsonschema.Draft7Validator,
+                jsonschema.Draft201909Validator, jsonschema.Draft202012Validator):
+        out.checkers.update(cls.FORMAT_CHECKER.checkers)
+    return out
+
+
+# Formats are asserted under every draft: an author of a draft-04 schema who writes ``format: date``
+# (which draft 4 does not define) means a date, so typedlm enforces it, and judges instances with it.
+FORMAT_CHECKER = _every_drafts_checker()
+
+
+def known(name: str) -> bool:
+    """Whether ``name`` is a format typedlm asserts (any draft's checker decides it); else an annotation."""
+    return name in FORMAT_CHECKER.checkers

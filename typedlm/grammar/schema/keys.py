@@ -32,18 +32,39 @@ def _parse(regex: str):
         raise TooLarge(f"the regex {regex!r} cannot be analysed: {e}") from None
 
 
+# ECMA-262 \s (WhiteSpace and LineTerminator); interegular's own \s is ASCII only
+_ECMA_SPACE = "\\x09\\x0a\\x0b\\x0c\\x0d\\x20\\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+
+
 def pattern(regex: str):
     """Whole-match regex (``refusal.rewrite_pattern`` output) -> automaton. interegular reads no
-    ``\\uXXXX``: those become ``\\xHH`` or the character itself."""
-    out, i = [], 0
+    ``\\uXXXX``: those become ``\\xHH`` or the character itself; ``\\s``/``\\S`` get ECMA-262's set
+    (``\\d``, ``\\w`` are ASCII in both)."""
+    out, i, in_class = [], 0, False
     while i < len(regex):
+        two = regex[i:i + 2]
         if regex[i] == "\\" and regex.startswith("u", i + 1) and re.fullmatch(r"[0-9a-fA-F]{4}", regex[i + 2:i + 6]):
             c = chr(int(regex[i + 2:i + 6], 16))
             out.append(f"\\x{ord(c):02x}" if ord(c) < 0x100 else c)
             i += 6
+            continue
+        if two == "\\s":
+            out.append(_ECMA_SPACE if in_class else f"[{_ECMA_SPACE}]")
+        elif two == "\\S" and not in_class:
+            out.append(f"[^{_ECMA_SPACE}]")
+        elif two == "\\S" and not regex.startswith("[\\s\\S]", i - 3):
+            raise TooLarge(f"the regex {regex!r} cannot be analysed: \\S inside a character class")
+        elif regex[i] == "\\":
+            out.append(two)
         else:
-            out.append(regex[i:i + 2] if regex[i] == "\\" else regex[i])
-            i += 2 if regex[i] == "\\" else 1
+            if in_class:
+                in_class = regex[i] != "]"
+            elif regex[i] == "[":
+                in_class = not regex.startswith("[]", i) and not regex.startswith("[^]", i)
+            out.append(regex[i])
+            i += 1
+            continue
+        i += 2
     return _parse("".join(out))
 
 
@@ -87,9 +108,24 @@ def _cls(chars, negate: bool = False) -> str:
     return ("[^" if negate else "[") + "".join(parts) + "]"
 
 
-def spec(f) -> dict | None:
+# JSON's short escapes; every other control character is written \u00XX
+_SHORT = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escaped(chars) -> list[str]:
+    """EBNF literals writing each character of ``chars`` (all in :data:`_UNSAFE`) as its JSON escape."""
+    out = []
+    for c in sorted(chars):
+        text = _SHORT.get(c, f"\\u{ord(c):04x}")
+        out.append('"' + "".join(f"\\U{ord(x):08X}" for x in text) + '"')
+    return out
+
+
+def spec(f, escape: bool = False) -> dict | None:
     """``{"initial", "finals", "edges": [[state, EBNF character class(es), state]]}`` over JSON-safe
-    characters, dead states dropped; None when the language (so restricted) is empty."""
+    characters, dead states dropped; None when the language (so restricted) is empty. ``escape``: the
+    characters a JSON string cannot hold raw (``"``, ``\\``, controls) are kept, written as their JSON
+    escapes (a string value's exact language; keys leave them out)."""
     f = check(f)
     other = interegular.fsm.anything_else
     explicit = {c for c in f.alphabet._symbol_mapping if c is not other}
@@ -105,6 +141,8 @@ def spec(f) -> dict | None:
             alts.append(_cls(safe))
         if other in chars:
             alts.append(_cls(explicit | _UNSAFE, negate=True))
+        if escape:
+            alts += _escaped({c for c in chars if c in _UNSAFE} | (_UNSAFE - explicit if other in chars else set()))
         if alts:
             edges.append((s, alts[0] if len(alts) == 1 else "(" + " | ".join(alts) + ")", nxt))
     live = set(f.finals)

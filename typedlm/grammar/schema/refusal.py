@@ -39,21 +39,33 @@ def ptr(parent: str, *parts) -> str:
     return parent + "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
 
 
-_LOOKAROUND = re.compile(r"\(\?[=!<]")
+_LOOKAROUND = re.compile(r"\(\?<?[=!]")
 # escapes whose ECMA-262 meaning xgrammar shares: classes, controls, hex/unicode, escaped punctuation
 _OK_ESCAPE = re.compile(r"\\(?:[dDwWsStnrfv]|x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|[^A-Za-z0-9])")
+_NUL = re.compile(r"\\0(?![0-9])")  # ECMA \0: the NUL character
 # ECMA-262 '.' matches anything but a line terminator; xgrammar's '.' also matches U+2028/U+2029
 ECMA_DOT = r"[^\n\r\u2028\u2029]"
+ANY = r"[\s\S]*"
+_PROBLEMS = ((_LOOKAROUND, "lookaround is not a regular language"),
+             (re.compile(r"\\[1-9]|\\k<"), "a backreference is not a regular language"),
+             (re.compile(r"\\[bB]"), "a word boundary (\\b, \\B) is not enforced"),
+             (re.compile(r"\\[pP]\{"), "Unicode property escapes (\\p{..}) are not enforced"),
+             (re.compile(r"\(\?(?!:)"), "named groups and inline flags are not enforced"))
 
 
-def _scan(body: str) -> tuple[str, bool, bool] | None:
-    """One pass over a regex: (body with '.' made ECMA-exact, has unescaped ^/$, has top-level '|').
-    None when it uses an escape or construct whose meaning we cannot keep exactly."""
-    out, i, depth, in_class, anchors, alt = [], 0, 0, False, False, False
-    any_alt, ranges = False, False
+def _scan(body: str) -> tuple[str, bool, list[int]] | None:
+    """One pass over a regex: (body with '.' made ECMA-exact and ``(..)?`` as ``(..){0,1}``, has an
+    unescaped ^/$, the offsets of its top-level '|'). None when it uses an escape or construct whose
+    meaning we cannot keep exactly."""
+    out, i, depth, in_class, anchors, alts = [], 0, 0, False, False, []
     while i < len(body):
         ch = body[i]
         if ch == "\\":
+            m = _NUL.match(body, i)
+            if m:
+                out.append("\\x00")
+                i = m.end()
+                continue
             m = _OK_ESCAPE.match(body, i)
             if not m:
                 return None
@@ -78,11 +90,8 @@ def _scan(body: str) -> tuple[str, bool, bool] | None:
                 out.append("){0,1}")
                 i += 3 if body.startswith("??", i + 1) else 2
                 continue
-        elif ch == "|":
-            alt, any_alt = alt or depth == 0, True
-        elif ch == "{":
-            m = re.match(r"\{(\d+)(,(\d*))?\}", body[i:])
-            ranges = ranges or bool(m and m.group(2) is not None and m.group(3) != m.group(1))
+        elif ch == "|" and depth == 0:
+            alts.append(len(out))
         elif ch in "^$":
             anchors = True
         elif ch == ".":
@@ -91,26 +100,75 @@ def _scan(body: str) -> tuple[str, bool, bool] | None:
             continue
         out.append(ch)
         i += 1
-    if any_alt and ranges:
-        # measured: xgrammar 0.2.9 compiles "^(a|b|a{1,2})$" so that it accepts "ba"
-        return None
-    return "".join(out), anchors, alt
+    return "".join(out), anchors, alts
+
+
+def _branch(body: str) -> str | None:
+    """One top-level alternative of a pattern, searched: the whole-match regex of the strings that
+    contain a match, its own ``^``/``$`` kept as anchors at its ends."""
+    start = body.startswith("^")
+    body = body[1:] if start else body
+    end = body.endswith("$") and not body.endswith("\\$")
+    body = body[:-1] if end else body
+    scanned = _scan(body)
+    if scanned is None or scanned[1] or scanned[2]:
+        return None  # an anchor inside (not at a branch's ends)
+    return ("" if start else ANY) + f"({scanned[0]})" + ("" if end else ANY)
 
 
 def rewrite_pattern(p: str) -> str | None:
     """JSON Schema ``pattern`` searches (ECMA-262); xgrammar matches the whole string. Return the
-    whole-match regex accepting exactly the strings that contain a match, or None when we cannot."""
+    whole-match regex accepting exactly the strings that contain a match, or None when we cannot
+    (:func:`pattern_problem` says why). A top-level alternation is searched branch by branch, each
+    with its own anchors (``^a|b$``: starts with a, or ends with b)."""
     if not isinstance(p, str) or _LOOKAROUND.search(p):
         return None
-    start = p.startswith("^")
-    body = p[1:] if start else p
-    end = body.endswith("$") and not body.endswith("\\$")
-    body = body[:-1] if end else body
-    scanned = _scan(body)
+    scanned = _scan(p)
     if scanned is None:
         return None
-    body, anchors, alt = scanned
-    if anchors or (alt and (start or end)):
-        return None  # an anchor inside, or one that binds to a single branch
-    any_ = r"[\s\S]*"
-    return ("" if start else any_) + f"({body})" + ("" if end else any_)
+    if not scanned[2]:
+        return _branch(p)
+    # split the original text at its top-level '|' (the scan's offsets are into its output)
+    parts, depth, in_class, i, last = [], 0, False, 0, 0
+    while i < len(p):
+        ch = p[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = ch != "]"
+        elif ch == "[":
+            in_class = True
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "|" and depth == 0:
+            parts.append(p[last:i])
+            last = i + 1
+        i += 1
+    parts.append(p[last:])
+    branches = [_branch(x) for x in parts]
+    if any(b is None for b in branches):
+        return None
+    return "|".join(f"({b})" for b in branches)
+
+
+def pattern_problem(p) -> str:
+    """Why :func:`rewrite_pattern` cannot keep ``p`` exactly, in words."""
+    if not isinstance(p, str):
+        return "pattern must be a string"
+    for rx, why in _PROBLEMS:
+        if rx.search(p):
+            return why
+    if re.search(r"(?<!\\)[\^$]", p):
+        return "an anchor (^, $) inside a group or mid-pattern is not enforced"
+    return "an escape or class whose ECMA-262 meaning is not kept"
+
+
+def xgrammar_safe(rx: str) -> bool:
+    """Whether xgrammar's own regex engine reads whole-match regex ``rx`` right. Measured: xgrammar
+    0.2.9 compiles "^(a|b|a{1,2})$" so that it accepts "ba" (an alternation beside a range)."""
+    ranges = any(m.group(2) is not None and m.group(3) != m.group(1)
+                 for m in re.finditer(r"\{(\d+)(,(\d*))?\}", rx))
+    return not (ranges and "|" in rx)

@@ -28,7 +28,13 @@ keyword and its JSON pointer. The rewrites (each pinned by tests/test_schema_rew
 - ``multipleOf``: integral divisors on integers (a number multiple of an integer is an integer);
   beside bounds: the values near a bound listed, the unbounded side by a remainder automaton.
 - integer bounds: made whole (``minimum: 1.5`` -> ``2``; exclusive bounds made inclusive).
-- ``pattern`` / ``patternProperties``: search semantics and ECMA ``.`` (see refusal.rewrite_pattern).
+- ``pattern`` / ``patternProperties``: search semantics, ECMA ``.`` and ``\\s``, anchors per top-level
+  alternative (see refusal.rewrite_pattern); a string's patterns go to the grammar as automata
+  (:mod:`.strings`): ``minLength``/``maxLength`` beside a pattern or format regex (a length counter),
+  several patterns (intersection), ``not`` over a pattern (complement).
+- key order: properties in the order the schema wrote them (``$ref``/``allOf`` members in order); a
+  name known only from ``required`` after the listed ones (``algebra.key_order``).
+- formats: asserted under every draft (``formats.FORMAT_CHECKER``).
 - ``uniqueItems`` over a finite array space (positions that are enums/booleans/null, bounded
   length): the enum of every array of distinct values; on arrays of at most one item: dropped.
 - ``contains``/``minContains``/``maxContains`` (up to 3 per array): items split into classes by the
@@ -56,6 +62,7 @@ from .algebra import Algebra
 from .build import Builder
 from .drafts import draft_of
 from .emit import Emitter
+from .formats import FORMAT_CHECKER
 from .refusal import Refusal, Refuse
 
 INTERNAL = "the schema could not be analysed (a typedlm bug; please report it)"
@@ -80,7 +87,7 @@ class Normalizer(Builder, Algebra, Emitter):
         # the draft's validator judges the user's schema objects; the 2020-12 one judges core forms
         self.validators = {}
         self.core_validator = jsonschema.Draft202012Validator(
-            {}, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+            {}, format_checker=FORMAT_CHECKER)
         self.memo: dict[int, list] = {}  # $ref target (by identity) -> branches
         self.active: set[int] = set()
         self.cyclic: set[int] = set()
@@ -114,7 +121,7 @@ class Normalizer(Builder, Algebra, Emitter):
             v = self.validators.get(self.draft.name)
             if v is None:
                 v = self.validators[self.draft.name] = self.draft.validator(
-                    {}, registry=self.registry, format_checker=self.draft.validator.FORMAT_CHECKER)
+                    {}, registry=self.registry, format_checker=FORMAT_CHECKER)
             return v.evolve(schema=schema, _resolver=self.res).is_valid(value)
         except Exception as e:  # unresolvable $ref, bad regex, ...
             raise Refuse("$ref" if "ref" in type(e).__name__.lower() else "(schema)", p,
