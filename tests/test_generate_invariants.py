@@ -201,3 +201,12 @@ def test_result_keys(tiny):
 def test_prompt_longer_than_context_is_refused(tiny):
     with pytest.raises(TypedLMError, match="context"):
         generate("word " * (tiny.max_context + 10), engine=tiny, max_tokens=1)
+
+
+def test_schema_valid_asserts_formats_under_every_draft():
+    """A draft-04 ``format: date`` is enforced by the grammar, so the final check asserts it too."""
+    from typedlm.generate.result import check_schema
+
+    schema = {"$schema": "http://json-schema.org/draft-04/schema#", "type": "string", "format": "date"}
+    assert check_schema('"2024-02-30x"', schema)[0] is False
+    assert check_schema('"2024-02-28"', schema)[0] is True

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import jsonschema
 
+from ..grammar.schema.formats import FORMAT_CHECKER
 from .sequence import Sequence
 
 
@@ -50,14 +51,15 @@ class GenerationResult:
 
 def check_schema(text: str, schema: dict) -> tuple[bool, list[str]]:
     """Validate generated text against a JSON Schema (the draft its ``$schema`` names, default
-    2020-12; formats asserted with that draft's format checker). Returns (valid, reasons)."""
+    2020-12; every known format asserted under every draft, as the grammar enforces them:
+    :data:`typedlm.grammar.schema.formats.FORMAT_CHECKER`). Returns (valid, reasons)."""
     try:
         instance = json.loads(text)
     except ValueError as e:
         return False, [f"not JSON: {e}"]
     try:
         cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-        validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
+        validator = cls(schema, format_checker=FORMAT_CHECKER)
         errors = sorted(validator.iter_errors(instance), key=lambda e: list(e.absolute_path))
     except Exception as e:  # noqa: BLE001 - a schema jsonschema cannot evaluate is reported, not raised
         return False, [f"schema cannot be checked: {e}"]
