@@ -12,7 +12,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import TypedLMError
-from .constraints import MultiVar, ScalarVar, constrained_fields, solve, unconstrained
+from .constraints import constrained_fields
+from .solver import MultiVar, ScalarVar, solve, unconstrained
 from .multi import reconcile
 from .plan import NONE_OF_ABOVE, Plan
 

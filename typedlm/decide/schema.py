@@ -17,7 +17,8 @@ from typing import Any
 
 from ..errors import SchemaError
 from ..grammar.spec import canonical_json
-from .constraints import MARKERS, check as check_constraints, merge_specs, parse_cross, parse_field_constraints
+from .constraints import check as check_constraints, parse_cross, parse_field_constraints
+from .terms import MARKERS, merge_specs
 from .depends import waves
 
 FIELD_TYPES = ("boolean", "enum", "multi")
