@@ -14,8 +14,9 @@ from typedlm.decide import solver as S
 from typedlm.decide import terms as C
 from typedlm.decide.constraints import constrained_fields
 from typedlm.decide import decide, decide_many
-from typedlm.decide.api import plan_for
-from typedlm.decide.result import QuestionScore, field_results
+from typedlm.decide.api import plan_for, settle
+from typedlm.decide.options import DecideOptions
+from typedlm.decide.result import QuestionScore
 from typedlm.decide.schema import DecisionSchema, SchemaError
 
 
@@ -307,8 +308,9 @@ def test_constrained_fields_abstain_on_the_same_rule(tiny):
     for _ in range(300):
         scores = _random_scores(plan, rng)
         t = rng.choice([0.05, 0.2, 0.4])
-        got = field_results(plan, scores, abstain_below_margin=t)
-        free = field_results(free_plan, scores, abstain_below_margin=t)
+        opts = DecideOptions(abstain_below_margin=t)
+        got = settle(plan, scores, opts)[1]
+        free = settle(free_plan, scores, opts)[1]
         solver = {n: _key(sch[n], got[n].solver_value) for n in got}
         for n, r in got.items():
             assert (r.reason == "abstain") == (free[n].reason == "abstain") == (r.margin < t)

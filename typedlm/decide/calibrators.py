@@ -21,7 +21,8 @@ import math
 import numpy as np
 from pydantic import BaseModel
 
-from .calibration import LOG_FLOOR, SCALAR_KINDS, FieldCalibration, _log_sigmoid, _log_softmax, ece
+from .calibration import LOG_FLOOR, SCALAR_KINDS, FieldCalibration, ece
+from .logmath import log_sigmoid, log_softmax
 
 FOLDS = 5
 T_MAX = 50.0  # the largest temperature fitted (scores with no information get the flattest allowed)
@@ -72,13 +73,13 @@ def field_points(examples: list[Example], field: str, ftype: str, fc: FieldCalib
     if ftype == "multi":
         z, y = _multi_data(examples, field)
         for zi, yi in zip(z, y):  # the yes/no decision's confidence, as the eval harness bins it
-            p = math.exp(_log_sigmoid(fc.a * zi + fc.b if fc else zi))
+            p = math.exp(log_sigmoid(fc.a * zi + fc.b if fc else zi))
             conf.append(max(p, 1 - p))
             ok.append(1.0 if (p >= 0.5) == bool(yi) else 0.0)
         return conf, ok
     _keys, logits, gold = _scalar_data(examples, field)
     for r, g in zip(logits, gold):
-        p = np.exp(fc.log_probs(r) if fc else _log_softmax(list(r)))
+        p = np.exp(fc.log_probs(r) if fc else log_softmax(list(r)))
         conf.append(float(p.max()))
         ok.append(1.0 if int(p.argmax()) == g else 0.0)
     return conf, ok
@@ -259,7 +260,7 @@ def evaluate(examples: list[Example], types: dict[str, str], fields: dict[str, F
         per[name] = {"ece": ece(c, k), "n": len(c)}
         if ftype != "multi":
             _keys, x, gold = _scalar_data(examples, name)
-            lp = [fc.log_probs(r) if fc else _log_softmax(list(r)) for r in x]
+            lp = [fc.log_probs(r) if fc else log_softmax(list(r)) for r in x]
             per[name]["nll"] = float(-np.mean([p[g] for p, g in zip(lp, gold)])) if len(gold) else float("nan")
         allc += c
         allk += k

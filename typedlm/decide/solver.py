@@ -221,12 +221,6 @@ def solve(scalars: list[ScalarVar], multis: list[MultiVar], cross: Iterable = ()
     return out
 
 
-def unconstrained(scalars: list[ScalarVar], multis: list[MultiVar]) -> dict[str, Any]:
-    """The same objective's winner without any constraint (what ``constraint_changed`` compares with)."""
-    free = [MultiVar(m.name, m.options, m.ly, m.ln, m.count) for m in multis]
-    return solve(scalars, free, ())
-
-
 def score(scalars: list[ScalarVar], multis: list[MultiVar], assignment: dict) -> float:
     """The objective of a full assignment (tests, and the brute-force reference)."""
     t = 0.0

@@ -27,7 +27,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..decide.prior import DEFAULT_PRIOR
 from ..decide.result import RECORD_KEYS
 from ..decide.schema import DecisionSchema
 from ..errors import TypedLMError
@@ -83,21 +82,31 @@ def permuted_schema(schema: dict, case_id: str) -> tuple[dict, dict]:
 
 
 class ParallelTrack:
+    """``decide_many`` with one :class:`DecideOptions` (its ``scoring`` is the mode). The runner gives it the
+    cases of a chunk at once (:meth:`answer_many`): one ``decide_many`` call, so ``prior="batch"`` takes each
+    chunk's own prior."""
     name = "parallel"
 
-    def __init__(self, engine, mode: str = "labels", prior: str = DEFAULT_PRIOR):
-        self.engine, self.mode, self.prior = engine, mode, prior
+    def __init__(self, engine, options):
+        self.engine, self.options = engine, options
+        self.mode = options.scoring
 
-    def config(self) -> dict:  # the prior is part of the settings: a resumed run with another prior is refused
-        return {"track": self.name, "mode": self.mode, "prior": self.prior}
+    def config(self) -> dict:  # prior and bundle are settings: a resumed run with others is refused
+        cal = self.options.calibration
+        return {"track": self.name, "mode": self.mode, "prior": self.options.prior,
+                "calibration": cal.id if cal is not None else None}
 
     def answer(self, schema_dict: dict, context: str) -> list[FieldAnswer]:
+        return self.answer_many(schema_dict, [context])[0]
+
+    def answer_many(self, schema_dict: dict, contexts: list[str]) -> list[list[FieldAnswer]]:
         from ..decide.api import decide_many
 
         schema = DecisionSchema.from_dict(schema_dict)
         t0 = time.perf_counter()
-        d = decide_many(schema, [context], engine=self.engine, scoring=self.mode, prior=self.prior)[0]
-        return decision_answers(schema, d, time.perf_counter() - t0)
+        ds = decide_many(schema, contexts, self.options, engine=self.engine)
+        dt = (time.perf_counter() - t0) / len(contexts)
+        return [decision_answers(schema, d, dt) for d in ds]
 
 
 def decision_answers(schema: DecisionSchema, d, latency_s: float) -> list[FieldAnswer]:
