@@ -29,6 +29,7 @@ from .calibration import SCALAR_KINDS, CalibrationBundle
 from .calibrators import Example, evaluate, fit_fields
 from .plan import Plan
 from .prompt import PROMPT_VERSION, prompt_hash
+from .logmath import log_softmax
 from .options import DecideOptions
 from .result import Decision, QuestionScore, finish_decision
 
@@ -164,12 +165,15 @@ def examples(plan: Plan, cases: list[Case], scores: list[list[QuestionScore]]) -
     out = []
     for c, sc in zip(cases, scores):
         fields: dict = {}
+        counts: dict = {}
         for q, s in zip(plan.questions, sc):
             if q.kind == "scalar":
                 fields[q.field] = dict(zip(q.keys, s.log_scores))
             elif q.kind == "option":
                 fields.setdefault(q.field, {})[q.option] = s.log_scores[0]
-        out.append(Example(scores=fields, gold={k: c.gold.get(k) for k in fields}))
+            else:
+                counts[q.field] = list(log_softmax(s.log_scores))
+        out.append(Example(scores=fields, gold={k: c.gold.get(k) for k in fields}, counts=counts))
     return out
 
 

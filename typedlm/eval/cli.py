@@ -157,7 +157,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
 
                 tracks += [ParallelTrack(engine, DecideOptions.make(opts, scoring=m)) for m in mode_list]
                 for t in tracks:  # a bundle made for another model / prompt / scoring / prior: exit 2 now
-                    prepare(cases[0].schema, [cases[0].context], t.options, engine=engine)
+                    prepare(cases[0].schema, [c.context for c in cases[:2]], t.options, engine=engine)
             if "naive_local" in names:
                 tracks.append(NaiveTrack(engine))
             if "openai" in names:
