@@ -210,3 +210,50 @@ def test_eval_calibration_and_batch_prior_on_the_tiny_model(tiny, tiny_dir, tmp_
         assert row["probabilities"] == pytest.approx(d.fields["tone"].probabilities, abs=1e-4)
     report = json.loads((out / "run.json").read_text())
     assert report["chunk"] == 3 and report["tracks"][0]["prior"] == "batch"
+
+
+EXAMPLES = [{"context": "Markets fell after the budget speech.", "labels": {"topics": ["business", "politics"]}},
+            {"context": "The striker scored twice.", "labels": {"topics": ["sport"]}}]
+
+
+def test_examples_are_in_the_shared_prefix_and_the_prompt_hash(tiny):
+    from typedlm.decide.prompt import prompt_hash, prompt_ids, render_user
+    from typedlm.errors import SchemaError
+
+    with_ex = plan_for({**MULTI, "examples": EXAMPLES}, tiny)
+    plain = plan_for(MULTI, tiny)
+    text = render_user(with_ex, "New phones were shown.")
+    assert text.index("Markets fell") < text.index("The striker") < text.index("New phones")
+    assert '"topics":{"business":true,"entertainment":false,"politics":true,"sport":false,"tech":false}' in text
+    assert render_user(plain, "x") == render_user(plan_for(MULTI, tiny), "x") and "Example" not in render_user(plain, "x")
+    assert prompt_hash(with_ex) != prompt_hash(plain)
+    # the examples sit in the prefix every context shares: decide_many prefills them once
+    ctxs = ["New phones were shown.", "The minister resigned."]
+    a, b = (prompt_ids(tiny, with_ex, c) for c in ctxs)
+    common = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+    ex_end = len(tiny.tokenizer.encode(text[:text.index("The text is between")], add_special_tokens=False))
+    assert common >= ex_end - 2  # the whole examples block is in the common prefix (template tokens aside)
+    ds = decide_many({**MULTI, "examples": EXAMPLES}, ctxs, engine=tiny, prior="none")
+    assert ds[0].usage["shared_prefix_tokens"] >= ex_end - 2
+    one = decide_many({**MULTI, "examples": EXAMPLES}, ctxs[1:], engine=tiny, prior="none")[0]
+    assert one.fields["topics"].probabilities == pytest.approx(ds[1].fields["topics"].probabilities, abs=1e-4)
+    rec = ds[0].to_dict()["prompt"]
+    assert rec["version"] == PROMPT_VERSION and rec["examples"] == 2 and rec["examples_hash"]
+    assert rec["hash"] == prompt_hash(with_ex)
+    assert decide_many(MULTI, ctxs[:1], engine=tiny, prior="none")[0].prompt["examples"] == 0
+    with pytest.raises(SchemaError, match=r"examples\[0\]: label \['weather'\] is not a value of field 'topics'"):
+        plan_for({**MULTI, "examples": [{"context": "x", "labels": {"topics": ["weather"]}}]}, tiny)
+
+
+def test_examples_from_a_pydantic_model(tiny):
+    from typing import Literal
+
+    from pydantic import BaseModel, ConfigDict
+
+    class Topics(BaseModel):
+        model_config = ConfigDict(json_schema_extra={"examples": [
+            {"context": "The striker scored twice.", "labels": {"topic": "sport"}}]})
+        topic: Literal["business", "sport"]
+
+    plan = plan_for(Topics, tiny)
+    assert plan.schema.examples == (("The striker scored twice.", (("topic", "sport"),)),)

@@ -25,7 +25,7 @@ from .joint import pins, solve_fields
 from .options import DecideOptions
 from .plan import DEFAULT_SCORING, NONE_OF_ABOVE, Plan, get_plan
 from .prior import adjust, check_mode as check_prior, fingerprint, mean_log_probs, neutral as neutral_prior
-from .prompt import PROMPT_VERSION, prompt_ids
+from .prompt import PROMPT_VERSION, prompt_ids, prompt_record
 from .result import Decision, field_results, finish_decision
 from .schema import DecisionSchema
 from .score import DEFAULT_BUDGET_BYTES, resolve_packing
@@ -146,14 +146,14 @@ def run(job: Job, *, engine: Engine | None = None, budget_bytes: int = DEFAULT_B
                 chosen, got = _constraints_and_result(job, final[i], fixed[i], records[i])
                 values[i].update({name: got[name].value for name in wave})
                 fixed[i].update(pins(plan, chosen, wave))
-    out = []
+    out, record = [], prompt_record(plan)
     for i, ids in enumerate(job.prompts):
         _chosen, fields = _constraints_and_result(job, final[i], fixed[i], records[i])
         prefill_s, scoring_s = sum(r.prefill_s for r in runs[i]), sum(r.scoring_s for r in runs[i])
         timings = {"compile": compile_s, "prefill": prefill_s, "scoring": scoring_s,
                    "total": compile_s + prefill_s + scoring_s}
         usage = {"prompt_tokens": len(ids), **merged_usage([r.stats.as_dict() for r in runs[i]])}
-        out.append(finish_decision(plan, fields, timings=timings, usage=usage, model=engine.name))
+        out.append(finish_decision(plan, fields, timings=timings, usage=usage, model=engine.name, prompt=record))
         compile_s = 0.0
     return out
 

@@ -28,7 +28,7 @@ from .batches import score_prompts
 from .calibration import SCALAR_KINDS, CalibrationBundle
 from .calibrators import Example, evaluate, fit_fields
 from .plan import Plan
-from .prompt import PROMPT_VERSION, prompt_hash
+from .prompt import PROMPT_VERSION, prompt_hash, prompt_record
 from .logmath import log_softmax
 from .options import DecideOptions
 from .result import Decision, QuestionScore, finish_decision
@@ -201,13 +201,14 @@ def fit_bundle(engine: Engine, plan: Plan, fit_cases: list[Case], test_cases: li
 def decisions(plan: Plan, cases: list[Case], scores: list[list[QuestionScore]], engine_name: str, prior: str,
               bundle: CalibrationBundle | None = None) -> list[Decision]:
     """The decisions ``decide`` would return from these (prior-corrected) scores, through the one finalizer."""
-    out = []
+    out, record = [], prompt_record(plan)
     opts = DecideOptions(scoring=plan.scoring, allow_none_of_above=plan.none_of_above, prior=prior, calibration=bundle)
     for c, sc in zip(cases, scores):
         if bundle is not None:
             sc = bundle.apply(plan, sc)
         rec = {f.name: {"prior": prior, **(bundle.record(f.name) if bundle else {})} for f in plan.schema.fields}
         _chosen, fields = settle(plan, sc, opts, records=rec)
-        out.append(finish_decision(plan, fields, timings={"total": c.latency_s}, usage={}, model=engine_name))
+        out.append(finish_decision(plan, fields, timings={"total": c.latency_s}, usage={}, model=engine_name,
+                                   prompt=record))
     return out
 

@@ -20,7 +20,7 @@ from .plan import NONE_OF_ABOVE, Plan
 TOLERANCE = 0.05  # nats: the one tolerance for batch-shape noise (batched vs one-row-at-a-time scoring)
 FIELD_KEYS = ("value", "probability", "probabilities", "alternatives", "margin", "legal_mass", "reason",
               "score_source", "temperature", "calibrator", "prior", "constraint_changed", "solver_value", "given")
-DECISION_KEYS = ("value", "fields", "timings", "usage", "scoring", "model", "summary")
+DECISION_KEYS = ("value", "fields", "timings", "usage", "scoring", "model", "prompt", "summary")
 SCORE_SOURCES = ("batched", "rescored_one_row", "dependency")
 RECORD_KEYS = ("score_source", "temperature", "calibrator", "prior", "constraint_changed", "solver_value",
                "given")  # the semantics record
@@ -89,6 +89,7 @@ class Decision:
     usage: dict  # prompt_tokens, scored_tokens, rows, passes, oom_retries, chunk_rows, packing
     scoring: str
     model: str
+    prompt: dict  # version, hash, examples (count), examples_hash: the prompt the numbers were scored on
 
     def value_dict(self) -> dict:
         return {name: f.value for name, f in self.fields.items()}
@@ -100,7 +101,7 @@ class Decision:
     def to_dict(self) -> dict:
         return {"value": self.value_dict(), "fields": {n: f.to_dict() for n, f in self.fields.items()},
                 "timings": self.timings, "usage": self.usage, "scoring": self.scoring, "model": self.model,
-                "summary": self.summary()}
+                "prompt": self.prompt, "summary": self.summary()}
 
 
 def format_value(v: Any) -> str:
@@ -170,11 +171,13 @@ def _multi(plan: Plan, f, qs: list[int], scores: list[QuestionScore], selected: 
                        reason, log_yes, count_probs, **record)
 
 
-def finish_decision(plan: Plan, fields: dict[str, FieldResult], *, timings: dict, usage: dict,
-                    model: str) -> Decision:
-    """The one finalizer: field results -> Decision with the value validated (Pydantic instance or dict)."""
+def finish_decision(plan: Plan, fields: dict[str, FieldResult], *, timings: dict, usage: dict, model: str,
+                    prompt: dict) -> Decision:
+    """The one finalizer: field results -> Decision with the value validated (Pydantic instance or dict);
+    ``prompt``: ``prompt.prompt_record(plan)``."""
     value = _validate(plan, {n: r.value for n, r in fields.items()})
-    return Decision(value=value, fields=fields, timings=timings, usage=usage, scoring=plan.scoring, model=model)
+    return Decision(value=value, fields=fields, timings=timings, usage=usage, scoring=plan.scoring, model=model,
+                    prompt=prompt)
 
 
 def field_results(plan: Plan, scores: list[QuestionScore], chosen: dict, free: dict, *,

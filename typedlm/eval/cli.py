@@ -78,6 +78,16 @@ def prompt_hashes(tracks, schema_dict: dict, engine) -> dict:
     return out
 
 
+def with_examples(cases, train, k: int):
+    """``cases`` with the ``train`` cases added to each schema as few-shot examples (``--examples K``)."""
+    from dataclasses import replace
+
+    if k < 0 or len(train) < k:
+        fail(f"--examples {k}: the train split has {len(train)} cases")
+    ex = [{"context": c.context, "labels": c.labels} for c in train]
+    return [replace(c, schema={**c.schema, "examples": ex}) for c in cases]
+
+
 def load_cases(data: str):
     from .cases import read_cases
     from .datasets import DATASETS, load
@@ -100,6 +110,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                                        "decided in one decide_many call takes its own prior; needs --no-flip)"),
         calibration: Optional[Path] = typer.Option(None, "--calibration",
                                                    help="parallel track: apply this bundle (typedlm calibrate)"),
+        examples: int = typer.Option(0, "--examples", help="few-shot: add the first K train-split cases (seeded "
+                                     "order) to every case's schema as examples (rendered in the shared prefix)"),
         chunk: Optional[int] = typer.Option(None, "--chunk", help="cases per decide_many call (default 8; "
                                             f"{BATCH_CHUNK} with --prior batch)"),
         limit: Optional[int] = typer.Option(None, "--limit", help="first N cases of the split (fixed seeded order)"),
@@ -145,6 +157,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             cases = select(all_cases, split, limit)
             if not cases:
                 fail(f"no cases in split {split!r} of {dataset}")
+            if examples:
+                cases = with_examples(cases, select(all_cases, "train", examples), examples)
             engine = None
             tracks: list = []
             if "parallel" in names or "naive_local" in names:
@@ -168,7 +182,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                         "model": engine.name if engine else None,
                         "model_sha256": model_sha256(engine) if engine else None,
                         "prompts": prompt_hashes(tracks, cases[0].schema, engine) if engine else None,
-                        "chunk": chunk}
+                        "chunk": chunk, "examples": examples}
             run = Run(out, manifest, tracks, provenance=provenance())
             out.mkdir(parents=True, exist_ok=True)
             signal.signal(signal.SIGTERM, _interrupt)  # `kill PID` stops as cleanly as Ctrl-C

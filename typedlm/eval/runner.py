@@ -57,7 +57,7 @@ PREDICTION_KEYS = ("run_id", "track", "mode", "case_id", "group_id", "dataset", 
                    "choices", "gold", "pred", "probabilities", "scores", "correct", "legal_mass", "latency_s",
                    "case_latency_s", "permutation", "truncated", "violation", "error", "record")
 MANIFEST_COMPARED = ("dataset", "data_sha256", "split", "limit", "cases", "tracks", "flip", "model",
-                     "model_sha256", "prompts", "chunk")
+                     "model_sha256", "prompts", "chunk", "examples")
 
 
 class RunError(TypedLMError):
