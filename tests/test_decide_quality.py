@@ -225,7 +225,7 @@ def test_examples_are_in_the_shared_prefix_and_the_prompt_hash(tiny):
     text = render_user(with_ex, "New phones were shown.")
     assert text.index("Markets fell") < text.index("The striker") < text.index("New phones")
     assert '"topics":{"business":true,"entertainment":false,"politics":true,"sport":false,"tech":false}' in text
-    assert render_user(plain, "x") == render_user(plan_for(MULTI, tiny), "x") and "Example" not in render_user(plain, "x")
+    assert "Example" not in render_user(plain, "x")
     assert prompt_hash(with_ex) != prompt_hash(plain)
     # the examples sit in the prefix every context shares: decide_many prefills them once
     ctxs = ["New phones were shown.", "The minister resigned."]

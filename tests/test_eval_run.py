@@ -250,7 +250,7 @@ def test_sigkill_mid_run_then_resume_every_case_exactly_once(tiny_dir, tmp_path)
 @pytest.mark.parametrize("args,needle", [
     (["--data", "CASES", "--track", "parallel,magic"], "unknown track(s) ['magic']"),
     (["--data", "CASES", "--track", "openai"], "needs --base-url"),
-    (["--data", "imdb"], "--data must be one of bbc, tweets, bbc-multi or a cases .jsonl file"),
+    (["--data", "imdb"], "--data must be one of bbc, tweets, bbc-multi, news-comments or a cases .jsonl file"),
     (["--data", "CASES", "--limit", "0"], "--limit must be at least 1"),
     (["--data", "CASES", "--modes", "fast"], "--modes must be a comma list"),
     (["--data", "CASES", "--prior", "batch"], "--prior batch needs --no-flip"),

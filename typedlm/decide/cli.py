@@ -88,16 +88,6 @@ def _decide_file(sch, path: Path, output: Optional[Path], opts, *, model, device
             sink.close()
 
 
-def cli_options(**given):
-    """DecideOptions from CLI flags (``None`` = the option's default); a bad value exits 2 naming the flag."""
-    from .options import DecideOptions, OptionsError
-
-    try:
-        return DecideOptions.make(**{k: v for k, v in given.items() if v is not None})
-    except OptionsError as e:
-        fail(str(e))
-
-
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     @app.command()
     def decide(
@@ -122,14 +112,15 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     ):
         """Decide every field of a schema about a context: one prefill, all candidates scored in batch."""
         from . import presets as presets_mod
+        from .options import DecideOptions
 
         if list_presets:
             for n in presets_mod.names():
                 typer.echo(f"{n}\t{presets_mod.load(n)['description']}")
             return
         with user_errors():
-            opts = cli_options(scoring=scoring, allow_none_of_above=none_of_above, abstain_below_margin=abstain_below,
-                               prior=prior, calibration=calibration)
+            opts = DecideOptions.from_flags(scoring=scoring, allow_none_of_above=none_of_above,
+                                            abstain_below_margin=abstain_below, prior=prior, calibration=calibration)
             sch, examples = _schema_from(schema, preset)
             if input_file is not None:
                 if context is not None or context_file is not None:

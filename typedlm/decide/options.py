@@ -23,6 +23,10 @@ from .prior import DEFAULT_PRIOR
 from .score import DEFAULT_PACKING
 
 
+FLAGS = {"scoring": "--scoring", "allow_none_of_above": "--none-of-above", "abstain_below_margin": "--abstain-below",
+         "prior": "--prior", "calibration": "--calibration", "packing": "--packing"}  # CLI names of the options
+
+
 class OptionsError(TypedLMError):
     """A decide option has a value it cannot take (the message names the option)."""
 
@@ -37,7 +41,13 @@ class DecideOptions(BaseModel):
     packing: Literal["auto", "packed", "expand", "fused"] = DEFAULT_PACKING
 
     @classmethod
-    def make(cls, options: "DecideOptions | None" = None, **overrides) -> "DecideOptions":
+    def from_flags(cls, **given) -> "DecideOptions":
+        """From CLI flags (``None``: the option's default); errors name the flag (``--abstain-below: ...``)."""
+        return cls.make(names=FLAGS, **{k: v for k, v in given.items() if v is not None})
+
+    @classmethod
+    def make(cls, options: "DecideOptions | None" = None, *, names: dict | None = None,
+             **overrides) -> "DecideOptions":
         """``options`` with ``overrides`` applied (keyword arguments of ``decide``); ``calibration`` may be a
         bundle, its dict, its JSON text or a path. Raises :class:`OptionsError` naming the bad option."""
         if options is not None and not isinstance(options, DecideOptions):
@@ -51,5 +61,9 @@ class DecideOptions(BaseModel):
         try:
             return cls(**values)
         except ValidationError as e:
-            raise OptionsError("bad decide option: " + "; ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or 'options'}: {err['msg']}" for err in e.errors())) from e
+            def where(loc) -> str:
+                key = ".".join(str(p) for p in loc) or "options"
+                return (names or {}).get(key, key)
+
+            raise OptionsError(("" if names else "bad decide option: ") + "; ".join(
+                f"{where(err['loc'])}: {err['msg']}" for err in e.errors())) from e

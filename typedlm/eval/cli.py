@@ -150,9 +150,9 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         if limit is not None and limit < 1:
             fail(f"--limit must be at least 1, got {limit}")
         with user_errors():
-            from ..decide.cli import cli_options
+            from ..decide.options import DecideOptions
 
-            opts = cli_options(prior=prior, calibration=calibration)
+            opts = DecideOptions.from_flags(prior=prior, calibration=calibration)
             dataset, all_cases = load_cases(data)
             cases = select(all_cases, split, limit)
             if not cases:
@@ -167,7 +167,6 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                 engine = load_engine(model, device=device, progress=not quiet)
             if "parallel" in names:
                 from ..decide.api import prepare
-                from ..decide.options import DecideOptions
 
                 tracks += [ParallelTrack(engine, DecideOptions.make(opts, scoring=m)) for m in mode_list]
                 for t in tracks:  # a bundle made for another model / prompt / scoring / prior: exit 2 now
