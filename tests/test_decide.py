@@ -118,8 +118,12 @@ def test_bad_input(tiny):
         decide(SCHEMA, "  ", engine=tiny)
     with pytest.raises(TypedLMError, match="context is"):
         decide(SCHEMA, "word " * 5000, engine=tiny)
-    with pytest.raises(TypedLMError, match="scoring must be one of"):
+    with pytest.raises(TypedLMError, match="scoring: Input should be 'labels' or 'slots'"):
         decide(SCHEMA, CTX, engine=tiny, scoring="fast")
+    with pytest.raises(TypedLMError, match="abstain_below_margin"):
+        decide(SCHEMA, CTX, engine=tiny, abstain_below_margin=2.0)
+    with pytest.raises(TypedLMError, match="temperature: Extra inputs are not permitted"):
+        decide(SCHEMA, CTX, engine=tiny, temperature=0.5)  # not an option: named, never ignored
 
 
 def _oom_engine(tiny, oom_limit: int) -> Engine:

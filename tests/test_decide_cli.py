@@ -40,11 +40,11 @@ def test_decide_preset_table(tiny_dir):
     (["--context", "x"], "give exactly one of --schema FILE or --preset NAME"),
     (["--preset", "nope", "--context", "x"], "no preset 'nope'"),
     (["--schema", "SCHEMA"], "give --context TEXT or --context-file FILE"),
-    (["--schema", "SCHEMA", "--context", "x", "--scoring", "fast"], "--scoring must be one of"),
+    (["--schema", "SCHEMA", "--context", "x", "--scoring", "fast"], "--scoring: Input should be 'labels' or 'slots'"),
     (["--schema", "SCHEMA", "--context", "   "], "the context is empty"),
     (["--schema", "SCHEMA", "--context-file", "/nonexistent/ctx.txt"], "cannot read context file"),
     (["--schema", "BAD", "--context", "x"], "field 'tone': duplicate choice 'calm'"),
-    (["--schema", "SCHEMA", "--context", "x", "--abstain-below", "3"], "--abstain-below must be in [0, 1]"),
+    (["--schema", "SCHEMA", "--context", "x", "--abstain-below", "3"], "--abstain-below: Input should be less than or equal to 1"),
 ])
 def test_decide_bad_input_exits_2(args, needle, schema_file, tmp_path):
     bad = tmp_path / "bad.json"

@@ -34,7 +34,7 @@ def test_variants_from_scores_equal_decide(tiny, prior):
                                fields={"topic": FieldCalibration(type="enum", kind="temperature", temperature=1.7),
                                        "tags": FieldCalibration(type="multi", kind="logistic", a=0.8, b=0.3)})
     for b in (None, bundle):
-        got = fitting.decisions(plan, cases, fitting.corrected(cases, prior, neutral, batch=len(cases)), "tiny",
+        got = fitting.decisions(plan, cases, fitting.corrected(plan, cases, prior, neutral, batch=len(cases)), "tiny",
                                 prior, b)
         want = decide_many(SCHEMA, TEXTS, engine=tiny, prior=prior, calibration=b)
         for g, w in zip(got, want):

@@ -11,8 +11,10 @@ from typedlm.errors import TypedLMError
 def test_fused_equals_packed(tiny, preset):
     p = presets.load(preset)
     ctx = p["examples"][0]
-    a = decide(p["schema"], ctx, engine=tiny, packing="packed")
-    b = decide(p["schema"], ctx, engine=tiny, packing="fused")
+    # prior "none": the scores as scored (the prior step centres a multi field's options, which on a random
+    # model puts some within the fp32 drift of a tie: rescored one row at a time, i.e. more passes)
+    a = decide(p["schema"], ctx, engine=tiny, packing="packed", prior="none")
+    b = decide(p["schema"], ctx, engine=tiny, packing="fused", prior="none")
     assert b.usage["packing"] == "fused" and b.usage["passes"] == 1
     assert a.value_dict() == b.value_dict()
     for name in a.fields:

@@ -10,10 +10,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, Field
 
-from typedlm.decide import constraints as C
+from typedlm.decide import solver as S
+from typedlm.decide import terms as C
+from typedlm.decide.constraints import constrained_fields
 from typedlm.decide import decide, decide_many
-from typedlm.decide.api import plan_for
-from typedlm.decide.result import QuestionScore, field_results
+from typedlm.decide.api import plan_for, settle
+from typedlm.decide.options import DecideOptions
+from typedlm.decide.result import QuestionScore
 from typedlm.decide.schema import DecisionSchema, SchemaError
 
 
@@ -22,7 +25,7 @@ def feasible(scalars, multis, cross):
     doms = [[(v.name, x) for x in v.values] for v in scalars]
     doms += [[(m.name, [o for o, s in zip(m.options, bits) if s]) for bits in itertools.product((0, 1), repeat=len(m.options))]
              for m in multis]
-    return [a for a in map(dict, itertools.product(*doms)) if C.satisfied(multis, cross, a)]
+    return [a for a in map(dict, itertools.product(*doms)) if S.satisfied(multis, cross, a)]
 
 
 def brute_force(scalars, multis, cross, fixed=None):
@@ -30,7 +33,7 @@ def brute_force(scalars, multis, cross, fixed=None):
     for a in feasible(scalars, multis, cross):
         if any(a[k] != v for k, v in (fixed or {}).items()):
             continue
-        sc = C.score(scalars, multis, a)
+        sc = S.score(scalars, multis, a)
         if sc > best:
             best, arg = sc, a
     return best, arg
@@ -42,7 +45,7 @@ def problems(draw):
     scalars, multis = [], []
     for i in range(draw(st.integers(0, 2))):
         n = draw(st.integers(2, 4))
-        scalars.append(C.ScalarVar(f"s{i}", [f"v{j}" for j in range(n)], draw(st.lists(logp, min_size=n, max_size=n))))
+        scalars.append(S.ScalarVar(f"s{i}", [f"v{j}" for j in range(n)], draw(st.lists(logp, min_size=n, max_size=n))))
     for i in range(draw(st.integers(1 if not scalars else 0, 2))):
         n = draw(st.integers(1, 5))
         opts = [f"o{j}" for j in range(n)]
@@ -55,7 +58,7 @@ def problems(draw):
         rq = tuple((a, tuple(draw(st.lists(st.sampled_from([o for o in opts if o != a]), min_size=1, max_size=2,
                                               unique=True))))
                    for a in draw(st.lists(st.sampled_from(opts), max_size=1, unique=True))) if n >= 2 else ()
-        multis.append(C.MultiVar(f"m{i}", opts, [math.log(p) for p in py], [math.log(1 - p) for p in py], count,
+        multis.append(S.MultiVar(f"m{i}", opts, [math.log(p) for p in py], [math.log(1 - p) for p in py], count,
                                  lo, hi, ex, rq))
     fields = [(v.name, v.values) for v in scalars] + [(m.name, m.options) for m in multis]
     cross = []
@@ -74,12 +77,12 @@ def test_solver_matches_brute_force(p):
     scalars, multis, cross = p
     best, arg = brute_force(scalars, multis, cross)
     if arg is None:
-        with pytest.raises(C._Infeasible):
-            C.solve(scalars, multis, cross)
+        with pytest.raises(S.Infeasible):
+            S.solve(scalars, multis, cross)
         return
-    got = C.solve(scalars, multis, cross)
-    assert C.satisfied(multis, cross, got)
-    assert C.score(scalars, multis, got) == pytest.approx(best, abs=1e-9)
+    got = S.solve(scalars, multis, cross)
+    assert S.satisfied(multis, cross, got)
+    assert S.score(scalars, multis, got) == pytest.approx(best, abs=1e-9)
 
 
 @settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
@@ -93,16 +96,16 @@ def test_solver_with_pinned_fields_matches_brute_force(p, data):
     witness = ok[data.draw(st.integers(0, len(ok) - 1))]  # pins come from a feasible assignment, as in decide
     fixed = {k: witness[k] for k in data.draw(st.lists(st.sampled_from(sorted(witness)), unique=True))}
     best, arg = brute_force(scalars, multis, cross, fixed)
-    got = C.solve(scalars, multis, cross, fixed)
-    assert C.satisfied(multis, cross, got) and all(got[k] == v for k, v in fixed.items())
-    assert C.score(scalars, multis, got) == pytest.approx(best, abs=1e-9)
+    got = S.solve(scalars, multis, cross, fixed)
+    assert S.satisfied(multis, cross, got) and all(got[k] == v for k, v in fixed.items())
+    assert S.score(scalars, multis, got) == pytest.approx(best, abs=1e-9)
 
 
 def test_solver_is_not_greedy():
     # greedy repair would keep the strongest option a and drop the rest; the optimum drops a instead
-    m = C.MultiVar("t", ["a", "b", "c"], [math.log(0.9), math.log(0.8), math.log(0.8)],
+    m = S.MultiVar("t", ["a", "b", "c"], [math.log(0.9), math.log(0.8), math.log(0.8)],
                    [math.log(0.1), math.log(0.2), math.log(0.2)], None, 0, 3, (("a", "b"), ("a", "c")), ())
-    assert C.solve([], [m], []) == {"t": ["b", "c"]}
+    assert S.solve([], [m], []) == {"t": ["b", "c"]}
 
 
 # -- schema syntax and validation ---------------------------------------------------------------------
@@ -131,7 +134,7 @@ def test_schema_round_trip():
     assert DecisionSchema.from_dict(s.to_dict()).key == s.key
     assert s.to_dict()["constraints"][0] == {"if": {"category": "billing"}, "then": {"action": ["refund", "invoice"]}}
     assert s["tags"].max_selected == 2 and s["tags"].exclusive == (("a", "b"),)
-    assert C.constrained_fields(s) == {"category", "action", "tags", "spam"}
+    assert constrained_fields(s) == {"category", "action", "tags", "spam"}
     assert not DecisionSchema.from_dict(BASE).constrained
 
 
@@ -259,11 +262,11 @@ def test_decide_respects_constraints_and_records_the_change(tiny):
     assert g["tags"].constraint_changed and g["tags"].to_dict()["constraint_changed"] is True
     # the joint answer is the best feasible one: brute force over the same probabilities
     sch = DecisionSchema.from_dict(spec)
-    scal = [C.ScalarVar(n, list(g[n].probabilities), [math.log(p) for p in g[n].probabilities.values()])
+    scal = [S.ScalarVar(n, list(g[n].probabilities), [math.log(p) for p in g[n].probabilities.values()])
             for n in ("category", "action")]
     t = g["tags"]
     cnt = [math.log(t.count_probabilities[str(k)]) for k in range(5)]
-    mv = C.MultiVar("tags", list(t.probabilities), [math.log(p) for p in t.probabilities.values()],
+    mv = S.MultiVar("tags", list(t.probabilities), [math.log(p) for p in t.probabilities.values()],
                     [math.log(1 - p) for p in t.probabilities.values()], cnt, 1, 1, (), sch["tags"].requires)
     best, arg = brute_force(scal, [mv], sch.constraints)
     assert {"category": g["category"].value, "action": g["action"].value, "tags": g["tags"].value} == arg
@@ -305,8 +308,9 @@ def test_constrained_fields_abstain_on_the_same_rule(tiny):
     for _ in range(300):
         scores = _random_scores(plan, rng)
         t = rng.choice([0.05, 0.2, 0.4])
-        got = field_results(plan, scores, abstain_below_margin=t)
-        free = field_results(free_plan, scores, abstain_below_margin=t)
+        opts = DecideOptions(abstain_below_margin=t)
+        got = settle(plan, scores, opts)[1]
+        free = settle(free_plan, scores, opts)[1]
         solver = {n: _key(sch[n], got[n].solver_value) for n in got}
         for n, r in got.items():
             assert (r.reason == "abstain") == (free[n].reason == "abstain") == (r.margin < t)
@@ -317,14 +321,14 @@ def test_constrained_fields_abstain_on_the_same_rule(tiny):
             else:
                 assert r.value == r.solver_value
         # the recorded choices are the exact constrained optimum and satisfy every constraint
-        scal = [C.ScalarVar(n, list(got[n].probabilities), [math.log(p) for p in got[n].probabilities.values()])
+        scal = [S.ScalarVar(n, list(got[n].probabilities), [math.log(p) for p in got[n].probabilities.values()])
                 for n in ("category", "action", "spam")]
         tg = got["tags"]
-        mv = C.MultiVar("tags", list(tg.probabilities), [math.log(p) for p in tg.probabilities.values()],
+        mv = S.MultiVar("tags", list(tg.probabilities), [math.log(p) for p in tg.probabilities.values()],
                         [math.log(1 - p) for p in tg.probabilities.values()],
                         [math.log(tg.count_probabilities[str(k)]) for k in range(5)], 1, 2, (), sch["tags"].requires)
-        assert C.satisfied([mv], sch.constraints, solver) and 1 <= len(solver["tags"]) <= 2
-        assert C.score(scal, [mv], solver) == pytest.approx(brute_force(scal, [mv], sch.constraints)[0], abs=1e-9)
+        assert S.satisfied([mv], sch.constraints, solver) and 1 <= len(solver["tags"]) <= 2
+        assert S.score(scal, [mv], solver) == pytest.approx(brute_force(scal, [mv], sch.constraints)[0], abs=1e-9)
     assert abstained["constrained"] > 50 and abstained["multi"] > 10  # the rule did fire, multi fields included
 
 
@@ -363,10 +367,10 @@ def test_parents_are_decided_with_the_constraints_before_their_children_are_cond
             for d in decide_many(spec, ctxs, engine=tiny, prior="none"):
                 p, c = d.fields["parent"], d.fields["child"]
                 assert c.score_source == "dependency" and c.given == {"parent": p.value}
-                assert C.satisfied([], sch.constraints, {"parent": p.value, "child": c.value})
-                scal = [C.ScalarVar(n, list(r.probabilities), [math.log(q) for q in r.probabilities.values()])
+                assert S.satisfied([], sch.constraints, {"parent": p.value, "child": c.value})
+                scal = [S.ScalarVar(n, list(r.probabilities), [math.log(q) for q in r.probabilities.values()])
                         for n, r in (("parent", p), ("child", c))]
-                old = C.solve(scal, [], sch.constraints)  # one solve after every wave, over the same scores
+                old = S.solve(scal, [], sch.constraints)  # one solve after every wave, over the same scores
                 if old["parent"] != p.value:  # the old order would answer a parent the child never saw
                     seen += 1
                     assert f"given parent={p.value}" in d.summary()

@@ -8,7 +8,8 @@ import pytest
 from typedlm.decide import calibration as cal
 from typedlm.decide import calibrators as fit
 from typedlm.decide import prior as pr
-from typedlm.decide.api import _score_prompts, decide, decide_many, plan_for
+from typedlm.decide.api import decide, decide_many, plan_for
+from typedlm.decide.batches import score_prompts
 from typedlm.decide.prompt import PROMPT_VERSION, content_free_ids, prompt_ids
 from typedlm.decide.result import FIELD_KEYS
 from typedlm.decide.schema import DecisionSchema
@@ -38,7 +39,7 @@ def test_neutral_prior_divides_the_content_free_prior_and_is_cached(tiny):
     assert pr.stats["misses"] == m0 + 2  # another plan: another prior
     # the reference: mean probability over the content-free contexts, divided out
     plan = plan_for(SCHEMA, tiny)
-    cf = _score_prompts(tiny, plan, [content_free_ids(tiny, plan, c) for c in pr.CONTENT_FREE], "packed",
+    cf = score_prompts(tiny, plan, [content_free_ids(tiny, plan, c) for c in pr.CONTENT_FREE], "packed",
                         1 << 30, None)
     qi = [i for i, q in enumerate(plan.questions) if q.field == "topic"][0]
     probs = [[math.exp(x) for x in s.scores[qi].log_scores] for s in cf]
@@ -62,7 +63,7 @@ def test_batch_prior_uses_the_batch(tiny):
     # batch-corrected P(yes) averages out: the mean corrected odds are balanced around the batch prior
     with pytest.raises(TypedLMError, match="at least 2 contexts"):
         decide(SCHEMA, CTXS[0], engine=tiny, prior="batch")
-    with pytest.raises(TypedLMError, match="prior must be one of"):
+    with pytest.raises(TypedLMError, match="prior: Input should be"):
         decide(SCHEMA, CTXS[0], engine=tiny, prior="uniform")
 
 
@@ -223,7 +224,7 @@ def test_dependency_waves(tiny):
     sub_plan = plan_for(DecisionSchema.from_dict(spec).subset(("sub",)), tiny)
     given = depends.given_text(DecisionSchema.from_dict(spec), {"topic": d.fields["topic"].value}, ("sub",))
     assert given == f'Given: "topic": "{d.fields["topic"].value}".'
-    ref = _score_prompts(tiny, sub_plan, [prompt_ids(tiny, sub_plan, CTXS[0], given)], "packed", 1 << 30, None)[0]
+    ref = score_prompts(tiny, sub_plan, [prompt_ids(tiny, sub_plan, CTXS[0], given)], "packed", 1 << 30, None)[0]
     want = _norm({k: math.exp(v) for k, v in zip(sub_plan.questions[0].keys, ref.scores[0].log_scores)})
     assert d.fields["sub"].probabilities == pytest.approx(want, rel=1e-5)
     assert d.fields["sub"].probabilities != pytest.approx(flat.fields["sub"].probabilities, rel=1e-3)

@@ -12,6 +12,7 @@ import time
 import pytest
 from typer.testing import CliRunner
 
+from typedlm.decide.options import DecideOptions
 from typedlm.cli import app
 from typedlm.eval.cases import case_from_dict, write_cases
 from typedlm.eval.runner import Run, RunError, RunLock, read_jsonl
@@ -61,7 +62,7 @@ def softmax(xs):
 def done_run(tiny, tmp_path_factory):
     folder = tmp_path_factory.mktemp("run")
     cases = make_cases(2, bad=True)
-    run = Run(folder, manifest(cases), [ParallelTrack(tiny, "labels"), NaiveTrack(tiny)])
+    run = Run(folder, manifest(cases), [ParallelTrack(tiny, DecideOptions(scoring="labels")), NaiveTrack(tiny)])
     with RunLock(folder):
         summary = run.execute(cases, run.open(resume=False))
     return folder, summary
@@ -121,14 +122,14 @@ def test_resume_refuses_other_settings_and_an_existing_folder(done_run, tiny):
 
 def test_resume_drops_unjournaled_and_torn_lines(tiny, tmp_path):
     cases = make_cases(4)
-    run = Run(tmp_path, manifest(cases, flip=False), [ParallelTrack(tiny, "slots")])
+    run = Run(tmp_path, manifest(cases, flip=False), [ParallelTrack(tiny, DecideOptions(scoring="slots"))])
     run.execute(cases[:2], run.open(resume=False))
     # simulate a kill after case c002's lines were written but before its journal entry, mid-way through a line
     lines = read_jsonl(tmp_path / "predictions.jsonl")
     orphan = [dict(ln, case_id="c002") for ln in lines[:3]]
     with open(tmp_path / "predictions.jsonl", "a") as fh:
         fh.write("".join(json.dumps(o) + "\n" for o in orphan) + '{"run_id": "torn')
-    again = Run(tmp_path, manifest(cases, flip=False), [ParallelTrack(tiny, "slots")])
+    again = Run(tmp_path, manifest(cases, flip=False), [ParallelTrack(tiny, DecideOptions(scoring="slots"))])
     done = again.open(resume=True)
     assert done == {"c000", "c001"} and again.recovered == {"journal": 2, "lines_dropped": 3}
     again.execute(cases, done)
@@ -249,10 +250,11 @@ def test_sigkill_mid_run_then_resume_every_case_exactly_once(tiny_dir, tmp_path)
 @pytest.mark.parametrize("args,needle", [
     (["--data", "CASES", "--track", "parallel,magic"], "unknown track(s) ['magic']"),
     (["--data", "CASES", "--track", "openai"], "needs --base-url"),
-    (["--data", "imdb"], "--data must be one of bbc, tweets, bbc-multi or a cases .jsonl file"),
+    (["--data", "imdb"], "--data must be one of bbc, tweets, bbc-multi, news-comments or a cases .jsonl file"),
     (["--data", "CASES", "--limit", "0"], "--limit must be at least 1"),
     (["--data", "CASES", "--modes", "fast"], "--modes must be a comma list"),
-    (["--data", "CASES", "--prior", "batch"], "--prior must be none or neutral"),
+    (["--data", "CASES", "--prior", "batch"], "--prior batch needs --no-flip"),
+    (["--data", "CASES", "--prior", "bogus"], "prior: Input should be"),
     (["--data", "CASES", "--split", "train"], "no cases in split 'train'"),
     (["--data", "CASES", "--track", "openai", "--base-url", "DEAD"], "APIConnectionError"),
 ])

@@ -123,7 +123,8 @@ def run_many(engine, *, preset: str, sizes, runs: int, tokens: int = 400, parity
 def run_bench(engine, *, preset: str = "support_triage", example: int = 0, runs: int = 5, naive_runs: int = 2,
               warmup: int = 1, packings=("packed", "fused", "expand"), scorings=("labels", "slots"), progress=print) -> dict:
     from ..decide import presets
-    from ..decide.api import decide, naive_generate, plan_for
+    from ..decide.api import decide, plan_for
+    from ..decide.naive import naive_generate
     from ..decide.prompt import prompt_ids
     from ..decide.result import TOLERANCE
     from ..decide.score import prefill

@@ -51,7 +51,7 @@ def run_dataset(engine, name: str, cases_all: list, out: Path, fit_n: int, test_
                           "variants": {}}
     variants: list[tuple[str, object, list, str, object]] = []
     for prior in VARIANTS:
-        sc = fitting.corrected(test_s, prior, neutral, batch)
+        sc = fitting.corrected(plan, test_s, prior, neutral, batch)
         bundle, rep = fitting.fit_bundle(engine, plan, fit_s, test_s, prior, neutral, data=name, batch=batch)
         (out / f"bundle-{prior}.json").write_text(bundle.model_dump_json(indent=2) + "\n")
         mode = "labels" + ("" if prior == "none" else f"+{prior}")
@@ -68,7 +68,7 @@ def run_dataset(engine, name: str, cases_all: list, out: Path, fit_n: int, test_
         for f in multi:
             spec["fields"][f.name].update(min_selected=1, max_selected=3)
         cplan = plan_for(DecisionSchema.from_dict(spec), engine)
-        variants.append(("labels+constrained", cplan, fitting.corrected(test_s, "none", None), "none", None))
+        variants.append(("labels+constrained", cplan, fitting.corrected(cplan, test_s, "none", None), "none", None))
         summary["constraints"] = {f.name: {"min_selected": 1, "max_selected": 3} for f in multi}
     for mode, vplan, sc, prior, bundle in variants:
         ds = fitting.decisions(vplan, test_s, sc, engine.name, prior, bundle)

@@ -6,7 +6,9 @@ does not pull in torch through :mod:`typedlm.decide.api`."""
 import importlib
 
 _WHERE = {
-    "api": ("decide", "decide_many", "naive_generate", "naive_json_schema", "plan_for"),
+    "api": ("decide", "decide_many", "plan_for", "prepare", "run"),
+    "naive": ("naive_generate", "naive_json_schema"),
+    "options": ("DecideOptions", "OptionsError"),
     "plan": ("DEFAULT_SCORING", "NONE_OF_ABOVE", "SCORING_MODES", "Plan", "compile_plan", "get_plan"),
     "result": ("TOLERANCE", "Decision", "FieldResult"),
     "schema": ("Choice", "DecisionSchema", "Field", "SchemaError", "lint"),

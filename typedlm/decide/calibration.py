@@ -8,7 +8,7 @@ A bundle holds one :class:`FieldCalibration` per field, of a recorded *kind*:
 | ``bias`` | boolean / enum | ``log p / T + b_c`` (temperature + a bias per choice) |
 | ``vector`` | boolean / enum | ``s_c log p_c + b_c`` (vector scaling) |
 | ``matrix`` | boolean / enum | ``W log p + b`` (matrix scaling, Guo et al. 2017) |
-| ``logistic`` | multi | ``P(yes) = sigmoid(a (log P(yes) - log P(no)) + b)``, pooled over the field's options |
+| ``logistic`` | multi | ``P(yes) = sigmoid(a (log P(yes) - log P(no)) + b)``, pooled over the field's options; plus the field's decision ``threshold`` (nats of log-odds, :mod:`typedlm.decide.joint`) |
 
 then renormalized over the choices (scalar kinds). Log-scores enter clipped at :data:`LOG_FLOOR` so a
 near-zero probability cannot dominate a linear map. Scores are the ones a decision uses *after* the prior
@@ -34,9 +34,10 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from ..errors import TypedLMError
 from ..grammar.spec import canonical_json
+from .logmath import log_sigmoid, log_softmax
 from .result import QuestionScore
 
-FORMAT = "typedlm-calibration/2"
+FORMAT = "typedlm-calibration/3"
 BINS = 15
 LOG_FLOOR = -50.0  # log-scores below this enter the scalar calibrators as this
 SCALAR_KINDS = ("temperature", "bias", "vector", "matrix")
@@ -57,6 +58,7 @@ class FieldCalibration(BaseModel):
     bias: list[float] | None = None  # bias, vector, matrix
     a: float | None = None  # logistic: sigmoid(a * (log yes - log no) + b)
     b: float | None = None
+    threshold: float | None = None  # logistic (optional, 0): the multi decision rule's threshold t (log-odds, nats)
 
     @model_validator(mode="after")
     def _parameters(self):
@@ -65,7 +67,10 @@ class FieldCalibration(BaseModel):
                 "logistic": ("a", "b")}[self.kind]
         if (self.kind == "logistic") != (self.type == "multi"):
             raise ValueError(f"kind {self.kind!r} does not calibrate a {self.type} field")
-        given = {k for k in ("choices", "temperature", "scale", "weights", "bias", "a", "b") if getattr(self, k) is not None}
+        given = {k for k in ("choices", "temperature", "scale", "weights", "bias", "a", "b", "threshold")
+                 if getattr(self, k) is not None}
+        if self.kind == "logistic":
+            given.discard("threshold")  # optional: 0 when absent
         if given != set(need):
             raise ValueError(f"kind {self.kind!r} takes {', '.join(need)}; got {', '.join(sorted(given)) or 'nothing'}")
         if self.temperature is not None and not self.temperature > 0:
@@ -88,7 +93,7 @@ class FieldCalibration(BaseModel):
             z = np.asarray(self.scale) * x + np.asarray(self.bias)
         else:
             z = np.asarray(self.weights) @ x + np.asarray(self.bias)
-        return _log_softmax(z.tolist())
+        return log_softmax(z.tolist())
 
     def yes_logit(self, log_yes: float, log_no: float) -> float:
         return self.a * (log_yes - log_no) + self.b
@@ -96,7 +101,7 @@ class FieldCalibration(BaseModel):
 
 class CalibrationBundle(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    format: Literal["typedlm-calibration/2"] = FORMAT
+    format: Literal["typedlm-calibration/3"] = FORMAT
     model: str
     model_hash: str
     prompt_version: str
@@ -139,10 +144,14 @@ class CalibrationBundle(BaseModel):
             s = scores[qi]
             if fc.type == "multi":
                 z = fc.yes_logit(*s.log_scores)
-                out[qi] = QuestionScore((_log_sigmoid(z), _log_sigmoid(-z)), s.log_legal_mass)
+                out[qi] = QuestionScore((log_sigmoid(z), log_sigmoid(-z)), s.log_legal_mass)
             else:
                 out[qi] = QuestionScore(tuple(fc.log_probs(s.log_scores)), s.log_legal_mass)
         return out
+
+    def thresholds(self) -> dict[str, float]:
+        """Multi fields' decision thresholds (field -> t), for the constraint step."""
+        return {n: fc.threshold or 0.0 for n, fc in self.fields.items() if fc.kind == "logistic"}
 
     def record(self, field: str) -> dict:
         fc = self.fields.get(field)
@@ -169,16 +178,6 @@ def load_bundle(obj) -> CalibrationBundle:
 
 
 # -- math --------------------------------------------------------------------------------------------
-def _log_softmax(x: list[float]) -> list[float]:
-    m = max(x)
-    z = m + math.log(sum(math.exp(v - m) for v in x))
-    return [v - z for v in x]
-
-
-def _log_sigmoid(z: float) -> float:
-    return -math.log1p(math.exp(-z)) if z >= 0 else z - math.log1p(math.exp(z))
-
-
 def ece(conf: list[float], correct: list[float], bins: int = BINS) -> float:
     """Expected calibration error: sum over equal-width bins of |mean confidence - mean outcome| weighted."""
     if len(conf) == 0:

@@ -21,7 +21,9 @@ import math
 import numpy as np
 from pydantic import BaseModel
 
-from .calibration import LOG_FLOOR, SCALAR_KINDS, FieldCalibration, _log_sigmoid, _log_softmax, ece
+from .calibration import LOG_FLOOR, SCALAR_KINDS, FieldCalibration, ece
+from .logmath import log_sigmoid, log_softmax
+from .solver import MultiVar, solve
 
 FOLDS = 5
 T_MAX = 50.0  # the largest temperature fitted (scores with no information get the flattest allowed)
@@ -33,6 +35,7 @@ class Example(BaseModel):
     log P(yes)) and the gold value (scalar: a choice key, booleans "true"/"false"; multi: list)."""
     scores: dict[str, dict[str, float]]
     gold: dict[str, str | bool | list[str] | None]
+    counts: dict[str, list[float]] = {}  # multi fields: the count question's log-probabilities (0..N)
 
 
 # -- data --------------------------------------------------------------------------------------------
@@ -72,13 +75,13 @@ def field_points(examples: list[Example], field: str, ftype: str, fc: FieldCalib
     if ftype == "multi":
         z, y = _multi_data(examples, field)
         for zi, yi in zip(z, y):  # the yes/no decision's confidence, as the eval harness bins it
-            p = math.exp(_log_sigmoid(fc.a * zi + fc.b if fc else zi))
+            p = math.exp(log_sigmoid(fc.a * zi + fc.b if fc else zi))
             conf.append(max(p, 1 - p))
             ok.append(1.0 if (p >= 0.5) == bool(yi) else 0.0)
         return conf, ok
     _keys, logits, gold = _scalar_data(examples, field)
     for r, g in zip(logits, gold):
-        p = np.exp(fc.log_probs(r) if fc else _log_softmax(list(r)))
+        p = np.exp(fc.log_probs(r) if fc else log_softmax(list(r)))
         conf.append(float(p.max()))
         ok.append(1.0 if int(p.argmax()) == g else 0.0)
     return conf, ok
@@ -127,6 +130,35 @@ def fit_logistic(z: list[float], y: list[int], l2: float = 1.0) -> tuple[float, 
         if np.abs(step).max() < 1e-10:
             break
     return float(w[0]), float(w[1])
+
+
+THRESHOLDS = tuple(round(0.25 * i, 2) for i in range(-12, 13))  # nats of log-odds searched by fit_threshold
+
+
+def fit_threshold(examples: list[Example], field: str, a: float, b: float) -> float:
+    """The multi decision rule's threshold t (:mod:`typedlm.decide.joint`: the solver's objective, count
+    question as the set-size prior) with the most exact sets on ``examples`` after the logistic (a, b);
+    ties: the smallest mean |set size - gold size|, then the smallest |t|."""
+    rows = []
+    for ex in examples:
+        sc, g = ex.scores.get(field), ex.gold.get(field)
+        if sc is None or g is None:
+            continue
+        z = [a * (ly - math.log(max(-math.expm1(ly), 1e-300))) + b for ly in sc.values()]
+        rows.append((list(sc), z, ex.counts.get(field), set(g)))
+    if not rows:
+        return 0.0
+
+    def quality(t: float):
+        hit, off = 0, 0.0
+        for opts, z, count, gold in rows:
+            m = MultiVar(field, opts, [log_sigmoid(v) - t for v in z], [log_sigmoid(-v) for v in z], count)
+            sel = set(solve([], [m])[field])
+            hit += sel == gold
+            off += abs(len(sel) - len(gold))
+        return hit, -off / len(rows), -abs(t)
+
+    return max(THRESHOLDS, key=quality)
 
 
 def _lsm(z: np.ndarray) -> np.ndarray:
@@ -243,7 +275,8 @@ def fit_fields(examples: list[Example], types: dict[str, str], kinds=SCALAR_KIND
     for name, ftype in types.items():
         if ftype == "multi":
             a, b = fit_logistic(*_multi_data(examples, name))
-            out[name] = FieldCalibration(type="multi", kind="logistic", a=a, b=b)
+            out[name] = FieldCalibration(type="multi", kind="logistic", a=a, b=b,
+                                         threshold=fit_threshold(examples, name, a, b))
         else:
             keys, x, gold = _scalar_data(examples, name)
             out[name], tables[name] = select_scalar(keys, ftype, x, gold, kinds)
@@ -259,7 +292,7 @@ def evaluate(examples: list[Example], types: dict[str, str], fields: dict[str, F
         per[name] = {"ece": ece(c, k), "n": len(c)}
         if ftype != "multi":
             _keys, x, gold = _scalar_data(examples, name)
-            lp = [fc.log_probs(r) if fc else _log_softmax(list(r)) for r in x]
+            lp = [fc.log_probs(r) if fc else log_softmax(list(r)) for r in x]
             per[name]["nll"] = float(-np.mean([p[g] for p, g in zip(lp, gold)])) if len(gold) else float("nan")
         allc += c
         allk += k

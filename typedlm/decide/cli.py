@@ -55,17 +55,7 @@ def read_contexts(path: Path) -> list[tuple]:
     return out
 
 
-def _chunks(n: int, size: int, prior: str) -> list[tuple[int, int]]:
-    """(start, end) of each decide_many call; with prior="batch" a last chunk of one context joins the one before
-    (the batch prior needs at least two)."""
-    out = [(i, min(i + size, n)) for i in range(0, n, size)]
-    if prior == "batch" and len(out) > 1 and out[-1][1] - out[-1][0] == 1:
-        out[-2:] = [(out[-2][0], n)]
-    return out
-
-
-def _decide_file(sch, path: Path, output: Optional[Path], *, model, device, scoring, none_of_above, abstain_below,
-                 prior, bundle):
+def _decide_file(sch, path: Path, output: Optional[Path], opts, *, model, device):
     """--input: decide_many over the file in chunks, a progress bar on stderr, one JSON line per context
     (prior="batch": each chunk's own prior)."""
     import json
@@ -76,24 +66,19 @@ def _decide_file(sch, path: Path, output: Optional[Path], *, model, device, scor
 
     from ..engine import load_engine
     from .api import decide_many
-    from .plan import SCORING_MODES
-    from .prior import check_mode
+    from .prior import batch_chunks, check_mode
 
-    if scoring not in SCORING_MODES:
-        fail(f"--scoring must be one of {', '.join(SCORING_MODES)}, got {scoring!r}")
     items = read_contexts(path)
-    check_mode(prior, len(items))
+    check_mode(opts.prior, len(items))
     engine = load_engine(model, device=device, progress=False)
     sink = open(output, "w", encoding="utf-8") if output else sys.stdout
     try:
         with Progress(TextColumn("[bold]decide"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                       console=Console(stderr=True)) as bar:
             task = bar.add_task("contexts", total=len(items))
-            for a, b in _chunks(len(items), INPUT_CHUNK, prior):
+            for a, b in batch_chunks(len(items), INPUT_CHUNK, opts.prior):
                 chunk = items[a:b]
-                ds = decide_many(sch, [t for _, t in chunk], engine=engine, scoring=scoring,
-                                 allow_none_of_above=none_of_above, abstain_below_margin=abstain_below,
-                                 prior=prior, calibration=bundle)
+                ds = decide_many(sch, [t for _, t in chunk], opts, engine=engine)
                 sink.write("".join(json.dumps({"id": cid, **d.to_dict()}, ensure_ascii=False) + "\n"
                                    for (cid, _), d in zip(chunk, ds)))
                 sink.flush()
@@ -127,24 +112,20 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     ):
         """Decide every field of a schema about a context: one prefill, all candidates scored in batch."""
         from . import presets as presets_mod
-        from .prior import DEFAULT_PRIOR
-
-        prior = prior or DEFAULT_PRIOR
+        from .options import DecideOptions
 
         if list_presets:
             for n in presets_mod.names():
                 typer.echo(f"{n}\t{presets_mod.load(n)['description']}")
             return
         with user_errors():
+            opts = DecideOptions.from_flags(scoring=scoring, allow_none_of_above=none_of_above,
+                                            abstain_below_margin=abstain_below, prior=prior, calibration=calibration)
             sch, examples = _schema_from(schema, preset)
             if input_file is not None:
                 if context is not None or context_file is not None:
                     fail("give only one of --input, --context or --context-file")
-                from .calibration import load_bundle
-
-                _decide_file(sch, input_file, output, model=model, device=device, scoring=scoring,
-                             none_of_above=none_of_above, abstain_below=abstain_below, prior=prior,
-                             bundle=load_bundle(calibration) if calibration is not None else None)
+                _decide_file(sch, input_file, output, opts, model=model, device=device)
                 return
             if context is not None and context_file is not None:
                 fail("give only one of --context or --context-file")
@@ -155,23 +136,14 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                 text = examples[0]
             if not text.strip():
                 fail("the context is empty")
-            from .plan import SCORING_MODES
-
-            if scoring not in SCORING_MODES:
-                fail(f"--scoring must be one of {', '.join(SCORING_MODES)}, got {scoring!r}")
-            if abstain_below is not None and not 0.0 <= abstain_below <= 1.0:
-                fail(f"--abstain-below must be in [0, 1], got {abstain_below}")
-            from .calibration import load_bundle
             from .prior import check_mode
 
-            check_mode(prior, 1)
-            bundle = load_bundle(calibration) if calibration is not None else None
+            check_mode(opts.prior, 1)
             from ..engine import load_engine
             from .api import decide as run
 
             engine = load_engine(model, device=device, progress=not as_json)
-            d = run(sch, text, engine=engine, scoring=scoring, allow_none_of_above=none_of_above,
-                    abstain_below_margin=abstain_below, prior=prior, calibration=bundle)
+            d = run(sch, text, opts, engine=engine)
         if as_json:
             print_json(d.to_dict())
             return

@@ -23,11 +23,14 @@ from typing import Any
 
 from ..engine import Engine
 from . import prior as P
-from .api import _score_prompts, decide_many, plan_for
+from .api import decide_many, plan_for, settle
+from .batches import score_prompts
 from .calibration import SCALAR_KINDS, CalibrationBundle
 from .calibrators import Example, evaluate, fit_fields
 from .plan import Plan
-from .prompt import PROMPT_VERSION, prompt_hash
+from .prompt import PROMPT_VERSION, prompt_hash, prompt_record
+from .logmath import log_softmax
+from .options import DecideOptions
 from .result import Decision, QuestionScore, finish_decision
 
 BATCH = 32  # contexts per decide_many call for prior="batch" in measurements
@@ -140,21 +143,20 @@ def collect(engine: Engine, schema: Any, cases: list, path: Path | None = None, 
 
 
 def neutral_logs(engine: Engine, plan: Plan) -> list[tuple[float, ...]]:
-    return P.neutral(engine, plan, lambda ids: [s.scores for s in _score_prompts(engine, plan, ids, "packed",
+    return P.neutral(engine, plan, lambda ids: [s.scores for s in score_prompts(engine, plan, ids, "packed",
                                                                                  1 << 30, None)], PROMPT_VERSION)
 
 
-def corrected(cases: list[Case], prior: str, neutral: list | None, batch: int = BATCH) -> list[list[QuestionScore]]:
-    """Each case's question scores after the prior correction ``prior`` (batch: per BATCH-sized chunk)."""
-    if prior == "none":
-        return [c.scores for c in cases]
-    if prior == "neutral":
-        return [P.correct(c.scores, neutral) for c in cases]
+def corrected(plan: Plan, cases: list[Case], prior: str, neutral: list | None,
+              batch: int = BATCH) -> list[list[QuestionScore]]:
+    """Each case's question scores after the prior step ``prior`` (batch: per BATCH-sized chunk)."""
+    if prior != "batch":
+        return [P.adjust(plan, c.scores, prior, neutral) for c in cases]
     out = []
     for i in range(0, len(cases), batch):
         part = [c.scores for c in cases[i:i + batch]]
         logs = P.mean_log_probs(part)
-        out += [P.correct(s, logs) for s in part]
+        out += [P.adjust(plan, s, prior, logs) for s in part]
     return out
 
 
@@ -163,12 +165,15 @@ def examples(plan: Plan, cases: list[Case], scores: list[list[QuestionScore]]) -
     out = []
     for c, sc in zip(cases, scores):
         fields: dict = {}
+        counts: dict = {}
         for q, s in zip(plan.questions, sc):
             if q.kind == "scalar":
                 fields[q.field] = dict(zip(q.keys, s.log_scores))
             elif q.kind == "option":
                 fields.setdefault(q.field, {})[q.option] = s.log_scores[0]
-        out.append(Example(scores=fields, gold={k: c.gold.get(k) for k in fields}))
+            else:
+                counts[q.field] = list(log_softmax(s.log_scores))
+        out.append(Example(scores=fields, gold={k: c.gold.get(k) for k in fields}, counts=counts))
     return out
 
 
@@ -178,8 +183,8 @@ def fit_bundle(engine: Engine, plan: Plan, fit_cases: list[Case], test_cases: li
     """A bundle fitted on ``fit_cases`` (each scalar field's kind chosen among ``kinds`` by cross-validated
     NLL) and its held-out report on ``test_cases`` ({"before", "after"}, plus the candidates' table)."""
     types = {f.name: f.type for f in plan.schema.fields}
-    fit_ex = examples(plan, fit_cases, corrected(fit_cases, prior, neutral, batch))
-    test_ex = examples(plan, test_cases, corrected(test_cases, prior, neutral, batch))
+    fit_ex = examples(plan, fit_cases, corrected(plan, fit_cases, prior, neutral, batch))
+    test_ex = examples(plan, test_cases, corrected(plan, test_cases, prior, neutral, batch))
     fields, tables = fit_fields(fit_ex, types, kinds)
     report = {"before": evaluate(test_ex, types, None), "after": evaluate(test_ex, types, fields),
               "fit_before": evaluate(fit_ex, types, None), "fit_after": evaluate(fit_ex, types, fields),
@@ -196,12 +201,14 @@ def fit_bundle(engine: Engine, plan: Plan, fit_cases: list[Case], test_cases: li
 def decisions(plan: Plan, cases: list[Case], scores: list[list[QuestionScore]], engine_name: str, prior: str,
               bundle: CalibrationBundle | None = None) -> list[Decision]:
     """The decisions ``decide`` would return from these (prior-corrected) scores, through the one finalizer."""
-    out = []
+    out, record = [], prompt_record(plan)
+    opts = DecideOptions(scoring=plan.scoring, allow_none_of_above=plan.none_of_above, prior=prior, calibration=bundle)
     for c, sc in zip(cases, scores):
         if bundle is not None:
             sc = bundle.apply(plan, sc)
         rec = {f.name: {"prior": prior, **(bundle.record(f.name) if bundle else {})} for f in plan.schema.fields}
-        out.append(finish_decision(plan, sc, timings={"total": c.latency_s}, usage={}, model=engine_name,
-                                   records=rec))
+        _chosen, fields = settle(plan, sc, opts, records=rec)
+        out.append(finish_decision(plan, fields, timings={"total": c.latency_s}, usage={}, model=engine_name,
+                                   prompt=record))
     return out
 

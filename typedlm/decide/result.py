@@ -1,25 +1,26 @@
 """Decision results and the one finalizer every scoring path goes through.
 
-``finish_decision`` turns per-question constrained log-scores into field results (probabilities,
-alternatives, margins, legal mass, abstention), reconciles multi fields, and validates the value
-(Pydantic instance or dict). Keys of ``Decision.to_dict()`` are pinned by a test.
+``field_results`` turns per-question final log-scores and the constraint step's choices
+(:mod:`typedlm.decide.joint`) into field results (probabilities, alternatives, margins, legal mass,
+abstention); ``finish_decision`` validates the value (Pydantic instance or dict). Keys of
+``Decision.to_dict()`` are pinned by a test.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import TypedLMError
-from .constraints import MultiVar, ScalarVar, constrained_fields, solve, unconstrained
-from .multi import reconcile
+from .constraints import constrained_fields
+from .logmath import softmax
 from .plan import NONE_OF_ABOVE, Plan
 
 TOLERANCE = 0.05  # nats: the one tolerance for batch-shape noise (batched vs one-row-at-a-time scoring)
 FIELD_KEYS = ("value", "probability", "probabilities", "alternatives", "margin", "legal_mass", "reason",
               "score_source", "temperature", "calibrator", "prior", "constraint_changed", "solver_value", "given")
-DECISION_KEYS = ("value", "fields", "timings", "usage", "scoring", "model", "summary")
+DECISION_KEYS = ("value", "fields", "timings", "usage", "scoring", "model", "prompt", "summary")
 SCORE_SOURCES = ("batched", "rescored_one_row", "dependency")
 RECORD_KEYS = ("score_source", "temperature", "calibrator", "prior", "constraint_changed", "solver_value",
                "given")  # the semantics record
@@ -88,6 +89,7 @@ class Decision:
     usage: dict  # prompt_tokens, scored_tokens, rows, passes, oom_retries, chunk_rows, packing
     scoring: str
     model: str
+    prompt: dict  # version, hash, examples (count), examples_hash: the prompt the numbers were scored on
 
     def value_dict(self) -> dict:
         return {name: f.value for name, f in self.fields.items()}
@@ -99,7 +101,7 @@ class Decision:
     def to_dict(self) -> dict:
         return {"value": self.value_dict(), "fields": {n: f.to_dict() for n, f in self.fields.items()},
                 "timings": self.timings, "usage": self.usage, "scoring": self.scoring, "model": self.model,
-                "summary": self.summary()}
+                "prompt": self.prompt, "summary": self.summary()}
 
 
 def format_value(v: Any) -> str:
@@ -113,13 +115,6 @@ def format_value(v: Any) -> str:
     return str(v)
 
 
-def _softmax(logs: list[float]) -> list[float]:
-    m = max(logs)
-    ex = [math.exp(x - m) for x in logs]
-    s = sum(ex)
-    return [e / s for e in ex]
-
-
 def _ranked(probs: dict) -> list[tuple[str, float]]:
     return sorted(probs.items(), key=lambda kv: -kv[1])
 
@@ -129,40 +124,44 @@ def _abstains(f, margin: float, abstain_below: float | None) -> bool:
     return f.nullable and abstain_below is not None and margin < abstain_below
 
 
-def _scalar(plan: Plan, f, q, score: QuestionScore, abstain_below: float | None, record: dict) -> FieldResult:
+def decode(f, key: Any) -> Any:
+    """A candidate key as the field's value: the one place "true" / "false" become booleans and "none of
+    the above" becomes ``None`` (multi selections pass through)."""
+    if f.type == "boolean":
+        return key == "true"
+    return None if key == NONE_OF_ABOVE else key
+
+
+def _scalar(f, q, score: QuestionScore, key: str, abstain_below: float | None, record: dict) -> FieldResult:
     keys = list(q.keys)
-    probs = dict(zip(keys, _softmax(list(score.log_scores))))
+    probs = dict(zip(keys, softmax(list(score.log_scores))))
     ranked = _ranked(probs)
-    top, p_top = ranked[0]
-    margin = p_top - (ranked[1][1] if len(ranked) > 1 else 0.0)
-    value: Any = (top == "true") if f.type == "boolean" else top
-    probability: float | None = p_top
-    reason = None
-    if top == NONE_OF_ABOVE:
-        value, probability, reason = None, None, "none_of_above"
+    margin = ranked[0][1] - (ranked[1][1] if len(ranked) > 1 else 0.0)
+    value, probability, reason = decode(f, key), probs[key], None
+    if key == NONE_OF_ABOVE:
+        probability, reason = None, "none_of_above"
     elif _abstains(f, margin, abstain_below):
         value, probability, reason = None, None, "abstain"
-    alts = [{"value": (k == "true") if f.type == "boolean" else k, "probability": p} for k, p in ranked[1:4]]
+    alts = [{"value": decode(f, k), "probability": p} for k, p in ranked if k != key][:3]
     return FieldResult(f.name, f.type, value, probability, probs, alts, margin, math.exp(score.log_legal_mass),
                        score.log_legal_mass, reason, dict(zip(keys, score.log_scores)), **record)
 
 
-def _multi(plan: Plan, f, qs: list[int], scores: list[QuestionScore], abstain_below: float | None,
-           record: dict) -> FieldResult:
+def _multi(plan: Plan, f, qs: list[int], scores: list[QuestionScore], selected: list[str],
+           abstain_below: float | None, record: dict) -> FieldResult:
     p_yes, log_yes, log_mass = {}, {}, 0.0
     count_probs: dict = {}
     for i in qs:
         q, s = plan.questions[i], scores[i]
         log_mass += s.log_legal_mass
-        pr = _softmax(list(s.log_scores))
+        pr = softmax(list(s.log_scores))
         if q.kind == "option":
             p_yes[q.option] = pr[0]
             log_yes[q.option] = s.log_scores[0]  # constrained: already normalized over true/false
         else:
             count_probs = dict(zip(q.keys, pr))
-    selected = reconcile(list(p_yes), p_yes, count_probs)
     margin = min(abs(2 * p - 1) for p in p_yes.values())
-    value: Any = selected
+    value: Any = list(selected)
     reason = None
     if _abstains(f, margin, abstain_below):
         value, reason = None, "abstain"
@@ -172,26 +171,22 @@ def _multi(plan: Plan, f, qs: list[int], scores: list[QuestionScore], abstain_be
                        reason, log_yes, count_probs, **record)
 
 
-def finish_decision(plan: Plan, scores: list[QuestionScore], *, timings: dict, usage: dict, model: str,
-                    abstain_below_margin: float | None = None, records: dict | None = None,
-                    fixed: dict | None = None) -> Decision:
-    """The one finalizer: question scores -> Decision (validated value). ``scores`` are final (prior
-    correction and calibration already applied); ``records`` gives each field's semantics record
-    (score_source, temperature, calibrator, prior, given); ``fixed``: see :func:`field_results`."""
-    fields = field_results(plan, scores, abstain_below_margin=abstain_below_margin, records=records, fixed=fixed)
+def finish_decision(plan: Plan, fields: dict[str, FieldResult], *, timings: dict, usage: dict, model: str,
+                    prompt: dict) -> Decision:
+    """The one finalizer: field results -> Decision with the value validated (Pydantic instance or dict);
+    ``prompt``: ``prompt.prompt_record(plan)``."""
     value = _validate(plan, {n: r.value for n, r in fields.items()})
-    return Decision(value=value, fields=fields, timings=timings, usage=usage, scoring=plan.scoring, model=model)
+    return Decision(value=value, fields=fields, timings=timings, usage=usage, scoring=plan.scoring, model=model,
+                    prompt=prompt)
 
 
-def field_results(plan: Plan, scores: list[QuestionScore], *, abstain_below_margin: float | None = None,
-                  records: dict | None = None, fixed: dict | None = None) -> dict[str, FieldResult]:
-    """Every field's result. Fields under a constraint are set jointly by the exact solver
-    (:mod:`typedlm.decide.constraints`), which keeps the constrained fields in ``fixed`` (name -> candidate
-    key or selection: decided in an earlier dependency wave, see :func:`pins`) at their values. A constrained
-    field abstains on the same rule as any other, after the solve: its value is hidden (``None``, a multi
-    field as a whole, never a partial set) and the solver's choice stays in ``solver_value``. So the shown
-    values are always the solver's joint assignment with some fields hidden, and that assignment satisfies
-    every constraint: abstaining can never show a violating set (``min_selected`` included)."""
+def field_results(plan: Plan, scores: list[QuestionScore], chosen: dict, free: dict, *,
+                  abstain_below_margin: float | None = None, records: dict | None = None) -> dict[str, FieldResult]:
+    """Every field's result from its final scores and the constraint step's choice (``joint.solve_fields``).
+    Every field abstains on the same rule (nullable, margin below the threshold), constrained or not; an
+    abstaining field hides its value (``None``, a multi field as a whole, never a partial set) and a
+    constrained field keeps the solver's choice in ``solver_value``. So the shown values are always the
+    solver's joint assignment with some fields hidden, which satisfies every constraint."""
     by_field: dict[str, list[int]] = {}
     for i, q in enumerate(plan.questions):
         by_field.setdefault(q.field, []).append(i)
@@ -199,76 +194,15 @@ def field_results(plan: Plan, scores: list[QuestionScore], *, abstain_below_marg
     bound = constrained_fields(plan.schema)
     fields: dict[str, FieldResult] = {}
     for f in plan.schema.fields:
-        qs = by_field[f.name]
-        abstain = None if f.name in bound else abstain_below_margin
-        rec = records.get(f.name, {})
+        qs, key = by_field[f.name], chosen[f.name]
+        rec = dict(records.get(f.name, {}))
+        if f.name in bound:
+            rec.update(constraint_changed=key != free[f.name], solver_value=decode(f, key))
         if f.type != "multi":
-            fields[f.name] = _scalar(plan, f, plan.questions[qs[0]], scores[qs[0]], abstain, rec)
+            fields[f.name] = _scalar(f, plan.questions[qs[0]], scores[qs[0]], key, abstain_below_margin, rec)
         else:
-            fields[f.name] = _multi(plan, f, qs, scores, abstain, rec)
-    if bound:
-        fields.update(_solve_constraints(plan, fields, bound, abstain_below_margin, fixed or {}))
+            fields[f.name] = _multi(plan, f, qs, scores, key, abstain_below_margin, rec)
     return fields
-
-
-def pins(plan: Plan, fields: dict[str, FieldResult], names) -> dict:
-    """The solver's choices (candidate keys / selections) of the constrained fields among ``names``: what a
-    later dependency wave keeps while it decides the fields conditioned on them."""
-    bound = constrained_fields(plan.schema)
-    out = {}
-    for n in names:
-        if n in bound:
-            v, ftype = fields[n].solver_value, plan.schema[n].type
-            out[n] = NONE_OF_ABOVE if v is None and ftype == "enum" else \
-                ("true" if v else "false") if ftype == "boolean" else v
-    return out
-
-
-def _log(p: float) -> float:
-    return math.log(max(p, 1e-300))  # finite: a probability that rounded to 0 is very unlikely, not impossible
-
-
-def _solve_constraints(plan: Plan, fields: dict[str, FieldResult], bound: set[str], abstain_below: float | None,
-                       fixed: dict) -> dict[str, FieldResult]:
-    """Constrained fields -> the maximum-probability joint assignment satisfying every constraint (keeping
-    ``fixed``), then the abstention rule."""
-    scalars, multis = [], []
-    for name in sorted(bound):
-        f, r = plan.schema[name], fields[name]
-        if f.type == "multi":
-            opts = list(r.probabilities)
-            counts = [_log(r.count_probabilities[k]) for k in sorted(r.count_probabilities, key=int)] \
-                if r.count_probabilities else None
-            multis.append(MultiVar(name, opts, [_log(r.probabilities[o]) for o in opts],
-                                   [_log(1 - r.probabilities[o]) for o in opts], counts, f.min_selected,
-                                   f.max_selected, f.exclusive, f.requires))
-        else:
-            vals = list(r.probabilities)
-            scalars.append(ScalarVar(name, vals, [_log(r.probabilities[v]) for v in vals]))
-    chosen = solve(scalars, multis, plan.schema.constraints, fixed)
-    free = unconstrained(scalars, multis)
-    out = {}
-    for name, v in chosen.items():
-        r, f = fields[name], plan.schema[name]
-        changed = v != free[name]
-        hide = _abstains(f, r.margin, abstain_below)
-        if r.type == "multi":
-            out[name] = replace(r, value=None if hide else v, reason="abstain" if hide else None,
-                                constraint_changed=changed, solver_value=v)
-            continue
-        value: Any = (v == "true") if r.type == "boolean" else v
-        solver_value = value
-        probability: float | None = r.probabilities[v]
-        reason = None
-        if v == NONE_OF_ABOVE:
-            value, probability, reason, solver_value = None, None, "none_of_above", None
-        elif hide:
-            value, probability, reason = None, None, "abstain"
-        alts = [{"value": (k == "true") if r.type == "boolean" else k, "probability": p}
-                for k, p in _ranked(r.probabilities) if k != v][:3]
-        out[name] = replace(r, value=value, probability=probability, reason=reason, alternatives=alts,
-                            constraint_changed=changed, solver_value=solver_value)
-    return out
 
 
 def _validate(plan: Plan, values: dict) -> Any:

@@ -17,14 +17,16 @@ from typing import Any
 
 from ..errors import SchemaError
 from ..grammar.spec import canonical_json
-from .constraints import MARKERS, check as check_constraints, merge_specs, parse_cross, parse_field_constraints
+from .constraints import check as check_constraints, parse_cross, parse_field_constraints
+from .terms import MARKERS, merge_specs
 from .depends import waves
 
 FIELD_TYPES = ("boolean", "enum", "multi")
 FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
 FIELD_KEYS = {"type", "description", "choices", "ordered", "nullable", "depends_on", "min_selected", "max_selected",
               "exactly", "exclusive", "requires"}
-TOP_KEYS = {"fields", "description", "title", "constraints"}
+TOP_KEYS = {"fields", "description", "title", "constraints", "examples"}
+MAX_EXAMPLES = 16
 MAX_CHOICES = 256
 MAX_CHOICE_CHARS = 200
 
@@ -61,6 +63,7 @@ class DecisionSchema:
     constraints: tuple = ()  # cross-field constraints.Implies / Excludes
     model: Any = field(default=None, compare=False)  # the Pydantic class it came from, if any
     key: str = ""  # canonical JSON of to_dict(): the plan-cache key
+    examples: tuple = ()  # few-shot ((context, {field: value}), ...): rendered into the shared prompt prefix
 
     def __getitem__(self, name: str) -> Field:
         for f in self.fields:
@@ -101,6 +104,9 @@ class DecisionSchema:
             out["fields"][f.name] = d
         if self.constraints:
             out["constraints"] = [c.to_dict() for c in self.constraints]
+        if self.examples:
+            out["examples"] = [{"context": c, "labels": {n: list(v) if isinstance(v, tuple) else v for n, v in labels}}
+                               for c, labels in self.examples]
         return out
 
     def subset(self, names: tuple[str, ...]) -> "DecisionSchema":
@@ -109,8 +115,11 @@ class DecisionSchema:
         spec = self.to_dict()
         drop = ("depends_on", "min_selected", "max_selected", "exclusive", "requires")
         fields = {n: {k: v for k, v in spec["fields"][n].items() if k not in drop} for n in names}
+        examples = [{"context": e["context"], "labels": {n: v for n, v in e["labels"].items() if n in names}}
+                    for e in spec.get("examples", [])]
         return DecisionSchema.from_dict({"fields": fields, **({"description": self.description}
-                                                               if self.description else {})})
+                                                               if self.description else {}),
+                                         **({"examples": examples} if examples else {})})
 
     @property
     def constrained(self) -> bool:
@@ -151,11 +160,12 @@ class DecisionSchema:
         built = tuple(_field(name, fs) for name, fs in fields.items())
         by_name = {f.name: f for f in built}
         cross = parse_cross(spec.get("constraints"), by_name)
-        tmp = cls(fields=built, description=desc or None, constraints=cross, model=model)
+        examples = _examples(spec.get("examples"), by_name)
+        tmp = cls(fields=built, description=desc or None, constraints=cross, model=model, examples=examples)
         waves(tmp)  # unknown parents and cycles are refused here
         check_constraints(tmp)  # unsatisfiable sets are refused here, naming the conflicting constraints
         return cls(fields=built, description=desc or None, constraints=cross, model=model,
-                   key=canonical_json(tmp.to_dict()))
+                   key=canonical_json(tmp.to_dict()), examples=examples)
 
     @classmethod
     def from_model(cls, model: type) -> "DecisionSchema":
@@ -170,8 +180,11 @@ class DecisionSchema:
         if doc and doc.startswith(f"{model.__name__}("):  # pydantic's generated docstring is not a description
             doc = None
         cross = getattr(model, "decision_constraints", None)
+        extra = model.model_config.get("json_schema_extra")
+        examples = extra.get("examples") if isinstance(extra, dict) else None
         return cls.from_dict({"fields": fields, **({"description": doc} if doc else {}),
-                              **({"constraints": list(cross)} if cross else {})}, model=model)
+                              **({"constraints": list(cross)} if cross else {}),
+                              **({"examples": examples} if examples else {})}, model=model)
 
 
 def _field(name: Any, fs: Any) -> Field:
@@ -215,6 +228,34 @@ def _field(name: Any, fs: Any) -> Field:
     if ftype != "multi":
         cons = {}
     return Field(name, ftype, desc.strip(), choices, ordered, nullable, deps, **cons)
+
+
+def _examples(raw: Any, fields: dict) -> tuple:
+    """``examples``: [{"context": text, "labels": {field: value}}] -> ((context, ((field, value), ...)), ...);
+    every label a legal value of its field (multi: a list of distinct options), every field labelled."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or len(raw) > MAX_EXAMPLES:
+        raise SchemaError(f"'examples' must be a list of at most {MAX_EXAMPLES} objects")
+    out = []
+    for i, ex in enumerate(raw):
+        where = f"examples[{i}]"
+        if not isinstance(ex, dict) or set(ex) != {"context", "labels"}:
+            raise SchemaError(f"{where}: needs exactly 'context' (text) and 'labels' (field -> value)")
+        ctx, labels = ex["context"], ex["labels"]
+        if not isinstance(ctx, str) or not ctx.strip():
+            raise SchemaError(f"{where}: 'context' must be a non-empty string")
+        if not isinstance(labels, dict) or set(labels) != set(fields):
+            raise SchemaError(f"{where}: 'labels' must give every field ({', '.join(fields)}), got {sorted(labels)}")
+        for name, v in labels.items():
+            f = fields[name]
+            ok = isinstance(v, bool) if f.type == "boolean" else v in f.values if f.type == "enum" else \
+                isinstance(v, list) and len(set(v)) == len(v) and all(o in f.values for o in v)
+            if not ok:
+                raise SchemaError(f"{where}: label {v!r} is not a value of field '{name}'")
+        out.append((ctx, tuple((n, tuple(labels[n]) if isinstance(labels[n], list) else labels[n])
+                               for n in fields)))
+    return tuple(out)
 
 
 def _choices(where: str, raw: Any) -> tuple[Choice, ...]:

@@ -15,6 +15,10 @@ import typer
 from ..cliutil import fail, user_errors
 
 
+CHUNK = 8  # cases per decide_many call (the shared prompt prefix is prefilled once per call)
+BATCH_CHUNK = 32  # with --prior batch: the batch the prior is estimated from (as `typedlm bench trust`)
+
+
 def model_sha256(engine) -> str:
     """sha256 over the model's parameters (names, shapes, dtypes, bytes): the exact weights evaluated."""
     import torch
@@ -74,6 +78,16 @@ def prompt_hashes(tracks, schema_dict: dict, engine) -> dict:
     return out
 
 
+def with_examples(cases, train, k: int):
+    """``cases`` with the ``train`` cases added to each schema as few-shot examples (``--examples K``)."""
+    from dataclasses import replace
+
+    if k < 0 or len(train) < k:
+        fail(f"--examples {k}: the train split has {len(train)} cases")
+    ex = [{"context": c.context, "labels": c.labels} for c in train]
+    return [replace(c, schema={**c.schema, "examples": ex}) for c in cases]
+
+
 def load_cases(data: str):
     from .cases import read_cases
     from .datasets import DATASETS, load
@@ -92,8 +106,14 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         track: str = typer.Option("parallel,naive_local", "--track", help="comma list: parallel, naive_local, openai"),
         modes: str = typer.Option("labels,slots", "--modes", help="parallel track scoring modes (comma list)"),
         prior: str = typer.Option("neutral", "--prior",
-                                  help="parallel track prior: none | neutral (one context per call, so no "
-                                       "batch prior here: typedlm bench trust measures it)"),
+                                  help="parallel track prior: none | neutral | batch (each chunk of --chunk cases "
+                                       "decided in one decide_many call takes its own prior; needs --no-flip)"),
+        calibration: Optional[Path] = typer.Option(None, "--calibration",
+                                                   help="parallel track: apply this bundle (typedlm calibrate)"),
+        examples: int = typer.Option(0, "--examples", help="few-shot: add the first K train-split cases (seeded "
+                                     "order) to every case's schema as examples (rendered in the shared prefix)"),
+        chunk: Optional[int] = typer.Option(None, "--chunk", help="cases per decide_many call (default 8; "
+                                            f"{BATCH_CHUNK} with --prior batch)"),
         limit: Optional[int] = typer.Option(None, "--limit", help="first N cases of the split (fixed seeded order)"),
         split: str = typer.Option("test", "--split", help="train | calibration | test | all"),
         out: Path = typer.Option(..., "--out", help="run folder"),
@@ -120,18 +140,25 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
 
         if "parallel" in names and (not mode_list or any(m not in SCORING_MODES for m in mode_list)):
             fail(f"--modes must be a comma list of {', '.join(SCORING_MODES)}, got {modes!r}")
-        if prior not in ("none", "neutral"):
-            fail(f"--prior must be none or neutral (each case is its own decide_many call, so a batch prior "
-                 f"would be one case's own scores: use typedlm bench trust), got {prior!r}")
+        if prior == "batch" and flip and "parallel" in names:
+            fail("--prior batch needs --no-flip: each permuted schema is its own one-case call, which has no batch")
+        chunk = chunk or (BATCH_CHUNK if prior == "batch" else CHUNK)
+        if chunk < 1:
+            fail(f"--chunk must be at least 1, got {chunk}")
         if "openai" in names and not base_url:
             fail("the openai track needs --base-url URL (an OpenAI-compatible server, e.g. typedlm serve)")
         if limit is not None and limit < 1:
             fail(f"--limit must be at least 1, got {limit}")
         with user_errors():
+            from ..decide.options import DecideOptions
+
+            opts = DecideOptions.from_flags(prior=prior, calibration=calibration)
             dataset, all_cases = load_cases(data)
             cases = select(all_cases, split, limit)
             if not cases:
                 fail(f"no cases in split {split!r} of {dataset}")
+            if examples:
+                cases = with_examples(cases, select(all_cases, "train", examples), examples)
             engine = None
             tracks: list = []
             if "parallel" in names or "naive_local" in names:
@@ -139,7 +166,11 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
 
                 engine = load_engine(model, device=device, progress=not quiet)
             if "parallel" in names:
-                tracks += [ParallelTrack(engine, m, prior) for m in mode_list]
+                from ..decide.api import prepare
+
+                tracks += [ParallelTrack(engine, DecideOptions.make(opts, scoring=m)) for m in mode_list]
+                for t in tracks:  # a bundle made for another model / prompt / scoring / prior: exit 2 now
+                    prepare(cases[0].schema, [c.context for c in cases[:2]], t.options, engine=engine)
             if "naive_local" in names:
                 tracks.append(NaiveTrack(engine))
             if "openai" in names:
@@ -149,7 +180,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                         "cases": len(cases), "tracks": [t.config() for t in tracks], "flip": flip,
                         "model": engine.name if engine else None,
                         "model_sha256": model_sha256(engine) if engine else None,
-                        "prompts": prompt_hashes(tracks, cases[0].schema, engine) if engine else None}
+                        "prompts": prompt_hashes(tracks, cases[0].schema, engine) if engine else None,
+                        "chunk": chunk, "examples": examples}
             run = Run(out, manifest, tracks, provenance=provenance())
             out.mkdir(parents=True, exist_ok=True)
             signal.signal(signal.SIGTERM, _interrupt)  # `kill PID` stops as cleanly as Ctrl-C

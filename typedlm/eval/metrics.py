@@ -12,6 +12,8 @@ Per (track, mode, field), on the unpermuted lines (one per case):
 | ``brier`` | mean Σ_c (p_c − y_c)² | mean over options (p − y)² |
 | ``flip_rate`` | pred differs between the case and the same case with choices permuted | same, on sets |
 | ``violation_rate`` | the model's own answer was not a legal value | same |
+| ``truncation_rate`` | the answer was cut by ``max_tokens`` (naive) / a choice got the top-k floor (openai) | same |
+| ``set_size`` / ``gold_set_size`` | — | mean number of options selected / in the gold set |
 | ``latency_p50_s`` / ``latency_p95_s`` | of the case latency (the call(s) answering the case) | same |
 | ``decisions_per_s`` | field decisions / seconds spent | same |
 
@@ -30,7 +32,8 @@ from ..errors import TypedLMError
 
 ECE_BINS = 15
 METRICS = ("accuracy", "balanced_accuracy", "macro_f1", "majority_baseline", "ece", "brier", "flip_rate",
-           "violation_rate", "latency_p50_s", "latency_p95_s", "decisions_per_s")
+           "violation_rate", "truncation_rate", "set_size", "gold_set_size", "latency_p50_s", "latency_p95_s",
+           "decisions_per_s")
 
 
 @dataclass
@@ -48,6 +51,7 @@ class Group:
     latency: np.ndarray  # [n] case latency (s)
     weight: np.ndarray  # [n] 1 / fields in the case (share of the case latency)
     flip: np.ndarray  # [n] 1.0 flipped, 0.0 same, nan = no permuted counterpart
+    truncated: np.ndarray  # [n] bool
 
     @property
     def multi(self) -> bool:
@@ -96,7 +100,8 @@ def groups_from_lines(lines: list[dict]) -> dict[tuple, Group]:
         out[key] = Group(key, rows[0]["field_type"], choices, [r["case_id"] for r in rows], gold, pred, probs,
                          np.array([bool(r["correct"]) for r in rows]), np.array([bool(r["violation"]) for r in rows]),
                          np.array([float(r["case_latency_s"]) for r in rows]),
-                         np.array([1.0 / fields_per_case[(key[0], key[1], r["case_id"])] for r in rows]), flip)
+                         np.array([1.0 / fields_per_case[(key[0], key[1], r["case_id"])] for r in rows]), flip,
+                         np.array([bool(r.get("truncated")) for r in rows]))
     return out
 
 
@@ -149,6 +154,7 @@ def compute(g: Group, idx: np.ndarray) -> dict:
         out["majority_baseline"] = float(np.bincount(sets).max() / len(idx))
         p, y = g.probs[idx].ravel(), gold.ravel()
         out["brier"] = float(np.mean((p - y) ** 2))
+        out["set_size"], out["gold_set_size"] = float(pred.sum(1).mean()), float(gold.sum(1).mean())
     else:
         gold, pred = g.gold[idx], g.pred[idx]
         cm = np.bincount(gold * (k + 1) + np.where(pred < 0, k, pred), minlength=k * (k + 1)).reshape(k, k + 1)
@@ -163,12 +169,14 @@ def compute(g: Group, idx: np.ndarray) -> dict:
         out["majority_baseline"] = float(support.max() / len(idx))
         onehot = np.eye(k)[gold]
         out["brier"] = float(np.mean(((g.probs[idx] - onehot) ** 2).sum(1)))
+        out["set_size"] = out["gold_set_size"] = None
     conf, hit = _conf_hit(g, idx)
     out["ece"] = _ece(conf, hit)
     f = g.flip[idx]
     f = f[~np.isnan(f)]
     out["flip_rate"] = float(f.mean()) if len(f) else None
     out["violation_rate"] = float(g.violation[idx].mean())
+    out["truncation_rate"] = float(g.truncated[idx].mean())
     lat = g.latency[idx]
     out["latency_p50_s"], out["latency_p95_s"] = (float(x) for x in np.percentile(lat, [50, 95]))
     spent = float((lat * g.weight[idx]).sum())

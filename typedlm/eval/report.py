@@ -22,7 +22,8 @@ from .runner import read_jsonl
 
 MD_METRICS = (("accuracy", "acc", 3), ("balanced_accuracy", "bal acc", 3), ("macro_f1", "macro-F1", 3),
               ("majority_baseline", "majority", 3), ("ece", "ECE", 3), ("brier", "Brier", 3),
-              ("flip_rate", "flip", 3), ("violation_rate", "violations", 3), ("latency_p50_s", "p50 s", 3),
+              ("flip_rate", "flip", 3), ("violation_rate", "violations", 3), ("truncation_rate", "truncated", 3),
+              ("set_size", "set size", 2), ("gold_set_size", "gold size", 2), ("latency_p50_s", "p50 s", 3),
               ("latency_p95_s", "p95 s", 3), ("decisions_per_s", "dec/s", 2))
 
 

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import TypedLMError
+from ..decide.prior import batch_chunks
 from .cases import Case, check_case
 from .tracks import FieldAnswer, InfraError, choice_keys, permuted_schema
 
@@ -56,7 +57,7 @@ PREDICTION_KEYS = ("run_id", "track", "mode", "case_id", "group_id", "dataset", 
                    "choices", "gold", "pred", "probabilities", "scores", "correct", "legal_mass", "latency_s",
                    "case_latency_s", "permutation", "truncated", "violation", "error", "record")
 MANIFEST_COMPARED = ("dataset", "data_sha256", "split", "limit", "cases", "tracks", "flip", "model",
-                     "model_sha256", "prompts")
+                     "model_sha256", "prompts", "chunk", "examples")
 
 
 class RunError(TypedLMError):
@@ -247,23 +248,59 @@ class Run:
         self.write_status(**summary)
         return summary
 
+    def _batched(self, part: list[Case]) -> dict:
+        """The unpermuted answers of tracks that answer several cases at once (``answer_many``: one
+        ``decide_many`` per chunk, sharing the prompt prefix and, with ``prior="batch"``, the prior):
+        {(case id, track index): (answers, seconds per case)}. A chunk the track refuses is left to the
+        per-case path, which skips the bad case by itself."""
+        out: dict = {}
+        for ti, track in enumerate(self.tracks):
+            if not hasattr(track, "answer_many"):
+                continue
+            by_schema: dict = {}
+            for case in part:
+                try:
+                    check_case(case)
+                except TypedLMError:
+                    continue
+                by_schema.setdefault(json.dumps(case.schema, sort_keys=True), []).append(case)
+            for group in by_schema.values():
+                if len(group) < 2:
+                    continue
+                t0 = time.perf_counter()
+                try:
+                    got = track.answer_many(group[0].schema, [c.context for c in group])
+                except TypedLMError:
+                    continue
+                dt = (time.perf_counter() - t0) / len(group)
+                out.update({(c.id, ti): (a, dt) for c, a in zip(group, got)})
+        return out
+
     def _loop(self, todo, cases, acc, skipped, n_done, on_case):
         run_id, dataset, flip = self.manifest["run_id"], self.manifest["dataset"], self.manifest["flip"]
         streak, reason, status = 0, None, "done"
-        for case in todo:
+        pre: dict = {}
+        bounds = {a: b for a, b in batch_chunks(len(todo), self.manifest.get("chunk") or 1,
+                                                 "batch")}  # a last chunk of one joins the one before
+        for n_case, case in enumerate(todo):
+            if n_case in bounds:
+                pre = self._batched(todo[n_case:bounds[n_case]])
             lines: list[dict] = []
             try:
                 schema, gold = check_case(case)
-                for track in self.tracks:
+                for ti, track in enumerate(self.tracks):
                     variants = [(case.schema, None)]
                     if flip and track.name == "parallel":
                         variants.append(permuted_schema(case.schema, case.id))
                     for schema_dict, order in variants:
                         if order is not None and not order:
                             continue  # nothing to permute (booleans only)
-                        t0 = time.perf_counter()
-                        answers = track.answer(schema_dict, case.context)
-                        dt = time.perf_counter() - t0
+                        if order is None and (case.id, ti) in pre:
+                            answers, dt = pre[(case.id, ti)]
+                        else:
+                            t0 = time.perf_counter()
+                            answers = track.answer(schema_dict, case.context)
+                            dt = time.perf_counter() - t0
                         for a in answers:
                             if order is not None and a.field not in order:
                                 continue  # a boolean in a permuted variant: not a permuted decision

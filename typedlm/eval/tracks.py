@@ -27,13 +27,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..decide.prior import DEFAULT_PRIOR
 from ..decide.result import RECORD_KEYS
 from ..decide.schema import DecisionSchema
 from ..errors import TypedLMError
 
 TRACKS = ("parallel", "naive_local", "openai")
-NAIVE_PROMPT_VERSION = "naive-v1"
+NAIVE_PROMPT_VERSION = "naive-v2"  # v2: bounded arrays, compact JSON, max_tokens from the longest answer
 OPENAI_PROMPT_VERSION = "openai-v1"
 TOP_LOGPROBS = 20
 
@@ -83,21 +82,31 @@ def permuted_schema(schema: dict, case_id: str) -> tuple[dict, dict]:
 
 
 class ParallelTrack:
+    """``decide_many`` with one :class:`DecideOptions` (its ``scoring`` is the mode). The runner gives it the
+    cases of a chunk at once (:meth:`answer_many`): one ``decide_many`` call, so ``prior="batch"`` takes each
+    chunk's own prior."""
     name = "parallel"
 
-    def __init__(self, engine, mode: str = "labels", prior: str = DEFAULT_PRIOR):
-        self.engine, self.mode, self.prior = engine, mode, prior
+    def __init__(self, engine, options):
+        self.engine, self.options = engine, options
+        self.mode = options.scoring
 
-    def config(self) -> dict:  # the prior is part of the settings: a resumed run with another prior is refused
-        return {"track": self.name, "mode": self.mode, "prior": self.prior}
+    def config(self) -> dict:  # prior and bundle are settings: a resumed run with others is refused
+        cal = self.options.calibration
+        return {"track": self.name, "mode": self.mode, "prior": self.options.prior,
+                "calibration": cal.id if cal is not None else None}
 
     def answer(self, schema_dict: dict, context: str) -> list[FieldAnswer]:
+        return self.answer_many(schema_dict, [context])[0]
+
+    def answer_many(self, schema_dict: dict, contexts: list[str]) -> list[list[FieldAnswer]]:
         from ..decide.api import decide_many
 
         schema = DecisionSchema.from_dict(schema_dict)
         t0 = time.perf_counter()
-        d = decide_many(schema, [context], engine=self.engine, scoring=self.mode, prior=self.prior)[0]
-        return decision_answers(schema, d, time.perf_counter() - t0)
+        ds = decide_many(schema, contexts, self.options, engine=self.engine)
+        dt = (time.perf_counter() - t0) / len(contexts)
+        return [decision_answers(schema, d, dt) for d in ds]
 
 
 def decision_answers(schema: DecisionSchema, d, latency_s: float) -> list[FieldAnswer]:
@@ -118,8 +127,10 @@ def decision_answers(schema: DecisionSchema, d, latency_s: float) -> list[FieldA
     return out
 
 
-def naive_json_schema(schema: DecisionSchema) -> dict:
-    """The JSON Schema a user would write for the answer (what pydantic makes of Literal / list[Literal] / bool)."""
+def naive_json_schema(schema: DecisionSchema, unique: bool = True) -> dict:
+    """The JSON Schema a careful user would write for the answer: an enum per field, and a multi field as a
+    *bounded* list of its options (``maxItems`` = the number of options, ``uniqueItems`` when ``unique``),
+    so a small model cannot repeat items until ``max_tokens``."""
     props: dict = {}
     for f in schema.fields:
         if f.type == "boolean":
@@ -127,8 +138,25 @@ def naive_json_schema(schema: DecisionSchema) -> dict:
         elif f.type == "enum":
             props[f.name] = {"type": "string", "enum": list(f.values)}
         else:
-            props[f.name] = {"type": "array", "items": {"type": "string", "enum": list(f.values)}}
+            props[f.name] = {"type": "array", "items": {"type": "string", "enum": list(f.values)},
+                             "maxItems": len(f.values), **({"uniqueItems": True} if unique else {})}
     return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
+
+
+def longest_answer(schema: DecisionSchema) -> str:
+    """The longest valid answer in compact JSON (every multi option selected, the longest enum value)."""
+    value: dict = {}
+    for f in schema.fields:
+        if f.type == "boolean":
+            value[f.name] = False
+        elif f.type == "enum":
+            value[f.name] = max(f.values, key=lambda v: len(json.dumps(v)))
+        else:
+            value[f.name] = list(f.values)
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+NAIVE_SLACK_TOKENS = 8  # over the longest valid answer's tokens (tokenization of a value differs in context)
 
 
 def naive_prompt(schema: DecisionSchema, context: str) -> str:
@@ -151,17 +179,38 @@ class NaiveTrack:
     def config(self) -> dict:
         return {"track": self.name, "mode": self.mode, "prompt_version": NAIVE_PROMPT_VERSION}
 
+    def json_schema(self, schema: DecisionSchema) -> dict:
+        """:func:`naive_json_schema` with ``uniqueItems`` where the grammar enforces it exactly (typedlm
+        enumerates distinct arrays up to ``MAX_ENUM`` = 256: 4 options give 65, 5 give 326), else without it
+        (``maxItems`` still bounds the list; a repeated option counts once)."""
+        from ..errors import GrammarCompileError
+        from ..grammar.spec import make_constraint
+
+        js = naive_json_schema(schema)
+        try:
+            self.engine.grammars.compile(make_constraint(json_schema=js, any_whitespace=False))
+        except GrammarCompileError:
+            js = naive_json_schema(schema, unique=False)
+        return js
+
+    def max_tokens(self, schema: DecisionSchema) -> int:
+        """The longest valid answer's tokens plus NAIVE_SLACK_TOKENS: every valid answer fits."""
+        return len(self.engine.tokenizer.encode(longest_answer(schema), add_special_tokens=False)) + NAIVE_SLACK_TOKENS
+
     def answer(self, schema_dict: dict, context: str) -> list[FieldAnswer]:
         from ..generate.api import generate
 
         schema = DecisionSchema.from_dict(schema_dict)
-        max_tokens = 32 + 12 * sum(1 + len(f.choices) for f in schema.fields)
         t0 = time.perf_counter()
         r = generate(messages=[{"role": "user", "content": naive_prompt(schema, context)}], engine=self.engine,
-                     json_schema=naive_json_schema(schema), temperature=0.0, max_tokens=max_tokens)
+                     json_schema=self.json_schema(schema), temperature=0.0, any_whitespace=False,
+                     max_tokens=self.max_tokens(schema))
         dt = time.perf_counter() - t0
         value, err = None, None
-        if r.finish_reason == "error":
+        truncated = r.finish_reason == "length"
+        if truncated:
+            err = f"truncated at max_tokens={self.max_tokens(schema)}: {r.text[:80]!r}"
+        elif r.finish_reason == "error":
             err = r.error or "generation failed"
         elif not r.schema_valid:
             err = f"not valid JSON for the schema (finish_reason {r.finish_reason}): {r.text[:80]!r}"
@@ -171,7 +220,8 @@ class NaiveTrack:
         for f in schema.fields:
             keys = choice_keys(f)
             if value is None:
-                out.append(FieldAnswer(f.name, f.type, keys, None, None, None, None, dt, violation=True, error=err))
+                out.append(FieldAnswer(f.name, f.type, keys, None, None, None, None, dt, truncated=truncated,
+                                       violation=not truncated, error=err))
                 continue
             v = value[f.name]
             if f.type == "multi":

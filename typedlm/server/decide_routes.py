@@ -9,10 +9,11 @@ from typing import Any, Literal
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..decide.api import check_options, decide, decide_many
-from ..decide.plan import DEFAULT_SCORING, get_plan
-from ..decide.prior import DEFAULT_PRIOR
-from ..decide.prompt import prompt_ids
+from ..decide.api import prepare, run
+from ..decide.calibration import CalibrationMismatch
+from ..decide.options import DecideOptions
+from ..decide.prior import PriorError
+from ..decide.plan import DEFAULT_SCORING
 from ..decide.schema import DecisionSchema, SchemaError
 from ..errors import TypedLMError
 from ..grammar.spec import canonical_json
@@ -22,17 +23,17 @@ router = APIRouter()
 MAX_CONTEXTS = 64  # contexts in one /v1/decide request
 
 
-class DecideRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class DecideRequest(DecideOptions):
+    """The options (:class:`DecideOptions`: scoring, prior, calibration as a bundle object, ...) plus what to
+    decide. ``prior="batch"`` takes the prior from the request's own contexts (>= 2)."""
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
     schema_: dict = Field(alias="schema")
     context: str | None = None
     contexts: list[str] | None = Field(default=None, min_length=1, max_length=MAX_CONTEXTS)  # -> a list of results
-    scoring: Literal["labels", "slots"] = DEFAULT_SCORING
-    allow_none_of_above: bool = False
-    abstain_below_margin: float | None = Field(default=None, ge=0.0, le=1.0)
-    prior: Literal["none", "neutral", "batch"] = DEFAULT_PRIOR  # "batch": from the request's own contexts (>= 2)
-    calibration: dict | None = None  # a CalibrationBundle made for this server's model (typedlm calibrate)
     model: str | None = None  # informational: the server has one engine
+
+    def options(self) -> DecideOptions:
+        return DecideOptions(**{k: getattr(self, k) for k in DecideOptions.model_fields})
 
 
 class SystemOneQuestion(BaseModel):
@@ -50,11 +51,6 @@ class SystemOneRequest(BaseModel):
     scoring: Literal["labels", "slots"] = DEFAULT_SCORING
 
 
-def _check(engine, schema: DecisionSchema, scoring: str, nota: bool, context: str) -> None:
-    """Everything that can be wrong with one context, before queueing model work."""
-    prompt_ids(engine, get_plan(engine, schema, scoring, nota), context)
-
-
 @router.post("/v1/decide")
 async def v1_decide(body: DecideRequest, request: Request):
     state = request.app.state.typedlm
@@ -63,18 +59,15 @@ async def v1_decide(body: DecideRequest, request: Request):
                        param="context")
     schema = DecisionSchema.from_dict(body.schema_)  # SchemaError -> 400
     texts = [body.context] if body.context is not None else body.contexts
-    for i, text in enumerate(texts):
-        try:
-            _check(state.engine, schema, body.scoring, body.allow_none_of_above, text)
-        except TypedLMError as e:
-            raise APIError(400, f"contexts[{i}]: {e}" if body.contexts is not None else str(e),
-                           param="contexts" if body.contexts is not None else "context") from e
-    check_options(state.engine, get_plan(state.engine, schema, body.scoring, body.allow_none_of_above), body.prior,
-                  body.calibration, len(texts))
-    ds = await state.run_stepwise(decide_many, schema, texts, scoring=body.scoring,
-                                  allow_none_of_above=body.allow_none_of_above,
-                                  abstain_below_margin=body.abstain_below_margin, prior=body.prior,
-                                  calibration=body.calibration)
+    try:  # every check before queueing model work, once
+        job = prepare(schema, texts, body.options(), engine=state.engine)
+    except CalibrationMismatch as e:
+        raise APIError(400, str(e), param="calibration") from e
+    except PriorError as e:
+        raise APIError(400, str(e), param="prior") from e
+    except TypedLMError as e:  # a context: empty, too long
+        raise APIError(400, str(e), param="contexts" if body.contexts is not None else "context") from e
+    ds = await state.run_stepwise(run, job)
     return ds[0].to_dict() if body.context is not None else [d.to_dict() for d in ds]
 
 
@@ -132,8 +125,8 @@ async def v1_systemone(body: SystemOneRequest, request: Request):
     if not context.strip():
         raise APIError(400, "state is empty", param="state")
     schema, names = systemone_schema(body.questions)
-    _check(state.engine, schema, body.scoring, False, context)
-    d = await state.run_stepwise(decide, schema, context, scoring=body.scoring)
+    job = prepare(schema, [context], DecideOptions(scoring=body.scoring), engine=state.engine)  # checks -> 400
+    d = (await state.run_stepwise(run, job))[0]
     n_prompt, n_scored = d.usage["prompt_tokens"], d.usage["scored_tokens"]
     return {"model": state.engine.name, "answers": systemone_answers(body.questions, names, d),
             "usage": {"prompt_tokens": n_prompt, "completion_tokens": 0, "total_tokens": n_prompt,
