@@ -83,6 +83,13 @@ class MLXRunner:
         view.forward = wrap
         return view
 
+    def weight_samples(self, n: int):
+        """(name, shape, first ``n`` values as float32 numpy) of every weight (a model fingerprint)."""
+        from mlx.utils import tree_flatten
+
+        for name, p in tree_flatten(self.model.parameters()):
+            yield name, tuple(p.shape), np.array(p.reshape(-1)[:n].astype(mx.float32))
+
     def sync(self) -> None:
         """Every forward is evaluated before it returns."""
 
