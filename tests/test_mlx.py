@@ -154,3 +154,25 @@ def test_score_refuses_a_mask_that_is_not_a_token_tree(mlx_tiny):
     allow[1, 3] = False  # token 1 no longer sees its parent: not expressible as a causal chain
     with pytest.raises(TypedLMError, match="the MLX runner scores token"):
         r.score([5, 6], prefix, [3, 4], allow, [1])
+
+
+def test_the_server_on_mlx_answers_a_json_schema_chat_completion_and_a_decision(mlx_tiny):
+    import httpx
+    import openai
+
+    from typedlm.server.app import create_app
+    from typedlm.server.state import ServerConfig
+    from typedlm.server.testing import live_server
+
+    app = create_app(mlx_tiny, ServerConfig(max_batch=4, max_queue=8, max_tokens_cap=128))
+    with live_server(app) as url:
+        assert httpx.get(url + "/ready").json()["backend"] == "mlx"
+        client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        r = client.chat.completions.create(
+            model=mlx_tiny.name, messages=[{"role": "user", "content": "Give me a record."}], max_tokens=80,
+            response_format={"type": "json_schema", "json_schema": {"name": "rec", "schema": JSON, "strict": True}})
+        assert r.choices[0].finish_reason == "stop"
+        jsonschema.validate(json.loads(r.choices[0].message.content), JSON)
+        d = httpx.post(url + "/v1/decide", json={"schema": SCHEMA, "context": CTX}, timeout=120)
+        assert d.status_code == 200, d.text
+        assert d.json()["value"] == decide(SCHEMA, CTX, engine=mlx_tiny).value_dict()

@@ -14,7 +14,9 @@ token's visible pass tokens, in order, form a causal run after the prefix at pos
 as one right-padded batch on the broadcast prefix. Same math, more tokens than the packed tree (shared
 row prefixes are fed once per chain).
 
-Threads: one lock serializes every model call (the server's decode thread and a decision's thread).
+Threads: one lock serializes every model call (the server's decode thread and a decision's thread). MLX
+evaluates a lazy array only on the thread that built it (its stream is thread-local), so whatever goes into
+a forward is evaluated first where it was built (the server runs decision forwards on its decode thread).
 mlx is imported only here and in ``mlx_kv`` (the base package never imports it).
 """
 
@@ -182,6 +184,7 @@ class MLXRunner:
                 c.values = mx.broadcast_to(v, (B, *v.shape[1:]))
                 c.offset = P
             cache.append(c)
+        mx.eval([c.state for c in cache if c.keys is not None])  # built here; the forward may run on another thread
         logits, _ = self.forward(rows, cache)
         return logits
 
