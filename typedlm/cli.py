@@ -20,6 +20,7 @@ from .bench import grammar as bench_grammar
 from .bench import itl as bench_itl
 from .bench import jsonschema_suite as bench_jsonschema_suite
 from .bench import jump_forward as bench_jump_forward
+from .bench import mlx as bench_mlx
 from .bench import trust as bench_trust
 from .cliutil import EXIT_INCOMPLETE, fail, print_json, read_json, read_text, user_errors
 from .errors import TypedLMError
@@ -210,7 +211,7 @@ def models_convert(ref: str = typer.Argument("default", help="default or a .gguf
     typer.echo(str(out))
 
 
-for _feature in (bench_grammar, bench_gen, bench_jump_forward, bench_decide, bench_itl, bench_jsonschema_suite,
+for _feature in (bench_grammar, bench_gen, bench_jump_forward, bench_mlx, bench_decide, bench_itl, bench_jsonschema_suite,
                  bench_trust, server_cli, decide_cli, eval_cli):
     _feature.register(app, bench_app)
 

@@ -59,7 +59,8 @@ class MLXKV(SlotCache):
         if len(rows[0]) > self.max_len:
             raise TypedLMError(f"prompt of {len(rows[0])} tokens is longer than the context ({self.max_len})")
         self._compact()
-        logits, cache = self.runner.forward(mx.array(rows), self.runner.batch_cache(len(rows)))
+        logits, cache = self.runner.forward(mx.array(rows), self.runner.batch_cache(len(rows)),
+                                            pick=lambda lg: lg[:, -1])
         if self.cache is None:
             self.cache = cache
         else:
@@ -68,7 +69,7 @@ class MLXKV(SlotCache):
         self.order += slots
         for s in slots:
             self.length[s] = len(rows[0])
-        return to_torch(logits[:, -1])
+        return to_torch(logits)
 
     def step(self, tokens: list[int], slots: list[int]) -> torch.Tensor:
         return self.extend([[t] for t in tokens], slots)
@@ -88,15 +89,15 @@ class MLXKV(SlotCache):
         if max(pad):
             for c in self.cache:
                 c.prepare(right_padding=pad)
-        logits, _ = self.runner.forward(mx.array([t + [0] * p for t, p in zip(by_row, pad)]), self.cache)
+        take = mx.array(rows)  # batch rows in the caller's order
+        last = mx.array([k - 1 - pad[r] for r in rows])
+        pick = (lambda lg: lg[take]) if every else (lambda lg: lg[take, last])
+        logits, _ = self.runner.forward(mx.array([t + [0] * p for t, p in zip(by_row, pad)]), self.cache, pick=pick)
         if max(pad):
             self._finalize()
         for s, t in zip(slots, tokens):
             self.length[s] += len(t)
-        take = mx.array(rows)
-        if every:
-            return to_torch(logits[take])
-        return to_torch(logits[take, mx.array([k - 1 - pad[r] for r in rows])])
+        return to_torch(logits)
 
     def truncate(self, drop: list[int], slots: list[int]) -> None:
         """The last ``drop[i]`` columns of each row roll to its front and become masked left padding."""

@@ -70,13 +70,17 @@ class MLXRunner:
         self._lock = threading.RLock()
 
     # -- the model call -------------------------------------------------------------------------------
-    def forward(self, input_ids: mx.array, cache=None, **kwargs):
-        """One model call -> (logits ``[B, T, V]`` mx array, evaluated; the cache, a new one if None)."""
+    def forward(self, input_ids: mx.array, cache=None, pick: Callable | None = None, **kwargs):
+        """One model call -> (logits ``[B, T, V]``, or ``pick(logits)``: only the positions read, evaluated;
+        the cache, a new one if None). MLX is lazy: the lm_head runs only for the logits ``pick`` keeps (on
+        this CPU build a ``[50, 576] x [576, 49152]`` matmul takes seconds, so prefills must not compute
+        logits at every prompt position)."""
         if kwargs:
             raise TypedLMError(f"the MLX model call takes no {sorted(kwargs)}")
         cache = cache if cache is not None else self.new_cache()
         with self._lock:
             logits = self.model(input_ids, cache=cache)
+            logits = pick(logits) if pick is not None else logits
             mx.eval(logits, [c.state for c in cache])
         return logits, cache
 
@@ -132,7 +136,7 @@ class MLXRunner:
     def prefill_prefix(self, ids: list[int]) -> list:
         if len(ids) >= self.max_context:
             raise TypedLMError(f"decision prompt has {len(ids)} tokens; the model's context is {self.max_context}")
-        _, cache = self.forward(mx.array([ids]))
+        _, cache = self.forward(mx.array([ids]), pick=lambda lg: lg[:, -1])
         return cache
 
     def prefill_prefixes(self, ids_list: list[list[int]]) -> list:
@@ -140,8 +144,7 @@ class MLXRunner:
         return [self.prefill_prefix(ids) for ids in ids_list]
 
     def score_expand(self, rows: torch.Tensor, prefix, read: list[int]) -> torch.Tensor:
-        logits = self._on_prefix(mx.array(rows.tolist()), prefix)
-        return to_torch(logits[:, mx.array(read)])
+        return to_torch(self._on_prefix(mx.array(rows.tolist()), prefix, lambda lg: lg[:, mx.array(read)]))
 
     def score(self, ids: list[int], prefix, positions: list[int], allow: torch.Tensor, read: list[int],
               keep: int | None = None):
@@ -160,17 +163,18 @@ class MLXRunner:
         for lo in range(0, len(chains), step):
             part = chains[lo: lo + step]
             L = max(map(len, part))
-            logits = self._on_prefix(mx.array([[ids[t] for t in c] + [0] * (L - len(c)) for c in part]), prefix)
             mine = [(i, ci - lo, pi) for i, (ci, pi) in enumerate(where) if lo <= ci < lo + step]
-            got = to_torch(logits[mx.array([m[1] for m in mine]), mx.array([m[2] for m in mine])])
+            at = mx.array([m[1] for m in mine]), mx.array([m[2] for m in mine])
+            got = to_torch(self._on_prefix(mx.array([[ids[t] for t in c] + [0] * (L - len(c)) for c in part]),
+                                           prefix, lambda lg: lg[at]))
             out = torch.empty(len(read), got.shape[-1]) if out is None else out
             out[[m[0] for m in mine]] = got
         if prefix is None and keep is not None:
             return out, self.prefill_prefix(ids[:keep])
         return out, prefix
 
-    def _on_prefix(self, rows: mx.array, prefix) -> mx.array:
-        """Rows ``[B, L]`` (right-padded) causally after ``prefix`` broadcast to the batch -> logits ``[B, L, V]``."""
+    def _on_prefix(self, rows: mx.array, prefix, pick: Callable) -> mx.array:
+        """Rows ``[B, L]`` (right-padded) causally after ``prefix`` broadcast to the batch -> ``pick(logits)``."""
         from mlx_lm.models.cache import KVCache
 
         B = rows.shape[0]
@@ -185,7 +189,7 @@ class MLXRunner:
                 c.offset = P
             cache.append(c)
         mx.eval([c.state for c in cache if c.keys is not None])  # built here; the forward may run on another thread
-        logits, _ = self.forward(rows, cache)
+        logits, _ = self.forward(rows, cache, pick=pick)
         return logits
 
 
