@@ -176,3 +176,13 @@ def test_the_server_on_mlx_answers_a_json_schema_chat_completion_and_a_decision(
         d = httpx.post(url + "/v1/decide", json={"schema": SCHEMA, "context": CTX}, timeout=120)
         assert d.status_code == 200, d.text
         assert d.json()["value"] == decide(SCHEMA, CTX, engine=mlx_tiny).value_dict()
+
+
+def test_the_base_package_does_not_import_mlx():
+    import subprocess
+    import sys
+
+    code = ("import sys, typedlm.engine, typedlm.cli, typedlm.server.app, typedlm.decide.api, typedlm.generate.api; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mlx', 'mlx_lm')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
