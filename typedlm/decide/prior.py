@@ -68,15 +68,15 @@ def batch_chunks(n: int, size: int, prior: str) -> list[tuple[int, int]]:
 def fingerprint(engine: Engine) -> str:
     """A short hash of the model: vocabulary size, every weight's name and shape and its first 64 values
     (the same for a model and its saved copy; computed once per model object)."""
-    fp = _FINGERPRINTS.get(engine.model)
+    fp = _FINGERPRINTS.get(engine.runner)
     if fp is None:
         h = hashlib.sha256()
         h.update(str(engine.tokenizer_vocab_size).encode())
-        for name, p in engine.model.state_dict().items():
+        for name, shape, head in engine.runner.weight_samples(64):
             h.update(name.encode())
-            h.update(str(tuple(p.shape)).encode())
-            h.update(p.detach().reshape(-1)[:64].float().cpu().numpy().tobytes())
-        fp = _FINGERPRINTS[engine.model] = h.hexdigest()[:16]
+            h.update(str(shape).encode())
+            h.update(head.tobytes())
+        fp = _FINGERPRINTS[engine.runner] = h.hexdigest()[:16]
     return fp
 
 

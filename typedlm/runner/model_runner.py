@@ -63,6 +63,11 @@ class ModelRunner:
         view.forward = wrap
         return view
 
+    def weight_samples(self, n: int):
+        """(name, shape, first ``n`` values as float32 numpy) of every weight (a model fingerprint)."""
+        for name, p in self.model.state_dict().items():
+            yield name, tuple(p.shape), p.detach().reshape(-1)[:n].float().cpu().numpy()
+
     def sync(self) -> None:
         """Wait for queued device work (timings on CUDA); a no-op on the CPU."""
         if self.device.type == "cuda":

@@ -37,6 +37,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         served_model_names: Optional[list[str]] = typer.Option(None, "--served-model-name",
                                                                help="extra model name clients may use (repeatable)"),
         device: str = typer.Option(D["device"], "--device"),
+        backend: Optional[str] = typer.Option(None, "--backend", help="auto | torch | mlx (auto: MLX on Apple Silicon)"),
         dtype: Optional[str] = typer.Option(None, "--dtype", help="float32 | bfloat16 | float16"),
         log_level: str = typer.Option(D["log_level"], "--log-level",
                                       help="critical | error | warning | info | debug | trace"),
@@ -77,5 +78,6 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
 
             torch.set_num_threads(s.threads)
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        app = create_app(lambda: load_engine(s.model, device=s.device, dtype=s.dtype, progress=True), server_config)
+        app = create_app(lambda: load_engine(s.model, device=s.device, dtype=s.dtype, progress=True,
+                                                 backend=s.backend), server_config)
         uvicorn.run(app, host=s.host, port=s.port, log_level=s.log_level, log_config=uvicorn_log_config(s.log_level))

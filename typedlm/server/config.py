@@ -42,6 +42,7 @@ class ServeSettings(BaseModel):
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1)
     served_model_names: tuple[str, ...] = ()
     device: str = "auto"
+    backend: Literal["auto", "torch", "mlx"] | None = None  # None: TYPEDLM_BACKEND, else auto
     dtype: Literal["float32", "bfloat16", "float16"] | None = None
     log_level: Literal["critical", "error", "warning", "info", "debug", "trace"] = "info"
     jump_forward: bool = False

@@ -20,7 +20,8 @@ async def ready(http: Request):
         e = state.not_ready()
         return JSONResponse({"status": "failed" if state.load_error else "loading", "error": e.message},
                             status_code=503, headers=e.headers)
-    return {"status": "ready", "model": state.engine.name, "decide_mode": state.decide_mode,
+    return {"status": "ready", "model": state.engine.name, "backend": state.engine.backend,
+            "decide_mode": state.decide_mode,
             "cuda_graph_capture_s": round(getattr(state.scheduler.kv, "capture_s", 0.0), 2)}
 
 

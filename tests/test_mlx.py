@@ -1,0 +1,188 @@
+"""The MLX backend (``load_engine(..., backend="mlx")``) on the tiny fp32 random model converted to an MLX
+engine from its HF directory: the same greedy tokens, grammar validity, KV contract and decisions as the
+torch backend on the same weights. Skipped only where mlx-lm is not installed (``make test`` installs it)."""
+
+import json
+
+import jsonschema
+import pytest
+import torch
+
+pytest.importorskip("mlx_lm")
+
+from typedlm.decide import TOLERANCE, decide, decide_many  # noqa: E402
+from typedlm.engine import load_engine, pick_backend  # noqa: E402
+from typedlm.errors import ModelLoadError, TypedLMError  # noqa: E402
+from typedlm.generate import SamplingParams, build_sequence  # noqa: E402
+from typedlm.generate.scheduler import run_batch  # noqa: E402
+from typedlm.grammar import make_constraint  # noqa: E402
+
+from test_batching import PROMPTS, check_valid, constraints  # noqa: E402
+from test_decide import CTX, SCHEMA, _max_diff  # noqa: E402
+
+JSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
+                                         "tags": {"type": "array", "items": {"enum": ["a", "bb", "ccc"]}}},
+        "required": ["name", "tags"], "additionalProperties": False}
+
+
+@pytest.fixture(scope="module")
+def mlx_tiny(tiny_dir):
+    return load_engine(str(tiny_dir), backend="mlx", progress=False)
+
+
+@pytest.fixture(scope="module")
+def quantized_dir(tiny_dir, tmp_path_factory):
+    """A 4-bit MLX checkpoint made from the tiny model by mlx-lm's own convert."""
+    from mlx_lm import convert
+
+    out = tmp_path_factory.mktemp("q") / "tiny-4bit"
+    convert(str(tiny_dir), mlx_path=str(out), quantize=True, q_bits=4, q_group_size=32)
+    return out
+
+
+def _greedy(engine, prompts, cs, max_batch, *, jump=False, max_tokens=24):
+    params = SamplingParams(max_tokens=max_tokens, temperature=0)
+    seqs = [build_sequence(engine, engine.encode_prompt(prompt=p), params, c, jump_forward=jump)
+            for p, c in zip(prompts, cs)]
+    return run_batch(engine, seqs, max_batch=max_batch)
+
+
+def test_backend_choice(monkeypatch):
+    monkeypatch.setenv("TYPEDLM_BACKEND", "mlx")
+    assert pick_backend() == "mlx" and pick_backend("torch") == "torch"
+    monkeypatch.setenv("TYPEDLM_BACKEND", "auto")
+    assert pick_backend() == "torch"  # auto: MLX on Apple Silicon only (this is Linux)
+    with pytest.raises(ModelLoadError, match="bad backend"):
+        pick_backend("jax")
+
+
+def test_the_mlx_engine_describes_the_model_like_torch(mlx_tiny, tiny):
+    assert mlx_tiny.backend == "mlx" and tiny.backend == "torch"
+    assert type(mlx_tiny.model).__module__.startswith("mlx_lm.models")
+    for attr in ("model_vocab_size", "tokenizer_vocab_size", "stop_ids", "max_context", "dtype",
+                 "kv_bytes_per_token", "attn_heads"):
+        assert getattr(mlx_tiny, attr) == getattr(tiny, attr), attr
+
+
+@pytest.mark.parametrize("max_batch", [1, 3, 8])
+def test_greedy_batched_tokens_equal_the_torch_backend(mlx_tiny, tiny, max_batch):
+    """Free, JSON Schema, regex, choice and JSON rows of different prompt lengths joining and leaving a
+    continuous batch: the same tokens as torch on the same fp32 weights, and valid under each constraint."""
+    cs = constraints()
+    ours = _greedy(mlx_tiny, PROMPTS, cs, max_batch)
+    ref = _greedy(tiny, PROMPTS, cs, max_batch)
+    for a, b, c in zip(ours, ref, cs):
+        assert a.token_ids == b.token_ids and a.finish_reason == b.finish_reason
+        check_valid(c, a.text)
+
+
+def test_jump_forward_on_mlx_equals_its_run_without_and_torch(mlx_tiny, tiny):
+    """Drafts extend several tokens per row and rejected ones are truncated from the MLX KV: output equals
+    the run without jump-forward, token for token (it drifts when truncate forgets nothing)."""
+    c = make_constraint(json_schema=JSON, any_whitespace=False)
+    prompts, cs = ["x", "hello there", "JSON please", "free"], [c, c, c, None]
+    on = _greedy(mlx_tiny, prompts, cs, 4, jump=True, max_tokens=40)
+    off = _greedy(mlx_tiny, prompts, cs, 4, max_tokens=40)
+    ref = _greedy(tiny, prompts, cs, 4, jump=True, max_tokens=40)
+    for a, b, r in zip(on, off, ref):
+        assert a.token_ids == b.token_ids == r.token_ids
+    assert sum(r.forced_tokens for r in on) > 0
+    assert all(r.schema_valid for r in on[:3])
+
+
+def _one_row(engine, ids):
+    kv = engine.runner.decode_cache(1)
+    return engine.runner.prefill(kv, [ids], [kv.acquire()])[0]
+
+
+def test_kv_contract_extend_truncate_release(mlx_tiny):
+    """Rows of different lengths, a multi-token extend (one row padded), a per-row truncate and a
+    release: each row's next logits equal a fresh single-row run of exactly its tokens."""
+    r = mlx_tiny.runner
+    kv = r.decode_cache(4)
+    a, b, c = kv.acquire(), kv.acquire(), kv.acquire()
+    ta, tb, tc = [1, 2, 3, 4, 5], [7, 8], [9, 10, 11]
+    r.prefill(kv, [ta], [a])
+    r.prefill(kv, [tb], [b])
+    r.prefill(kv, [tc], [c])
+    r.run(kv, [[20, 21, 22], [23], [24, 25]], [a, b, c])
+    ta, tb, tc = ta + [20, 21, 22], tb + [23], tc + [24, 25]
+    kv.truncate([2, 0, 1], [a, b, c])
+    ta, tc = ta[:-2], tc[:-1]
+    kv.release(b)
+    out = r.run(kv, [[30], [31]], [c, a])
+    assert out.dtype == torch.float32 and out.shape == (2, mlx_tiny.model_vocab_size)
+    for got, ids in ((out[0], tc + [30]), (out[1], ta + [31])):
+        torch.testing.assert_close(got, _one_row(mlx_tiny, ids), atol=1e-4, rtol=1e-4)
+    with pytest.raises(TypedLMError, match="every held row"):
+        r.run(kv, [[1]], [a])
+
+
+def test_a_quantized_mlx_checkpoint_loads_and_generates_valid_json(quantized_dir):
+    assert json.loads((quantized_dir / "config.json").read_text())["quantization"]["bits"] == 4
+    e = load_engine(str(quantized_dir), backend="mlx", progress=False)
+    c = make_constraint(json_schema=JSON, any_whitespace=False)
+    rows = _greedy(e, ["x", "a longer prompt here"], [c, c], 2, max_tokens=60)
+    for row in rows:
+        assert row.finish_reason == "stop"
+        jsonschema.validate(json.loads(row.text), JSON)
+
+
+@pytest.mark.parametrize("packing", ["packed", "expand"])
+@pytest.mark.parametrize("scoring", ["labels", "slots"])
+def test_decisions_equal_the_torch_backend(mlx_tiny, tiny, packing, scoring):
+    ref = decide(SCHEMA, CTX, engine=tiny, scoring=scoring, packing=packing)
+    d = decide(SCHEMA, CTX, engine=mlx_tiny, scoring=scoring, packing=packing)
+    assert d.value_dict() == ref.value_dict() and _max_diff(d, ref) <= TOLERANCE
+    one = decide(SCHEMA, CTX, engine=mlx_tiny, scoring=scoring, packing="expand", max_rows=1)
+    assert _max_diff(d, one) <= TOLERANCE  # batched vs one row at a time, on MLX
+
+
+def test_decide_many_on_mlx_equals_torch(mlx_tiny, tiny):
+    ctxs = [CTX, "The login page shows error 500 since this morning."]
+    for a, b in zip(decide_many(SCHEMA, ctxs, engine=mlx_tiny), decide_many(SCHEMA, ctxs, engine=tiny)):
+        assert a.value_dict() == b.value_dict() and _max_diff(a, b) <= TOLERANCE
+
+
+def test_score_refuses_a_mask_that_is_not_a_token_tree(mlx_tiny):
+    r = mlx_tiny.runner
+    prefix = r.prefill_prefix([1, 2, 3])
+    allow = torch.ones(2, 5, dtype=torch.bool)
+    allow[0, 4] = False  # token 0 sees the prefix and itself; token 1 sees 0 and itself: a chain
+    logits, _ = r.score([5, 6], prefix, [3, 4], allow, [1])
+    torch.testing.assert_close(logits[0], _one_row(mlx_tiny, [1, 2, 3, 5, 6]), atol=1e-4, rtol=1e-4)
+    allow[1, 3] = False  # token 1 no longer sees its parent: not expressible as a causal chain
+    with pytest.raises(TypedLMError, match="the MLX runner scores token"):
+        r.score([5, 6], prefix, [3, 4], allow, [1])
+
+
+def test_the_server_on_mlx_answers_a_json_schema_chat_completion_and_a_decision(mlx_tiny):
+    import httpx
+    import openai
+
+    from typedlm.server.app import create_app
+    from typedlm.server.state import ServerConfig
+    from typedlm.server.testing import live_server
+
+    app = create_app(mlx_tiny, ServerConfig(max_batch=4, max_queue=8, max_tokens_cap=128))
+    with live_server(app) as url:
+        assert httpx.get(url + "/ready").json()["backend"] == "mlx"
+        client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        r = client.chat.completions.create(
+            model=mlx_tiny.name, messages=[{"role": "user", "content": "Give me a record."}], max_tokens=80,
+            response_format={"type": "json_schema", "json_schema": {"name": "rec", "schema": JSON, "strict": True}})
+        assert r.choices[0].finish_reason == "stop"
+        jsonschema.validate(json.loads(r.choices[0].message.content), JSON)
+        d = httpx.post(url + "/v1/decide", json={"schema": SCHEMA, "context": CTX}, timeout=120)
+        assert d.status_code == 200, d.text
+        assert d.json()["value"] == decide(SCHEMA, CTX, engine=mlx_tiny).value_dict()
+
+
+def test_the_base_package_does_not_import_mlx():
+    import subprocess
+    import sys
+
+    code = ("import sys, typedlm.engine, typedlm.cli, typedlm.server.app, typedlm.decide.api, typedlm.generate.api; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mlx', 'mlx_lm')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

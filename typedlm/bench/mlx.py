@@ -1,0 +1,135 @@
+"""``typedlm bench mlx``: the MLX backend side by side with mlx-lm's own generation and the torch backend,
+in one run on one model (issue 19's targets).
+
+Rows (greedy, one prompt repeated ``batch`` times, ``max_tokens`` each; tok/s = generated tokens / wall of
+the whole call, prefill included, for every row alike):
+  * ``mlx-lm``        mlx-lm's ``stream_generate`` (batch 1) / ``batch_generate`` (batch > 1), free text
+  * ``typedlm-mlx``   typedlm's scheduler on the MLX runner, free text and JSON Schema
+  * ``typedlm-torch`` the same on the torch backend, free text
+Decisions: ``decide`` wall on MLX vs the MLX prefill of the same prompt inside it (``timings.prefill``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..cliutil import fail, user_errors
+
+PROMPT = "Write a long story about a robot who learns to paint."
+SCHEMA = {"type": "object", "properties": {
+    "title": {"type": "string"}, "characters": {"type": "array", "items": {"type": "string"}},
+    "chapters": {"type": "array", "items": {"type": "object", "properties": {
+        "name": {"type": "string"}, "summary": {"type": "string"}}, "required": ["name", "summary"]}}},
+    "required": ["title", "characters", "chapters"]}
+DECIDE_SCHEMA = {"description": "Triage a support ticket.", "fields": {
+    "priority": {"type": "enum", "description": "How urgent?", "choices": ["low", "medium", "high", "critical"]},
+    "spam": {"type": "boolean", "description": "Is it spam?"},
+    "tags": {"type": "multi", "description": "Which apply?", "choices": ["refund", "bug", "feature request"]}}}
+DECIDE_CTX = "My card was charged twice this month and I want my money back. Please fix this today."
+
+
+def _timed(fn) -> tuple[float, object]:
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def run_typedlm(engine, ids: list[int], batch: int, max_tokens: int, schema=None) -> dict:
+    from ..generate import SamplingParams, build_sequence
+    from ..generate.scheduler import run_batch
+    from ..grammar import make_constraint
+
+    c = make_constraint(json_schema=schema, any_whitespace=False) if schema else None
+    params = SamplingParams(max_tokens=max_tokens, temperature=0)
+    seqs = [build_sequence(engine, ids, params, c) for _ in range(batch)]
+    wall, res = _timed(lambda: run_batch(engine, seqs, max_batch=batch))
+    tokens = sum(len(r.token_ids) for r in res)
+    return {"wall_s": round(wall, 3), "tokens": tokens, "tok_s": round(tokens / wall, 2)}
+
+
+def run_mlx_lm(model, tokenizer, ids: list[int], batch: int, max_tokens: int) -> dict:
+    from mlx_lm import batch_generate, stream_generate
+
+    if batch == 1:
+        wall, out = _timed(lambda: list(stream_generate(model, tokenizer, ids, max_tokens=max_tokens)))
+        tokens = out[-1].generation_tokens
+    else:
+        wall, out = _timed(lambda: batch_generate(model, tokenizer, [ids] * batch, max_tokens=max_tokens,
+                                                  return_token_ids=True))
+        tokens = sum(len(t) for t in out.token_ids)
+    return {"wall_s": round(wall, 3), "tokens": tokens, "tok_s": round(tokens / wall, 2)}
+
+
+def bench_mlx(model: str, batches: tuple[int, ...], max_tokens: int, torch_too: bool, progress) -> dict:
+    from mlx_lm import load as mlx_load
+
+    from ..decide import decide
+    from ..engine import load_engine
+
+    eng = load_engine(model, backend="mlx", progress=False)
+    ref_model, ref_tok = mlx_load(eng.source)
+    ids = eng.encode_prompt(messages=[{"role": "user", "content": PROMPT}])
+    rows = []
+    run_typedlm(eng, ids, 1, 4)  # warm-up
+    run_mlx_lm(ref_model, ref_tok, ids, 1, 4)
+    for b in batches:
+        progress(f"batch {b}")
+        rows.append({"impl": "mlx-lm", "kind": "free", "batch": b, **run_mlx_lm(ref_model, ref_tok, ids, b, max_tokens)})
+        rows.append({"impl": "typedlm-mlx", "kind": "free", "batch": b, **run_typedlm(eng, ids, b, max_tokens)})
+        rows.append({"impl": "typedlm-mlx", "kind": "json", "batch": b, **run_typedlm(eng, ids, b, max_tokens, SCHEMA)})
+    if torch_too:
+        te = load_engine(model, backend="torch", progress=False)
+        run_typedlm(te, ids, 1, 4)
+        for b in batches:
+            progress(f"torch batch {b}")
+            rows.append({"impl": "typedlm-torch", "kind": "free", "batch": b, **run_typedlm(te, ids, b, max_tokens)})
+    decide(DECIDE_SCHEMA, DECIDE_CTX, engine=eng)  # warm-up (plan compile)
+    wall, d = _timed(lambda: decide(DECIDE_SCHEMA, DECIDE_CTX, engine=eng))
+    by = {(r["impl"], r["kind"], r["batch"]): r["tok_s"] for r in rows}
+    ratios = {}
+    for b in batches:
+        ratios[f"mlx_over_mlx_lm_b{b}"] = round(by[("typedlm-mlx", "free", b)] / by[("mlx-lm", "free", b)], 3)
+        ratios[f"json_over_free_b{b}"] = round(by[("typedlm-mlx", "json", b)] / by[("typedlm-mlx", "free", b)], 3)
+    ratios["decide_over_prefill"] = round(wall / d.timings["prefill"], 3)
+    import mlx.core as mx
+    import mlx_lm
+
+    return {"bench": "mlx", "model": eng.name, "dtype": str(eng.dtype).replace("torch.", ""),
+            "machine": f"{os.cpu_count()}-core {platform.machine()} CPU ({platform.system()}), mlx[cpu] {mx.__version__}, "
+                       f"mlx-lm {mlx_lm.__version__}",
+            "prompt_tokens": len(ids), "max_tokens": max_tokens, "rows": rows,
+            "decide": {"wall_s": round(wall, 4), "prefill_s": round(d.timings["prefill"], 4),
+                       "prompt_tokens": d.usage.get("prompt_tokens")},
+            "ratios": ratios, "targets": {"mlx_over_mlx_lm_b1": ">= 0.95", "mlx_over_mlx_lm_b8": ">= 1.0",
+                                          "json_over_free": ">= 0.9", "decide_over_prefill": "<= 1.5"}}
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    @bench_app.command("mlx")
+    def mlx(
+        model: str = typer.Option("default", "--model", "-m"),
+        batch: Optional[list[int]] = typer.Option(None, "--batch", help="batch sizes (repeatable; default 1, 8)"),
+        max_tokens: int = typer.Option(64, "--max-tokens"),
+        torch_too: bool = typer.Option(True, "--torch/--no-torch", help="also the torch backend on the same model"),
+        out: Optional[Path] = typer.Option(None, "--json", help="write the results JSON here"),
+    ):
+        """The MLX backend vs mlx-lm's own generate / batch_generate vs the torch backend (one run)."""
+        batches = tuple(batch or (1, 8))
+        if any(b < 1 for b in batches) or max_tokens < 1:
+            fail("--batch and --max-tokens must be >= 1")
+        with user_errors():
+            res = bench_mlx(model, batches, max_tokens, torch_too, lambda m: typer.echo(f"... {m}", err=True))
+        res["command"] = "typedlm bench mlx " + " ".join(
+            [f"--model {model}"] + [f"--batch {b}" for b in batches] + [f"--max-tokens {max_tokens}"]
+            + ([] if torch_too else ["--no-torch"]))
+        text = json.dumps(res, indent=2)
+        if out:
+            out.write_text(text + "\n")
+        typer.echo(text)

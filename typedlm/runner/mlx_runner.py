@@ -1,0 +1,219 @@
+"""MLXRunner: the :class:`~typedlm.runner.model_runner.ModelRunner` contract on Apple's MLX.
+
+mlx-lm's model code, loader and KV caches (``KVCache`` per layer for prefixes, ``BatchKVCache`` per
+layer for decode: :class:`~typedlm.runner.mlx_kv.MLXKV`); no architecture is written here. Logits come
+back as float32 torch CPU tensors (one numpy copy), so the scheduler, sampler, grammar masks and
+decision scoring run unchanged.
+
+Scoring: mlx-lm's model call takes a cache but neither an attention mask nor position ids (RoPE
+positions are the cache offset + the token's index). ``score_expand`` (rows as a batch on a broadcast
+prefix, causal) fits that call as it is. ``score``'s packed token tree (a ``[Q, K]`` allowed-attention
+matrix + per-token positions) does not, so the runner turns it back into the chains it encodes: each read
+token's visible pass tokens, in order, form a causal run after the prefix at positions ``P + j``
+(checked: any other mask is a :class:`TypedLMError`, never a silent change of meaning); the chains run
+as one right-padded batch on the broadcast prefix. Same math, more tokens than the packed tree (shared
+row prefixes are fed once per chain).
+
+Threads: one lock serializes every model call (the server's decode thread and a decision's thread). MLX
+evaluates a lazy array only on the thread that built it (its stream is thread-local), so whatever goes into
+a forward is evaluated first where it was built (the server runs decision forwards on its decode thread).
+mlx is imported only here and in ``mlx_kv`` (the base package never imports it).
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from pathlib import Path
+from typing import Callable
+
+import mlx.core as mx
+import numpy as np
+import torch
+
+from ..errors import ModelLoadError, TypedLMError
+from .mlx_kv import MLXKV, to_torch
+
+MX_DTYPES = {torch.float32: mx.float32, torch.float16: mx.float16, torch.bfloat16: mx.bfloat16}
+LOGIT_BYTES = 256 << 20  # one chunk of chains' logits (score)
+
+
+def load_model(path: str, dtype: torch.dtype | None = None):
+    """mlx-lm's loader on a HF or MLX (also quantized) directory -> (model, torch dtype of its activations)."""
+    from mlx.utils import tree_flatten
+    from mlx_lm.utils import load_model as mlx_load
+
+    try:
+        model, _ = mlx_load(Path(path))
+    except (ValueError, FileNotFoundError, KeyError) as e:
+        raise ModelLoadError(f"mlx-lm could not load {path}: {e}") from e
+    if dtype is not None:
+        model.set_dtype(MX_DTYPES[dtype])
+    floats = [v.dtype for _, v in tree_flatten(model.parameters()) if mx.issubdtype(v.dtype, mx.floating)]
+    found = {v: k for k, v in MX_DTYPES.items()}.get(floats[0] if floats else mx.float32, torch.float32)
+    return model, found
+
+
+class MLXRunner:
+    backend = "mlx"
+    keeps_logits = False  # logits at every fed position (decide's memory estimate reads this)
+
+    def __init__(self, model, *, dtype: torch.dtype, max_context: int, vocab: int):
+        from mlx_lm.models.cache import KVCache, make_prompt_cache
+
+        self.model, self.dtype, self.max_context, self.vocab = model, dtype, max_context, vocab
+        self.device = torch.device("cpu")  # where logits land
+        kinds = {type(c).__name__ for c in make_prompt_cache(model)}
+        if kinds != {KVCache.__name__}:
+            raise ModelLoadError(f"the MLX backend batches models with plain KV caches only (this one has {kinds})")
+        self.layers = len(make_prompt_cache(model))
+        self._lock = threading.RLock()
+
+    # -- the model call -------------------------------------------------------------------------------
+    def forward(self, input_ids: mx.array, cache=None, pick: Callable | None = None, **kwargs):
+        """One model call -> (logits ``[B, T, V]``, or ``pick(logits)``: only the positions read, evaluated;
+        the cache, a new one if None). MLX is lazy: the lm_head runs only for the logits ``pick`` keeps (on
+        this CPU build a ``[50, 576] x [576, 49152]`` matmul takes seconds, so prefills must not compute
+        logits at every prompt position)."""
+        if kwargs:
+            raise TypedLMError(f"the MLX model call takes no {sorted(kwargs)}")
+        cache = cache if cache is not None else self.new_cache()
+        with self._lock:
+            logits = self.model(input_ids, cache=cache)
+            logits = pick(logits) if pick is not None else logits
+            mx.eval(logits, [c.state for c in cache])
+        return logits, cache
+
+    def wrapped(self, wrap: Callable) -> "MLXRunner":
+        view = copy.copy(self)
+        view.forward = wrap
+        return view
+
+    def weight_samples(self, n: int):
+        """(name, shape, first ``n`` values as float32 numpy) of every weight (a model fingerprint)."""
+        from mlx.utils import tree_flatten
+
+        for name, p in tree_flatten(self.model.parameters()):
+            yield name, tuple(p.shape), np.array(p.reshape(-1)[:n].astype(mx.float32))
+
+    def sync(self) -> None:
+        """Every forward is evaluated before it returns."""
+
+    def new_cache(self) -> list:
+        from mlx_lm.models.cache import KVCache
+
+        return [KVCache() for _ in range(self.layers)]
+
+    def batch_cache(self, rows: int) -> list:
+        from mlx_lm.models.cache import BatchKVCache
+
+        return [BatchKVCache([0] * rows) for _ in range(self.layers)]
+
+    # -- decode -----------------------------------------------------------------------------------------
+    def decode_cache(self, max_batch: int, *, dynamic: bool = False) -> MLXKV:
+        return MLXKV(self, capacity=max_batch, max_len=self.max_context)
+
+    @property
+    def static_kv(self):
+        return None
+
+    @property
+    def static_reason(self) -> str:
+        return "the MLX backend decodes on mlx-lm's batch cache"
+
+    def prefill(self, kv: MLXKV, prompts: list[list[int]], slots: list[int]) -> torch.Tensor:
+        return kv.prefill(prompts, slots)
+
+    def run(self, kv: MLXKV, feeds: list[list[int]], slots: list[int], every: bool = False) -> torch.Tensor:
+        if every or any(len(f) != 1 for f in feeds):
+            return kv.extend(feeds, slots, every)
+        return kv.step([f[0] for f in feeds], slots)
+
+    def capture(self, kv: MLXKV, max_tokens: int | None = None) -> float:
+        return 0.0
+
+    # -- scoring (decisions) -----------------------------------------------------------------------------
+    def prefill_prefix(self, ids: list[int]) -> list:
+        if len(ids) >= self.max_context:
+            raise TypedLMError(f"decision prompt has {len(ids)} tokens; the model's context is {self.max_context}")
+        _, cache = self.forward(mx.array([ids]), pick=lambda lg: lg[:, -1])
+        return cache
+
+    def prefill_prefixes(self, ids_list: list[list[int]]) -> list:
+        """One prefill per prompt (the MLX backend's first version does not batch these)."""
+        return [self.prefill_prefix(ids) for ids in ids_list]
+
+    def score_expand(self, rows: torch.Tensor, prefix, read: list[int]) -> torch.Tensor:
+        return to_torch(self._on_prefix(mx.array(rows.tolist()), prefix, lambda lg: lg[:, mx.array(read)]))
+
+    def score(self, ids: list[int], prefix, positions: list[int], allow: torch.Tensor, read: list[int],
+              keep: int | None = None):
+        """See the torch runner's ``score``; here the tree runs as its chains (module docstring). The
+        prefix cache is never written, so it needs no cutting back."""
+        P = prefix_length(prefix) if prefix is not None else 0
+        vis = allow.cpu().numpy()
+        if P and not vis[:, :P].all():
+            raise TypedLMError("the MLX runner scores passes that see the whole prefix only")
+        chains, where = _chains(vis[:, P:], read)
+        for chain in chains:
+            if [positions[t] for t in chain] != list(range(P, P + len(chain))):
+                raise TypedLMError("the MLX runner scores token trees at consecutive positions only")
+        out = None
+        step = max(1, LOGIT_BYTES // (max(map(len, chains)) * 4 * self.vocab))
+        for lo in range(0, len(chains), step):
+            part = chains[lo: lo + step]
+            L = max(map(len, part))
+            mine = [(i, ci - lo, pi) for i, (ci, pi) in enumerate(where) if lo <= ci < lo + step]
+            at = mx.array([m[1] for m in mine]), mx.array([m[2] for m in mine])
+            got = to_torch(self._on_prefix(mx.array([[ids[t] for t in c] + [0] * (L - len(c)) for c in part]),
+                                           prefix, lambda lg: lg[at]))
+            out = torch.empty(len(read), got.shape[-1]) if out is None else out
+            out[[m[0] for m in mine]] = got
+        if prefix is None and keep is not None:
+            return out, self.prefill_prefix(ids[:keep])
+        return out, prefix
+
+    def _on_prefix(self, rows: mx.array, prefix, pick: Callable) -> mx.array:
+        """Rows ``[B, L]`` (right-padded) causally after ``prefix`` broadcast to the batch -> ``pick(logits)``."""
+        from mlx_lm.models.cache import KVCache
+
+        B = rows.shape[0]
+        P = prefix_length(prefix) if prefix is not None else 0
+        cache = []
+        for layer in prefix or [None] * self.layers:
+            c = KVCache()
+            if P:
+                k, v = layer.keys[..., :P, :], layer.values[..., :P, :]
+                c.keys = mx.broadcast_to(k, (B, *k.shape[1:]))
+                c.values = mx.broadcast_to(v, (B, *v.shape[1:]))
+                c.offset = P
+            cache.append(c)
+        mx.eval([c.state for c in cache if c.keys is not None])  # built here; the forward may run on another thread
+        logits, _ = self.forward(rows, cache, pick=pick)
+        return logits
+
+
+def prefix_length(cache) -> int:
+    return int(cache[0].offset)
+
+
+def _chains(vis: np.ndarray, read: list[int]) -> tuple[list[list[int]], list[tuple[int, int]]]:
+    """The causal chains a tree mask encodes (``vis``: ``[Q, Q]`` pass-token visibility) -> (chains,
+    ``where[i]`` = (chain, index in it) of ``read[i]``). Longest first, so one chain serves every read on it."""
+    chains: list[list[int]] = []
+    seat: dict[int, tuple[int, int]] = {}
+    order = sorted(range(len(read)), key=lambda i: -int(vis[read[i]].sum()))
+    for i in order:
+        r = read[i]
+        if r in seat:
+            continue
+        chain = [int(t) for t in np.nonzero(vis[r])[0]]
+        sub = vis[np.ix_(chain, chain)]
+        own = vis[chain].sum(axis=1)  # each chain token sees its chain so far and nothing else
+        if not chain or chain[-1] != r or not np.array_equal(sub, np.tril(np.ones_like(sub))) \
+                or not np.array_equal(own, np.arange(1, len(chain) + 1)):
+            raise TypedLMError("the MLX runner scores token-tree masks only (each token sees its ancestors)")
+        for j, t in enumerate(chain):
+            seat.setdefault(t, (len(chains), j))
+        chains.append(chain)
+    return chains, [seat[r] for r in read]
