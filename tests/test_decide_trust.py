@@ -28,7 +28,7 @@ def _norm(d):
 
 
 def test_neutral_prior_divides_the_content_free_prior_and_is_cached(tiny):
-    pr._CACHE = type(pr._CACHE)(256)
+    tiny.caches.priors = type(tiny.caches.priors)(256)
     raw = decide(SCHEMA, CTXS[0], engine=tiny, prior="none")
     h0, m0 = pr.stats["hits"], pr.stats["misses"]
     d = decide(SCHEMA, CTXS[0], engine=tiny, prior="neutral")

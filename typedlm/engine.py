@@ -30,6 +30,7 @@ class EngineCaches:
 
     plans: LRUCache = field(default_factory=lambda: LRUCache(256))  # compiled decide plans (decide.plan.get_plan)
     priors: LRUCache = field(default_factory=lambda: LRUCache(256))  # neutral priors (decide.prior)
+    fingerprint: str | None = None  # hash of the weights (decide.prior.fingerprint), computed once
 
 
 @dataclass(frozen=True)

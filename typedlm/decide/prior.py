@@ -25,11 +25,9 @@ from __future__ import annotations
 
 import hashlib
 import math
-import weakref
 
 from ..engine import Engine
 from ..errors import TypedLMError
-from ..lru import LRUCache
 from .logmath import log_sigmoid, softmax
 from .result import QuestionScore
 
@@ -38,9 +36,7 @@ DEFAULT_PRIOR = "neutral"  # measured: +10.7 / +32.1 macro-F1 over "none" on twe
 CONTENT_FREE = ("N/A", "", "[MASK]")
 MIN_BATCH = 2
 
-_CACHE = LRUCache(256)  # (fingerprint, plan key, prompt version) -> per question log prior
-stats = {"hits": 0, "misses": 0}  # neutral prior cache counters (tests, bench)
-_FINGERPRINTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+stats = {"hits": 0, "misses": 0}  # neutral prior cache counters (tests, bench); the cache: engine.caches.priors
 
 
 class PriorError(TypedLMError):
@@ -67,8 +63,8 @@ def batch_chunks(n: int, size: int, prior: str) -> list[tuple[int, int]]:
 
 def fingerprint(engine: Engine) -> str:
     """A short hash of the model: vocabulary size, every weight's name and shape and its first 64 values
-    (the same for a model and its saved copy; computed once per model object)."""
-    fp = _FINGERPRINTS.get(engine.runner)
+    (the same for a model and its saved copy; computed once per engine, kept in ``engine.caches``)."""
+    fp = engine.caches.fingerprint
     if fp is None:
         h = hashlib.sha256()
         h.update(str(engine.tokenizer_vocab_size).encode())
@@ -76,7 +72,7 @@ def fingerprint(engine: Engine) -> str:
             h.update(name.encode())
             h.update(str(shape).encode())
             h.update(head.tobytes())
-        fp = _FINGERPRINTS[engine.runner] = h.hexdigest()[:16]
+        fp = engine.caches.fingerprint = h.hexdigest()[:16]
     return fp
 
 
@@ -94,7 +90,7 @@ def neutral(engine: Engine, plan, score_prompts, prompt_version: str) -> list[tu
         return mean_log_probs(score_prompts([content_free_ids(engine, plan, c) for c in CONTENT_FREE]))
 
     misses = stats["misses"]
-    logs = _CACHE.get_or_build((fingerprint(engine), plan_key(plan), prompt_version), build)
+    logs = engine.caches.priors.get_or_build((plan_key(plan), prompt_version), build)
     stats["hits"] += stats["misses"] == misses
     return logs
 
