@@ -68,7 +68,6 @@ def _decide_file(sch, path: Path, output: Optional[Path], *, model, device, scor
                  prior, bundle):
     """--input: decide_many over the file in chunks, a progress bar on stderr, one JSON line per context
     (prior="batch": each chunk's own prior)."""
-    import json
     import sys
 
     from rich.console import Console
@@ -78,6 +77,7 @@ def _decide_file(sch, path: Path, output: Optional[Path], *, model, device, scor
     from .api import decide_many
     from .plan import SCORING_MODES
     from .prior import check_mode
+    from .records import decision_line
 
     if scoring not in SCORING_MODES:
         fail(f"--scoring must be one of {', '.join(SCORING_MODES)}, got {scoring!r}")
@@ -94,8 +94,7 @@ def _decide_file(sch, path: Path, output: Optional[Path], *, model, device, scor
                 ds = decide_many(sch, [t for _, t in chunk], engine=engine, scoring=scoring,
                                  allow_none_of_above=none_of_above, abstain_below_margin=abstain_below,
                                  prior=prior, calibration=bundle)
-                sink.write("".join(json.dumps({"id": cid, **d.to_dict()}, ensure_ascii=False) + "\n"
-                                   for (cid, _), d in zip(chunk, ds)))
+                sink.write("".join(decision_line(cid, d) + "\n" for (cid, _), d in zip(chunk, ds)))
                 sink.flush()
                 bar.advance(task, len(chunk))
     finally:
@@ -124,6 +123,11 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         input_file: Optional[Path] = typer.Option(None, "--input", help="JSONL: one context per line (a JSON string "
                                                   "or {\"context\", \"id\"}); JSONL decisions out"),
         output: Optional[Path] = typer.Option(None, "--output", help="with --input: write JSONL here (default stdout)"),
+        ray: bool = typer.Option(False, "--ray", help="decide --input on Ray (typedlm[ray]; README 'Scale out')"),
+        address: Optional[str] = typer.Option(None, "--address", help="with --ray: auto | ray://HOST:PORT"),
+        replicas: int = typer.Option(1, "--replicas", help="with --ray: model actors"),
+        gpus_per_replica: float = typer.Option(0, "--gpus-per-replica", help="with --ray: GPUs per actor"),
+        resume: bool = typer.Option(False, "--resume", help="with --ray: continue --output, skipping ids written"),
     ):
         """Decide every field of a schema about a context: one prefill, all candidates scored in batch."""
         from . import presets as presets_mod
@@ -142,6 +146,13 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                     fail("give only one of --input, --context or --context-file")
                 from .calibration import load_bundle
 
+                if ray:
+                    from ..scale.cli import decide_on_ray
+
+                    return decide_on_ray(sch, input_file, output, resume=resume, address=address, replicas=replicas,
+                                         gpus_per_replica=gpus_per_replica, model=model, device=device, scoring=scoring,
+                                         allow_none_of_above=none_of_above, abstain_below_margin=abstain_below,
+                                         prior=prior, calibration=calibration)
                 _decide_file(sch, input_file, output, model=model, device=device, scoring=scoring,
                              none_of_above=none_of_above, abstain_below=abstain_below, prior=prior,
                              bundle=load_bundle(calibration) if calibration is not None else None)
