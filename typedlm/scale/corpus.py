@@ -51,7 +51,7 @@ def decide_dataset(schema: Any, data, output, *, model: str = "default", device:
         out = load_rows(ray, data, frozenset(sink.done)).map_batches(
             DecideActor, fn_constructor_kwargs=actor_args, batch_size=batch_size, batch_format="numpy",
             compute=ray.data.ActorPoolStrategy(size=replicas), num_cpus=cpus_per_replica,
-            num_gpus=gpus_per_replica or None, max_restarts=-1, max_task_retries=-1)
+            num_gpus=gpus_per_replica or None)  # Ray Data's actor pools: max_restarts=-1, max_task_retries=-1
         for batch in out.iter_batches(batch_size=None, batch_format="numpy"):
             n, bad = sink.write(list(batch["key"]), list(batch["record"]), list(batch["error"]))
             decided += n

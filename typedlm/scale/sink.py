@@ -3,8 +3,8 @@
 - ``OUT.jsonl`` (any name not ending in ``.parquet``): the ``typedlm decide --output`` lines, appended and fsynced
   per batch. ``OUT.parquet``: a folder of ``part-NNNNNN.parquet`` files (columns ``key`` = the id as JSON text,
   ``record`` = the same line), each written to a temporary name and renamed, so a part is whole or absent.
-- Rows that could not be decided: ``<OUT stem>.errors.jsonl`` beside a JSONL output, ``errors.jsonl`` inside a
-  Parquet folder: ``{"key", "id", "error"}`` per line.
+- Rows that could not be decided: ``<OUT stem>.errors.jsonl`` beside the output (not inside a Parquet folder:
+  readers take every file there for a part), ``{"key", "id", "error"}`` per line.
 
 Resume (after a crashed driver, or a stopped job): run the same command with ``resume=True`` / ``--resume``. The
 ids already in the output or the errors file are read back (a torn last line is cut off first) and skipped, so
@@ -54,7 +54,12 @@ class _Lines:
 
 
 class _Sink:
-    errors: _Lines
+    def __init__(self, path: Path):
+        self.path = path
+        self.errors = _Lines(path.with_name(path.stem + ".errors.jsonl"))
+
+    def exists(self) -> bool:
+        return self.path.exists() or self.errors.path.exists()
 
     def open(self) -> None:
         self.done = {r["key"] for r in self.errors.read()} | self.written_keys()
@@ -80,12 +85,8 @@ class _Sink:
 
 class JsonlSink(_Sink):
     def __init__(self, path: Path):
-        self.path = path
+        super().__init__(path)
         self.lines = _Lines(path)
-        self.errors = _Lines(path.with_name(path.stem + ".errors.jsonl"))
-
-    def exists(self) -> bool:
-        return self.path.exists() or self.errors.path.exists()
 
     def written_keys(self) -> set[str]:
         return {json.dumps(r["id"], ensure_ascii=False) for r in self.lines.read()}
@@ -95,13 +96,6 @@ class JsonlSink(_Sink):
 
 
 class ParquetSink(_Sink):
-    def __init__(self, path: Path):
-        self.path = path
-        self.errors = _Lines(path / "errors.jsonl")
-
-    def exists(self) -> bool:
-        return self.path.exists()
-
     def parts(self) -> list[Path]:
         return sorted(self.path.glob("part-*.parquet")) if self.path.exists() else []
 
