@@ -20,3 +20,17 @@ def decide_on_ray(schema, input_file, output, *, resume: bool, address, replicas
                f"{s['resumed']} already written", err=True)
     for bad in s["skipped"][:5]:
         typer.echo(f"  skipped {bad['id'] if bad['id'] is not None else bad['key']}: {bad['error']}", err=True)
+
+
+SERVE_FLAGS = ("ray", "address", "replicas", "gpus_per_replica", "max_replicas")  # not ServeSettings keys
+
+
+def serve_on_ray(settings, server_config, *, address, replicas: int, gpus_per_replica: float,
+                 max_replicas: int | None) -> None:
+    """``typedlm serve --ray``: Ray Serve replicas behind its proxy on --host/--port; Ctrl-C stops them."""
+    from .serve import run
+
+    if replicas < 1 or (max_replicas is not None and max_replicas < replicas):
+        fail(f"--replicas must be at least 1 and --max-replicas at least --replicas, got {replicas}, {max_replicas}")
+    run(settings, server_config, address=address, replicas=replicas, gpus_per_replica=gpus_per_replica,
+        min_replicas=1 if max_replicas is not None else None, max_replicas=max_replicas)
