@@ -69,7 +69,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         from .state import ServerConfig
 
         given = {name: value for name, value in ctx.params.items()
-                 if name not in ("config", *SERVE_FLAGS) and getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"}
+                 if name not in ("config", *SERVE_FLAGS)
+                 and getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"}
         try:
             s = resolve_settings(given, config_file=config)
         except ConfigError as e:
