@@ -165,7 +165,9 @@ def prediction_line(*, run_id: str, track: str, mode: str, case: Case, dataset: 
 
 # -- the run -----------------------------------------------------------------------------------------
 class Run:
-    def __init__(self, folder: Path, manifest: dict, tracks: list, *, provenance: dict | None = None):
+    def __init__(self, folder: Path, manifest: dict, tracks: list, *, provenance: dict | None = None,
+                 answerer: Callable | None = None):
+        self.answerer = answerer or answer_cases
         self.folder = Path(folder)
         self.manifest = manifest
         self.tracks = tracks
@@ -248,48 +250,25 @@ class Run:
         return summary
 
     def _loop(self, todo, cases, acc, skipped, n_done, on_case):
-        run_id, dataset, flip = self.manifest["run_id"], self.manifest["dataset"], self.manifest["flip"]
         streak, reason, status = 0, None, "done"
-        for case in todo:
-            lines: list[dict] = []
-            try:
-                schema, gold = check_case(case)
-                for track in self.tracks:
-                    variants = [(case.schema, None)]
-                    if flip and track.name == "parallel":
-                        variants.append(permuted_schema(case.schema, case.id))
-                    for schema_dict, order in variants:
-                        if order is not None and not order:
-                            continue  # nothing to permute (booleans only)
-                        t0 = time.perf_counter()
-                        answers = track.answer(schema_dict, case.context)
-                        dt = time.perf_counter() - t0
-                        for a in answers:
-                            if order is not None and a.field not in order:
-                                continue  # a boolean in a permuted variant: not a permuted decision
-                            perm = order.get(a.field) if order is not None else None
-                            a.choices = choice_keys(schema[a.field])  # the schema's order; ``permutation`` = shown
-                            if a.field_type == "multi" and a.pred is not None:
-                                a.pred = [c for c in a.choices if c in a.pred]
-                            lines.append(prediction_line(run_id=run_id, track=track.name, mode=track.mode, case=case,
-                                                         dataset=dataset, gold=gold, answer=a, case_latency_s=dt,
-                                                         permutation=perm))
-            except InfraError as e:
+        for case, got in self.answerer(todo, self.tracks, self.manifest):
+            if isinstance(got, InfraError):
                 streak += 1
-                reason = str(e)
+                reason = str(got)
                 if streak >= BREAKER_LIMIT:
                     status = "circuit_open"
-                    reason = f"{BREAKER_LIMIT} consecutive infrastructure failures; last: {e}"
+                    reason = f"{BREAKER_LIMIT} consecutive infrastructure failures; last: {got}"
                     break
                 continue
-            except TypedLMError as e:  # BadCase, a schema the tokenizer cannot score, a 4xx: skip, report
-                entry = {"case_id": case.id, "status": "skipped", "reason": str(e)}
+            if isinstance(got, TypedLMError):  # BadCase, a schema the tokenizer cannot score, a 4xx: skip, report
+                entry = {"case_id": case.id, "status": "skipped", "reason": str(got)}
                 _append(self.journal, [json.dumps(entry, ensure_ascii=False)])
                 skipped.append(entry)
                 n_done += 1
                 if on_case:
                     on_case(n_done, len(cases), acc)
                 continue
+            lines = got
             streak = 0
             _append(self.preds, [json.dumps(ln, ensure_ascii=False) for ln in lines])
             _append(self.journal, [json.dumps({"case_id": case.id, "status": "done"})])
@@ -302,6 +281,46 @@ class Run:
             if on_case:
                 on_case(n_done, len(cases), acc)
         return n_done, reason, status
+
+
+def case_lines(case: Case, tracks: list, manifest: dict) -> list[dict]:
+    """Every track's prediction lines for one case; raises InfraError (retried on resume) or another
+    TypedLMError (the case is skipped)."""
+    run_id, dataset, flip = manifest["run_id"], manifest["dataset"], manifest["flip"]
+    lines: list[dict] = []
+    schema, gold = check_case(case)
+    for track in tracks:
+        variants = [(case.schema, None)]
+        if flip and track.name == "parallel":
+            variants.append(permuted_schema(case.schema, case.id))
+        for schema_dict, order in variants:
+            if order is not None and not order:
+                continue  # nothing to permute (booleans only)
+            t0 = time.perf_counter()
+            answers = track.answer(schema_dict, case.context)
+            dt = time.perf_counter() - t0
+            for a in answers:
+                if order is not None and a.field not in order:
+                    continue  # a boolean in a permuted variant: not a permuted decision
+                perm = order.get(a.field) if order is not None else None
+                a.choices = choice_keys(schema[a.field])  # the schema's order; ``permutation`` = shown
+                if a.field_type == "multi" and a.pred is not None:
+                    a.pred = [c for c in a.choices if c in a.pred]
+                lines.append(prediction_line(run_id=run_id, track=track.name, mode=track.mode, case=case,
+                                             dataset=dataset, gold=gold, answer=a, case_latency_s=dt,
+                                             permutation=perm))
+    return lines
+
+
+def answer_cases(cases: list[Case], tracks: list, manifest: dict):
+    """The single-process answerer: ``(case, its lines or the TypedLMError it raised)``, one case after another.
+    ``typedlm eval --ray`` swaps in :func:`typedlm.scale.eval.ray_answerer` (cases spread over model actors);
+    the run's loop, the one writer of the journal, is the same."""
+    for case in cases:
+        try:
+            yield case, case_lines(case, tracks, manifest)
+        except TypedLMError as e:
+            yield case, e
 
 
 def timing_summary(lines: list[dict]) -> dict:

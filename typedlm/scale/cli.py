@@ -34,3 +34,12 @@ def serve_on_ray(settings, server_config, *, address, replicas: int, gpus_per_re
         fail(f"--replicas must be at least 1 and --max-replicas at least --replicas, got {replicas}, {max_replicas}")
     run(settings, server_config, address=address, replicas=replicas, gpus_per_replica=gpus_per_replica,
         min_replicas=1 if max_replicas is not None else None, max_replicas=max_replicas)
+
+
+def eval_answerer(ray: bool, tracks: list, *, model: str, device: str, address, replicas: int):
+    """``typedlm eval --ray``: the run's answerer (None without --ray: the single-process one)."""
+    if not ray:
+        return None
+    from .eval import ray_answerer
+
+    return ray_answerer(tracks, model=model, device=device, replicas=replicas, address=address)
