@@ -53,11 +53,15 @@ def deployment(model: str, server_config: Any = None, *, device: str = "auto", d
 
 
 def run(settings: Any, server_config: Any, *, address: str | None, blocking: bool = True, **options) -> None:
-    """``typedlm serve --ray``: Ray Serve's proxy on ``settings.host:port``, the replicas behind it."""
+    """``typedlm serve --ray``: Ray Serve's proxy on ``settings.host:port``, the replicas behind it; Ctrl-C or
+    SIGTERM shuts Serve down (and the local cluster, when this started one)."""
+    import signal
+
     from ray import serve
 
     from .cluster import cluster
 
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # `kill PID` stops as cleanly as Ctrl-C
     with cluster(address):
         serve.start(http_options={"host": settings.host, "port": settings.port})
         serve.run(deployment(settings.model, server_config, device=settings.device, dtype=settings.dtype,
