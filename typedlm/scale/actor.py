@@ -27,7 +27,8 @@ class DecideActor:
         self.engine = load_engine(model, device=device, progress=False)
         self.schema = schema
         self.options = options
-        plan = plan_for(schema, self.engine, options.get("scoring", DEFAULT_SCORING), options["allow_none_of_above"])
+        plan = plan_for(schema, self.engine, options.get("scoring", DEFAULT_SCORING),
+                        options.get("allow_none_of_above", False))
         # a bundle made for another model / prompt / prior fails here, once, not on every row
         check_options(self.engine, plan, options.get("prior", DEFAULT_PRIOR), options.get("calibration"), 2)
 

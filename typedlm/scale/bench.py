@@ -86,6 +86,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             model = save_tiny(folder / "model", engine)
             corpus = _write_corpus(folder, texts)
             result["runs"] = [ray_rate(schema, corpus, folder, model, n, batch, threads) for n in counts]
+        result["load_average_at_end"] = round(os.getloadavg()[0], 1)
         base = result["runs"][0]["field_decisions_per_s"] / counts[0]
         for r in result["runs"]:
             r["speedup_vs_first"] = r["field_decisions_per_s"] / result["runs"][0]["field_decisions_per_s"]
