@@ -15,6 +15,7 @@ from typer.testing import CliRunner  # noqa: E402
 from typedlm.cli import app  # noqa: E402
 from typedlm.decide.api import decide_many  # noqa: E402
 from typedlm.decide.records import decision_line  # noqa: E402
+from typedlm.errors import TypedLMError  # noqa: E402
 from typedlm.scale import decide_dataset  # noqa: E402
 from typedlm.scale.cluster import ScaleError  # noqa: E402
 
@@ -163,3 +164,8 @@ def test_missing_columns_and_batch_prior_are_refused(cluster, tiny_dir, tmp_path
         decide_dataset(SCHEMA, tmp_path / "in.parquet", tmp_path / "o.jsonl", model=str(tiny_dir))
     with pytest.raises(ScaleError, match="prior='batch'"):
         decide_dataset(SCHEMA, tmp_path / "in.parquet", tmp_path / "o2.jsonl", prior="batch")
+    with pytest.raises(ScaleError, match="scoring must be one of"):
+        decide_dataset(SCHEMA, tmp_path / "in.parquet", tmp_path / "o2.jsonl", scoring="fast")
+    with pytest.raises(TypedLMError, match="abstain_below_margin must be in"):  # fails once, not on every row
+        decide_dataset(SCHEMA, tmp_path / "in.parquet", tmp_path / "o2.jsonl", abstain_below_margin=3)
+    assert not (tmp_path / "o2.jsonl").exists()
