@@ -49,7 +49,6 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         threads: Optional[int] = typer.Option(None, "--threads",
                                               help="torch intra-op threads (CPU); fewer than the cores leaves "
                                                    "one for parallel decide"),
-   
         ray: bool = typer.Option(False, "--ray", help="replicas on Ray Serve (typedlm[ray]; README 'Scale out')"),
         address: Optional[str] = typer.Option(None, "--address", help="with --ray: auto | ray://HOST:PORT"),
         replicas: int = typer.Option(1, "--replicas", help="with --ray: replicas, one engine each"),
