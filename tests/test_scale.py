@@ -17,7 +17,7 @@ from typedlm.decide.api import decide_many  # noqa: E402
 from typedlm.decide.records import decision_line  # noqa: E402
 from typedlm.errors import TypedLMError  # noqa: E402
 from typedlm.scale import decide_dataset  # noqa: E402
-from typedlm.scale.cluster import ScaleError  # noqa: E402
+from typedlm.scale.cluster import ScaleError, cluster  # noqa: E402
 
 pytestmark = pytest.mark.ray
 
@@ -43,10 +43,9 @@ def write_jsonl(path, rows, extra_lines=()):
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
+def local_ray():
+    with cluster(num_cpus=2) as started:  # a local 2-CPU cluster, stopped after
+        yield started
 
 
 def reference(tiny, rows) -> dict:
@@ -71,7 +70,7 @@ def assert_same_decisions(got: list[dict], want: dict):
                 assert p == pytest.approx(w["fields"][name]["probabilities"][k], abs=1e-4), (g["id"], name, k)
 
 
-def test_corpus_on_two_actors_equals_single_process(cluster, tiny, tiny_dir, tmp_path):
+def test_corpus_on_two_actors_equals_single_process(local_ray, tiny, tiny_dir, tmp_path):
     rows = corpus(20)
     inp = write_jsonl(tmp_path / "in.jsonl", rows + BAD, ["not json", json.dumps({"context": "no id"})])
     s = decide_dataset(SCHEMA, inp, tmp_path / "out.jsonl", model=str(tiny_dir), device="cpu", replicas=2,
@@ -90,7 +89,7 @@ def _actor_pids() -> set[int]:
     return {p.pid for p in psutil.Process().children(recursive=True) if "DecideActor" in " ".join(p.cmdline())}
 
 
-def test_a_killed_actor_is_restarted_and_every_id_is_written_once(cluster, tiny, tiny_dir, tmp_path):
+def test_a_killed_actor_is_restarted_and_every_id_is_written_once(local_ray, tiny, tiny_dir, tmp_path):
     rows = corpus(32)
     killed: list[int] = []
     seen_after: set[int] = set()
@@ -114,7 +113,7 @@ def test_a_killed_actor_is_restarted_and_every_id_is_written_once(cluster, tiny,
     assert_same_decisions(read_out(tmp_path / "out.jsonl"), reference(tiny, rows))
 
 
-def test_a_crashed_driver_resumes_from_what_was_written(cluster, tiny, tiny_dir, tmp_path):
+def test_a_crashed_driver_resumes_from_what_was_written(local_ray, tiny, tiny_dir, tmp_path):
     rows = corpus(12)
     want = reference(tiny, rows)
     inp = write_jsonl(tmp_path / "in.jsonl", rows)
@@ -134,7 +133,7 @@ def test_a_crashed_driver_resumes_from_what_was_written(cluster, tiny, tiny_dir,
     assert_same_decisions(got, want)
 
 
-def test_parquet_and_csv_in_parquet_out(cluster, tiny, tiny_dir, tmp_path):
+def test_parquet_and_csv_in_parquet_out(local_ray, tiny, tiny_dir, tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -155,7 +154,7 @@ def test_parquet_and_csv_in_parquet_out(cluster, tiny, tiny_dir, tmp_path):
         assert [b["error"] for b in s["skipped"]] == ([] if name.endswith("parquet") else ["context is empty"])
 
 
-def test_missing_columns_and_batch_prior_are_refused(cluster, tiny_dir, tmp_path):
+def test_missing_columns_and_batch_prior_are_refused(local_ray, tiny_dir, tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 

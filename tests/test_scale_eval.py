@@ -11,6 +11,7 @@ from typer.testing import CliRunner  # noqa: E402
 
 from typedlm.cli import app  # noqa: E402
 from typedlm.eval.runner import read_jsonl  # noqa: E402
+from typedlm.scale.cluster import cluster  # noqa: E402
 
 pytestmark = pytest.mark.ray
 
@@ -22,10 +23,9 @@ TEXTS = ["I was charged twice, refund me.", "The app crashes when I log in.", "W
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
+def local_ray():
+    with cluster(num_cpus=2):  # a local 2-CPU cluster, stopped after
+        yield
 
 
 def by_key(folder):
@@ -33,7 +33,7 @@ def by_key(folder):
             for ln in read_jsonl(folder / "predictions.jsonl")}
 
 
-def test_eval_with_ray_gives_the_same_predictions(cluster, tiny_dir, tmp_path):
+def test_eval_with_ray_gives_the_same_predictions(local_ray, tiny_dir, tmp_path):
     cases = [{"id": f"c{i}", "schema": SCHEMA, "context": f"{t} (#{i})", "split": "test",
               "labels": {"topic": ["billing", "login", "other"][i % 3], "urgent": i % 2 == 0}}
              for i, t in enumerate(TEXTS)]
@@ -66,7 +66,7 @@ def test_eval_with_ray_gives_the_same_predictions(cluster, tiny_dir, tmp_path):
     assert manifest["tracks"] == json.loads((tmp_path / "one" / "manifest.json").read_text())["tracks"]
 
 
-def test_eval_ray_refuses_the_openai_track(cluster, tmp_path):
+def test_eval_ray_refuses_the_openai_track(local_ray, tmp_path):
     from typedlm.eval.tracks import OpenAITrack
     from typedlm.scale.cluster import ScaleError
     from typedlm.scale.eval import ray_answerer

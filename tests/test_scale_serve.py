@@ -2,6 +2,7 @@
 typedlm's own FastAPI app as the ingress; concurrent chat (plain and streamed) and decide requests through the
 official openai client and httpx. Skipped only where ray is not installed."""
 
+import contextlib
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -27,7 +28,10 @@ SCHEMA = {"fields": {"spam": {"type": "boolean", "description": "Is it spam?"},
 def served(tiny_dir):
     from ray import serve
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    from typedlm.scale.cluster import cluster
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(cluster(num_cpus=2))  # a local 2-CPU cluster, stopped after
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     serve.run(deployment(str(tiny_dir), ServerConfig(max_batch=4), device="cpu", threads=1, replicas=2),
@@ -39,7 +43,7 @@ def served(tiny_dir):
         time.sleep(0.2)
     yield url, serve
     serve.shutdown()
-    ray.shutdown()
+    stack.close()
 
 
 def test_two_replicas_answer_concurrent_chat_and_decide(served, tiny):

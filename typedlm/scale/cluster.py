@@ -30,9 +30,25 @@ def cluster(address: str | None = None, num_cpus: int | None = None):
         yield ray
         return
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # workers inherit it (forked tokenizers warn)
-    ray.init(address=address, num_cpus=num_cpus if address is None else None, include_dashboard=False,
-             log_to_driver=True)
+    _init(ray, address=address, num_cpus=num_cpus if address is None else None, include_dashboard=False,
+          log_to_driver=True)
     try:
         yield ray
     finally:
         ray.shutdown()
+
+
+START_ATTEMPTS = 3
+
+
+def _init(ray, **kwargs) -> None:
+    """``ray.init``, tried again when a local node fails to start: on a loaded machine the raylet gives up after a
+    hard-coded 15 s wait for its dashboard agent (ray-project/ray#65983; seen here at load 12 on 2 cores)."""
+    for attempt in range(START_ATTEMPTS):
+        try:
+            ray.init(**kwargs)
+            return
+        except Exception as e:  # noqa: BLE001 - Ray raises a bare Exception for this
+            ray.shutdown()
+            if "timed out during startup" not in str(e) or attempt + 1 == START_ATTEMPTS:
+                raise
