@@ -48,8 +48,10 @@ def test_every_serve_flag_is_a_setting():
     """The config file / env cover exactly the flags (no flag without a key, no key without a flag)."""
     import typer.main
 
+    from typedlm.scale.cli import SERVE_FLAGS
+
     cmd = typer.main.get_command(app).commands["serve"]
-    flags = {p.name for p in cmd.params} - {"config"}
+    flags = {p.name for p in cmd.params} - {"config", *SERVE_FLAGS}  # --ray flags: typedlm.scale, not settings
     assert flags == set(ServeSettings.model_fields)
     defaults = {p.name: p.default for p in cmd.params if p.name in flags}
     assert defaults == {k: (None if v in ((),) else v) for k, v in ServeSettings().model_dump().items()}

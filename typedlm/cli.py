@@ -27,6 +27,7 @@ from .cliutil import EXIT_INCOMPLETE, fail, print_json, read_json, read_text, us
 from .errors import TypedLMError
 from .decide import cli as decide_cli
 from .eval import cli as eval_cli
+from .scale import bench as bench_scale
 from .server import cli as server_cli
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
@@ -213,8 +214,7 @@ def models_convert(ref: str = typer.Argument("default", help="default or a .gguf
 
 
 for _feature in (bench_grammar, bench_gen, bench_jump_forward, bench_mlx, bench_decide, bench_itl, bench_jsonschema_suite,
-                 bench_schema_compile,
-                 bench_trust, server_cli, decide_cli, eval_cli):
+                 bench_schema_compile, bench_trust, bench_scale, server_cli, decide_cli, eval_cli):
     _feature.register(app, bench_app)
 
 if __name__ == "__main__":

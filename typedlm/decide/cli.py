@@ -58,7 +58,6 @@ def read_contexts(path: Path) -> list[tuple]:
 def _decide_file(sch, path: Path, output: Optional[Path], opts, *, model, device):
     """--input: decide_many over the file in chunks, a progress bar on stderr, one JSON line per context
     (prior="batch": each chunk's own prior)."""
-    import json
     import sys
 
     from rich.console import Console
@@ -67,6 +66,7 @@ def _decide_file(sch, path: Path, output: Optional[Path], opts, *, model, device
     from ..engine import load_engine
     from .api import decide_many
     from .prior import batch_chunks, check_mode
+    from .records import decision_line
 
     items = read_contexts(path)
     check_mode(opts.prior, len(items))
@@ -79,8 +79,7 @@ def _decide_file(sch, path: Path, output: Optional[Path], opts, *, model, device
             for a, b in batch_chunks(len(items), INPUT_CHUNK, opts.prior):
                 chunk = items[a:b]
                 ds = decide_many(sch, [t for _, t in chunk], opts, engine=engine)
-                sink.write("".join(json.dumps({"id": cid, **d.to_dict()}, ensure_ascii=False) + "\n"
-                                   for (cid, _), d in zip(chunk, ds)))
+                sink.write("".join(decision_line(cid, d) + "\n" for (cid, _), d in zip(chunk, ds)))
                 sink.flush()
                 bar.advance(task, len(chunk))
     finally:
@@ -109,6 +108,11 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         input_file: Optional[Path] = typer.Option(None, "--input", help="JSONL: one context per line (a JSON string "
                                                   "or {\"context\", \"id\"}); JSONL decisions out"),
         output: Optional[Path] = typer.Option(None, "--output", help="with --input: write JSONL here (default stdout)"),
+        ray: bool = typer.Option(False, "--ray", help="decide --input on Ray (typedlm[ray]; README 'Scale out')"),
+        address: Optional[str] = typer.Option(None, "--address", help="with --ray: auto | ray://HOST:PORT"),
+        replicas: int = typer.Option(1, "--replicas", help="with --ray: model actors"),
+        gpus_per_replica: float = typer.Option(0, "--gpus-per-replica", help="with --ray: GPUs per actor"),
+        resume: bool = typer.Option(False, "--resume", help="with --ray: continue --output, skipping ids written"),
     ):
         """Decide every field of a schema about a context: one prefill, all candidates scored in batch."""
         from . import presets as presets_mod
@@ -125,6 +129,14 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             if input_file is not None:
                 if context is not None or context_file is not None:
                     fail("give only one of --input, --context or --context-file")
+                if ray:
+                    from ..scale.cli import decide_on_ray
+
+                    return decide_on_ray(sch, input_file, output, resume=resume, address=address, replicas=replicas,
+                                         gpus_per_replica=gpus_per_replica, model=model, device=device,
+                                         scoring=opts.scoring, allow_none_of_above=opts.allow_none_of_above,
+                                         abstain_below_margin=opts.abstain_below_margin, prior=opts.prior,
+                                         calibration=opts.calibration)
                 _decide_file(sch, input_file, output, opts, model=model, device=device)
                 return
             if context is not None and context_file is not None:

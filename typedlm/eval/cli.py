@@ -125,6 +125,9 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         openai_model: Optional[str] = typer.Option(None, "--openai-model", help="model name (default: the first listed)"),
         flip: bool = typer.Option(True, "--flip/--no-flip", help="parallel: also score each case with choices permuted"),
         quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
+        ray: bool = typer.Option(False, "--ray", help="cases over Ray actors (typedlm[ray]; README 'Scale out')"),
+        address: Optional[str] = typer.Option(None, "--address", help="with --ray: auto | ray://HOST:PORT"),
+        replicas: int = typer.Option(1, "--replicas", help="with --ray: model actors"),
     ):
         """Evaluate decisions on labelled cases; writes predictions.jsonl, run.json, timing.json into --out."""
         from .cases import data_sha256, select
@@ -142,6 +145,9 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             fail(f"--modes must be a comma list of {', '.join(SCORING_MODES)}, got {modes!r}")
         if prior == "batch" and flip and "parallel" in names:
             fail("--prior batch needs --no-flip: each permuted schema is its own one-case call, which has no batch")
+        if ray and prior == "batch":
+            fail("--prior batch is not for --ray: the batch the prior is estimated from would depend on how Ray "
+                 "spreads the cases (actors answer case by case)")
         chunk = chunk or (BATCH_CHUNK if prior == "batch" else CHUNK)
         if chunk < 1:
             fail(f"--chunk must be at least 1, got {chunk}")
@@ -180,9 +186,12 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                         "cases": len(cases), "tracks": [t.config() for t in tracks], "flip": flip,
                         "model": engine.name if engine else None,
                         "model_sha256": model_sha256(engine) if engine else None,
-                        "prompts": prompt_hashes(tracks, cases[0].schema, engine) if engine else None,
-                        "chunk": chunk, "examples": examples}
-            run = Run(out, manifest, tracks, provenance=provenance())
+                          "prompts": prompt_hashes(tracks, cases[0].schema, engine) if engine else None,
+                          "chunk": chunk, "examples": examples}
+            from ..scale.cli import eval_answerer
+
+            run = Run(out, manifest, tracks, provenance=provenance(), answerer=eval_answerer(
+                ray, tracks, model=model, device=device, address=address, replicas=replicas))
             out.mkdir(parents=True, exist_ok=True)
             signal.signal(signal.SIGTERM, _interrupt)  # `kill PID` stops as cleanly as Ctrl-C
             try:

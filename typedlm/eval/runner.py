@@ -166,7 +166,9 @@ def prediction_line(*, run_id: str, track: str, mode: str, case: Case, dataset: 
 
 # -- the run -----------------------------------------------------------------------------------------
 class Run:
-    def __init__(self, folder: Path, manifest: dict, tracks: list, *, provenance: dict | None = None):
+    def __init__(self, folder: Path, manifest: dict, tracks: list, *, provenance: dict | None = None,
+                 answerer: Callable | None = None):
+        self.answerer = answerer or answer_cases
         self.folder = Path(folder)
         self.manifest = manifest
         self.tracks = tracks
@@ -248,85 +250,26 @@ class Run:
         self.write_status(**summary)
         return summary
 
-    def _batched(self, part: list[Case]) -> dict:
-        """The unpermuted answers of tracks that answer several cases at once (``answer_many``: one
-        ``decide_many`` per chunk, sharing the prompt prefix and, with ``prior="batch"``, the prior):
-        {(case id, track index): (answers, seconds per case)}. A chunk the track refuses is left to the
-        per-case path, which skips the bad case by itself."""
-        out: dict = {}
-        for ti, track in enumerate(self.tracks):
-            if not hasattr(track, "answer_many"):
-                continue
-            by_schema: dict = {}
-            for case in part:
-                try:
-                    check_case(case)
-                except TypedLMError:
-                    continue
-                by_schema.setdefault(json.dumps(case.schema, sort_keys=True), []).append(case)
-            for group in by_schema.values():
-                if len(group) < 2:
-                    continue
-                t0 = time.perf_counter()
-                try:
-                    got = track.answer_many(group[0].schema, [c.context for c in group])
-                except TypedLMError:
-                    continue
-                dt = (time.perf_counter() - t0) / len(group)
-                out.update({(c.id, ti): (a, dt) for c, a in zip(group, got)})
-        return out
-
     def _loop(self, todo, cases, acc, skipped, n_done, on_case):
-        run_id, dataset, flip = self.manifest["run_id"], self.manifest["dataset"], self.manifest["flip"]
         streak, reason, status = 0, None, "done"
-        pre: dict = {}
-        bounds = {a: b for a, b in batch_chunks(len(todo), self.manifest.get("chunk") or 1,
-                                                 "batch")}  # a last chunk of one joins the one before
-        for n_case, case in enumerate(todo):
-            if n_case in bounds:
-                pre = self._batched(todo[n_case:bounds[n_case]])
-            lines: list[dict] = []
-            try:
-                schema, gold = check_case(case)
-                for ti, track in enumerate(self.tracks):
-                    variants = [(case.schema, None)]
-                    if flip and track.name == "parallel":
-                        variants.append(permuted_schema(case.schema, case.id))
-                    for schema_dict, order in variants:
-                        if order is not None and not order:
-                            continue  # nothing to permute (booleans only)
-                        if order is None and (case.id, ti) in pre:
-                            answers, dt = pre[(case.id, ti)]
-                        else:
-                            t0 = time.perf_counter()
-                            answers = track.answer(schema_dict, case.context)
-                            dt = time.perf_counter() - t0
-                        for a in answers:
-                            if order is not None and a.field not in order:
-                                continue  # a boolean in a permuted variant: not a permuted decision
-                            perm = order.get(a.field) if order is not None else None
-                            a.choices = choice_keys(schema[a.field])  # the schema's order; ``permutation`` = shown
-                            if a.field_type == "multi" and a.pred is not None:
-                                a.pred = [c for c in a.choices if c in a.pred]
-                            lines.append(prediction_line(run_id=run_id, track=track.name, mode=track.mode, case=case,
-                                                         dataset=dataset, gold=gold, answer=a, case_latency_s=dt,
-                                                         permutation=perm))
-            except InfraError as e:
+        for case, got in self.answerer(todo, self.tracks, self.manifest):
+            if isinstance(got, InfraError):
                 streak += 1
-                reason = str(e)
+                reason = str(got)
                 if streak >= BREAKER_LIMIT:
                     status = "circuit_open"
-                    reason = f"{BREAKER_LIMIT} consecutive infrastructure failures; last: {e}"
+                    reason = f"{BREAKER_LIMIT} consecutive infrastructure failures; last: {got}"
                     break
                 continue
-            except TypedLMError as e:  # BadCase, a schema the tokenizer cannot score, a 4xx: skip, report
-                entry = {"case_id": case.id, "status": "skipped", "reason": str(e)}
+            if isinstance(got, TypedLMError):  # BadCase, a schema the tokenizer cannot score, a 4xx: skip, report
+                entry = {"case_id": case.id, "status": "skipped", "reason": str(got)}
                 _append(self.journal, [json.dumps(entry, ensure_ascii=False)])
                 skipped.append(entry)
                 n_done += 1
                 if on_case:
                     on_case(n_done, len(cases), acc)
                 continue
+            lines = got
             streak = 0
             _append(self.preds, [json.dumps(ln, ensure_ascii=False) for ln in lines])
             _append(self.journal, [json.dumps({"case_id": case.id, "status": "done"})])
@@ -339,6 +282,85 @@ class Run:
             if on_case:
                 on_case(n_done, len(cases), acc)
         return n_done, reason, status
+
+
+def case_lines(case: Case, tracks: list, manifest: dict, pre: dict | None = None) -> list[dict]:
+    """Every track's prediction lines for one case; raises InfraError (retried on resume) or another
+    TypedLMError (the case is skipped). ``pre``: unpermuted answers already computed for a chunk of cases
+    (:func:`batched_answers`)."""
+    run_id, dataset, flip = manifest["run_id"], manifest["dataset"], manifest["flip"]
+    lines: list[dict] = []
+    schema, gold = check_case(case)
+    for ti, track in enumerate(tracks):
+        variants = [(case.schema, None)]
+        if flip and track.name == "parallel":
+            variants.append(permuted_schema(case.schema, case.id))
+        for schema_dict, order in variants:
+            if order is not None and not order:
+                continue  # nothing to permute (booleans only)
+            if order is None and pre and (case.id, ti) in pre:
+                answers, dt = pre[(case.id, ti)]
+            else:
+                t0 = time.perf_counter()
+                answers = track.answer(schema_dict, case.context)
+                dt = time.perf_counter() - t0
+            for a in answers:
+                if order is not None and a.field not in order:
+                    continue  # a boolean in a permuted variant: not a permuted decision
+                perm = order.get(a.field) if order is not None else None
+                a.choices = choice_keys(schema[a.field])  # the schema's order; ``permutation`` = shown
+                if a.field_type == "multi" and a.pred is not None:
+                    a.pred = [c for c in a.choices if c in a.pred]
+                lines.append(prediction_line(run_id=run_id, track=track.name, mode=track.mode, case=case,
+                                             dataset=dataset, gold=gold, answer=a, case_latency_s=dt,
+                                             permutation=perm))
+    return lines
+
+
+def answer_cases(cases: list[Case], tracks: list, manifest: dict):
+    """The single-process answerer: ``(case, its lines or the TypedLMError it raised)``, one case after another.
+    ``typedlm eval --ray`` swaps in :func:`typedlm.scale.eval.ray_answerer` (cases spread over model actors);
+    the run's loop, the one writer of the journal, is the same. With ``manifest["chunk"]`` > 1, tracks that
+    answer several cases at once do so per chunk first (one ``decide_many``: shared prefix, ``prior="batch"``);
+    a last chunk of one joins the one before."""
+    bounds = dict(batch_chunks(len(cases), manifest.get("chunk") or 1, "batch"))
+    pre: dict = {}
+    for n, case in enumerate(cases):
+        if n in bounds:
+            pre = batched_answers(cases[n:bounds[n]], tracks)
+        try:
+            yield case, case_lines(case, tracks, manifest, pre)
+        except TypedLMError as e:
+            yield case, e
+
+
+def batched_answers(part: list[Case], tracks: list) -> dict:
+    """The unpermuted answers of tracks that answer several cases at once (``answer_many``: one
+    ``decide_many`` per chunk, sharing the prompt prefix and, with ``prior="batch"``, the prior):
+    {(case id, track index): (answers, seconds per case)}. A chunk the track refuses is left to the
+    per-case path, which skips the bad case by itself."""
+    out: dict = {}
+    for ti, track in enumerate(tracks):
+        if not hasattr(track, "answer_many"):
+            continue
+        by_schema: dict = {}
+        for case in part:
+            try:
+                check_case(case)
+            except TypedLMError:
+                continue
+            by_schema.setdefault(json.dumps(case.schema, sort_keys=True), []).append(case)
+        for group in by_schema.values():
+            if len(group) < 2:
+                continue
+            t0 = time.perf_counter()
+            try:
+                got = track.answer_many(group[0].schema, [c.context for c in group])
+            except TypedLMError:
+                continue
+            dt = (time.perf_counter() - t0) / len(group)
+            out.update({(c.id, ti): (a, dt) for c, a in zip(group, got)})
+    return out
 
 
 def timing_summary(lines: list[dict]) -> dict:

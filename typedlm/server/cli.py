@@ -12,6 +12,7 @@ from typing import Optional
 import typer
 
 from ..cliutil import fail
+from ..scale.cli import SERVE_FLAGS, serve_on_ray
 from .config import ServeSettings
 
 D = {name: f.default for name, f in ServeSettings.model_fields.items()}  # the defaults --help shows
@@ -49,6 +50,11 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         threads: Optional[int] = typer.Option(None, "--threads",
                                               help="torch intra-op threads (CPU); fewer than the cores leaves "
                                                    "one for parallel decide"),
+        ray: bool = typer.Option(False, "--ray", help="replicas on Ray Serve (typedlm[ray]; README 'Scale out')"),
+        address: Optional[str] = typer.Option(None, "--address", help="with --ray: auto | ray://HOST:PORT"),
+        replicas: int = typer.Option(1, "--replicas", help="with --ray: replicas, one engine each"),
+        gpus_per_replica: float = typer.Option(0, "--gpus-per-replica", help="with --ray: GPUs per replica"),
+        max_replicas: Optional[int] = typer.Option(None, "--max-replicas", help="with --ray: autoscale up to this"),
     ):
         """Serve the playground (/), /v1/chat/completions, /v1/completions, /v1/decide, /v1/models, /v1/config,
         /health, /ready, /metrics. Every setting also comes from TYPEDLM_<NAME> or --config FILE.toml."""
@@ -63,7 +69,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         from .state import ServerConfig
 
         given = {name: value for name, value in ctx.params.items()
-                 if name != "config" and getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"}
+                 if name not in ("config", *SERVE_FLAGS)
+                 and getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"}
         try:
             s = resolve_settings(given, config_file=config)
         except ConfigError as e:
@@ -73,6 +80,9 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                                      max_tokens_cap=s.max_tokens_cap, max_prompt_tokens=s.max_prompt_tokens,
                                      max_body_bytes=s.max_body_bytes, model_names=names, jump_forward=s.jump_forward,
                                      decide_mode=s.decide_mode, settings=s)
+        if ray:
+            return serve_on_ray(s, server_config, address=address, replicas=replicas,
+                                gpus_per_replica=gpus_per_replica, max_replicas=max_replicas)
         if s.threads:
             import torch
 
