@@ -14,23 +14,19 @@ from ..errors import TypedLMError
 
 
 class DecideActor:
-    def __init__(self, schema, model: str, device: str, threads: int | None, options: dict):
+    def __init__(self, schema, model: str, device: str, threads: int | None, options):
         import torch
 
-        from ..decide.api import check_options, plan_for
-        from ..decide.plan import DEFAULT_SCORING
-        from ..decide.prior import DEFAULT_PRIOR
+        from ..decide.api import prepare
         from ..engine import load_engine
 
         if threads:
             torch.set_num_threads(threads)
         self.engine = load_engine(model, device=device, progress=False)
         self.schema = schema
-        self.options = options
-        plan = plan_for(schema, self.engine, options.get("scoring", DEFAULT_SCORING),
-                        options.get("allow_none_of_above", False))
-        # a bundle made for another model / prompt / prior fails here, once, not on every row
-        check_options(self.engine, plan, options.get("prior", DEFAULT_PRIOR), options.get("calibration"), 2)
+        self.options = options  # a DecideOptions
+        # a bundle made for another model / prompt / prior fails here, once, not on every row (no forward runs)
+        prepare(schema, ["probe", "probe"], options, engine=self.engine)
 
     def __call__(self, batch: dict) -> dict:
         started = time.time()
@@ -52,7 +48,7 @@ class DecideActor:
         if not texts:
             return []
         try:
-            return decide_many(self.schema, texts, engine=self.engine, **self.options)
+            return decide_many(self.schema, texts, self.options, engine=self.engine)
         except TypedLMError as e:
             if len(texts) == 1:
                 return [str(e)]

@@ -37,12 +37,10 @@ def decide_dataset(schema: Any, data, output, *, model: str = "default", device:
     from ..decide.schema import DecisionSchema
 
     schema = DecisionSchema.coerce(schema)
-    _check_options(scoring, prior, abstain_below_margin)
+    options = _options(scoring=scoring, allow_none_of_above=allow_none_of_above,
+                       abstain_below_margin=abstain_below_margin, prior=prior, calibration=calibration)
     if replicas < 1 or batch_size < 1:
         raise ScaleError(f"replicas and batch_size must be at least 1, got {replicas} and {batch_size}")
-    options = {k: v for k, v in {"scoring": scoring, "allow_none_of_above": allow_none_of_above,
-                                 "abstain_below_margin": abstain_below_margin, "prior": prior,
-                                 "calibration": calibration}.items() if v is not None}
     sink = open_sink(output, resume)
     if gpus_per_replica and device == "auto":
         device = "cuda"
@@ -65,17 +63,12 @@ def decide_dataset(schema: Any, data, output, *, model: str = "default", device:
             "output": str(output), "busy_s": max(0.0, float(span[1] - span[0]))}
 
 
-def _check_options(scoring: str | None, prior: str | None, abstain_below_margin: float | None) -> None:
-    """Settings that would fail every batch fail here, before any actor starts (not as a bad row each)."""
-    from ..decide.api import _options as check_abstain
-    from ..decide.plan import SCORING_MODES
-    from ..decide.prior import check_mode
+def _options(**given):
+    """The job's DecideOptions (``None``: decide's default), checked on the driver before any actor starts: a
+    setting that would fail every batch fails here, not as a bad row each."""
+    from ..decide.options import DecideOptions
 
-    if scoring is not None and scoring not in SCORING_MODES:
-        raise ScaleError(f"scoring must be one of {', '.join(SCORING_MODES)}, got {scoring!r}")
-    if prior == "batch":
+    if given.get("prior") == "batch":
         raise ScaleError("prior='batch' would estimate each batch's prior from however Ray splits the data: "
                          "use 'neutral' or 'none' on Ray")
-    if prior is not None:
-        check_mode(prior)
-    check_abstain(abstain_below_margin)
+    return DecideOptions.make(**{k: v for k, v in given.items() if v is not None})
