@@ -19,10 +19,10 @@ from typing import Callable
 import torch
 
 from ..errors import TypedLMError
-from .slots import SlotCache, SlotPool
+from .slots import CompactingSlotCache, SlotPool
 
 
-class DynamicKV(SlotCache):
+class DynamicKV(CompactingSlotCache):
     partial_steps = False
 
     def __init__(self, forward: Callable, *, device: torch.device, capacity: int, max_len: int, keeps_logits: bool):
@@ -34,17 +34,6 @@ class DynamicKV(SlotCache):
         self.cache = None  # transformers DynamicCache, or None while the batch is empty
         self.mask = torch.zeros(0, 0, dtype=torch.long, device=device)
         self.positions = torch.zeros(0, dtype=torch.long, device=device)
-
-    def acquire(self) -> int:
-        return self.slots.acquire()
-
-    def release(self, slot: int) -> None:
-        if self.slots.release(slot) and slot in self.order:
-            self._gone.add(slot)
-
-    def capture(self, max_tokens: int | None = None) -> float:
-        """Nothing to capture: dynamic shapes."""
-        return 0.0
 
     # -- forwards ---------------------------------------------------------------------------------
     def prefill(self, ids: torch.Tensor, slots: list[int]) -> torch.Tensor:

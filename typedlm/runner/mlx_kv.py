@@ -22,7 +22,7 @@ import mlx.core as mx
 import torch
 
 from ..errors import TypedLMError
-from .slots import SlotCache, SlotPool
+from .slots import CompactingSlotCache, SlotPool
 
 
 def to_torch(logits: mx.array) -> torch.Tensor:
@@ -32,7 +32,7 @@ def to_torch(logits: mx.array) -> torch.Tensor:
     return torch.from_numpy(np.array(logits.astype(mx.float32)))
 
 
-class MLXKV(SlotCache):
+class MLXKV(CompactingSlotCache):
     partial_steps = False
 
     def __init__(self, runner, *, capacity: int, max_len: int):
@@ -42,16 +42,6 @@ class MLXKV(SlotCache):
         self.length: dict[int, int] = {}  # tokens in each held slot
         self._gone: set[int] = set()
         self.cache: list | None = None  # one mlx-lm BatchKVCache per layer, or None while empty
-
-    def acquire(self) -> int:
-        return self.slots.acquire()
-
-    def release(self, slot: int) -> None:
-        if self.slots.release(slot) and slot in self.order:
-            self._gone.add(slot)
-
-    def capture(self, max_tokens: int | None = None) -> float:
-        return 0.0  # nothing to record: MLX runs each call as it comes
 
     # -- forwards ---------------------------------------------------------------------------------
     def prefill(self, ids, slots: list[int]) -> torch.Tensor:

@@ -61,3 +61,22 @@ class SlotCache:
     def size(self) -> int:
         """Slots held by rows."""
         return self.slots.held
+
+
+class CompactingSlotCache(SlotCache):
+    """A cache whose rows sit in ``order`` (the slot of each batch row) and are dropped lazily: ``release``
+    marks the row (``_gone``), the next forward compacts every released row at once."""
+
+    order: list[int]
+    _gone: set[int]
+
+    def acquire(self) -> int:
+        return self.slots.acquire()
+
+    def release(self, slot: int) -> None:
+        if self.slots.release(slot) and slot in self.order:
+            self._gone.add(slot)
+
+    def capture(self, max_tokens: int | None = None) -> float:
+        """Nothing to capture: dynamic shapes."""
+        return 0.0

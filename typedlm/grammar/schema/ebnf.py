@@ -32,7 +32,7 @@ import re
 import secrets
 
 from ...errors import GrammarCompileError
-from .strings import product
+from .strings import live_states, product
 
 PRIVATE = ("x-typedlm-contains", "x-typedlm-fraction", "x-typedlm-object", "x-typedlm-residues", "x-typedlm-string")
 # A non-integral number: below 1e9 in magnitude, 1 to 6 decimals, the last one not 0. At most 15
@@ -95,14 +95,7 @@ def contains_automaton(bounds, lo: int, hi: int | None, prefix: list[set], tail:
                             out.append((mask, (tuple(nxt), n2, True)))
                 end = n >= lo and all(c >= mn for (mn, _), c in zip(bounds, counts))
                 moves[(counts, n, started)] = (end, out)
-    live = {st for st, (end, _) in moves.items() if end}
-    grew = True
-    while grew:
-        grew = False
-        for st, (_, out) in moves.items():
-            if st not in live and any(nx in live for _, nx in out):
-                live.add(st)
-                grew = True
+    live = live_states(moves)
     start = (tuple(0 for _ in bounds), 0, False)
     if start not in live:
         return None

@@ -75,6 +75,15 @@ def product(spec: dict):
         nxt = [] if n2 is None else [(cls, (t, n2)) for cls, t in out_edges.get(s, [])]
         moves[st] = (s in finals and n >= lo, nxt)
         todo += [t for _, t in nxt]
+    live = live_states(moves)
+    if start not in live:
+        return None, {}
+    return start, {st: (end, [(c, t) for c, t in nxt if t in live]) for st, (end, nxt) in moves.items() if st in live}
+
+
+def live_states(moves: dict) -> set:
+    """States of an automaton ``{state: (accepting, [(label, next state), ...])}`` from which an accepting
+    state can be reached (the rest are dead ends a grammar must not enter)."""
     live = {st for st, (end, _) in moves.items() if end}
     grew = True
     while grew:
@@ -83,6 +92,4 @@ def product(spec: dict):
             if st not in live and any(t in live for _, t in nxt):
                 live.add(st)
                 grew = True
-    if start not in live:
-        return None, {}
-    return start, {st: (end, [(c, t) for c, t in nxt if t in live]) for st, (end, nxt) in moves.items() if st in live}
+    return live
