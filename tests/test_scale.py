@@ -86,7 +86,14 @@ def test_corpus_on_two_actors_equals_single_process(local_ray, tiny, tiny_dir, t
 def _actor_pids() -> set[int]:
     import psutil
 
-    return {p.pid for p in psutil.Process().children(recursive=True) if "DecideActor" in " ".join(p.cmdline())}
+    pids = set()
+    for p in psutil.Process().children(recursive=True):
+        try:  # a killed actor not yet reaped is a zombie: dead, and its cmdline cannot be read
+            if p.status() != psutil.STATUS_ZOMBIE and "DecideActor" in " ".join(p.cmdline()):
+                pids.add(p.pid)
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+            continue
+    return pids
 
 
 def test_a_killed_actor_is_restarted_and_every_id_is_written_once(local_ray, tiny, tiny_dir, tmp_path):
