@@ -50,6 +50,12 @@ def tiny_url(tiny):
 
 
 @pytest.fixture(scope="module")
+def model(tiny):
+    """The served model's name, as clients send it."""
+    return tiny.name
+
+
+@pytest.fixture(scope="module")
 def tiny_client(tiny_url):
     """The official openai client on ``tiny_url`` (no retries)."""
     import openai

@@ -47,11 +47,6 @@ def server(tiny_url):
 
 
 @pytest.fixture(scope="module")
-def model(tiny):
-    return tiny.name
-
-
-@pytest.fixture(scope="module")
 def client(tiny_client):
     return tiny_client
 

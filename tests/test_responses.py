@@ -21,11 +21,6 @@ class Point(BaseModel):
     y: int = Field(ge=-9, le=9)
 
 
-@pytest.fixture(scope="module")
-def model(tiny):
-    return tiny.name
-
-
 def post(tiny_url, body):
     return httpx.post(tiny_url + "/v1/responses", json=body, timeout=120)
 

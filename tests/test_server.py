@@ -49,11 +49,6 @@ def client(server):
     return openai.OpenAI(base_url=server[0] + "/v1", api_key="unused", max_retries=0, timeout=120)
 
 
-@pytest.fixture(scope="module")
-def model(tiny):
-    return tiny.name
-
-
 def post(server, path, body, timeout=120, **kw):
     return httpx.post(server[0] + path, json=body, timeout=timeout, **kw)
 

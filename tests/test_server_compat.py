@@ -18,11 +18,6 @@ WEATHER = {"type": "function", "function": {"name": "get_weather", "description"
 MSG = [{"role": "user", "content": "Weather in Paris?"}]
 
 
-@pytest.fixture(scope="module")
-def model(tiny):
-    return tiny.name
-
-
 def chat(tiny_url, body):
     return httpx.post(tiny_url + "/v1/chat/completions", json=body, timeout=120)
 

@@ -4,8 +4,8 @@ What it runs:
   * **decode** — ``decode_cache(max_batch)`` hands a scheduler a :class:`~typedlm.runner.contract.KVCache`
     (the engine's shared :class:`StaticKV` for Llama / Qwen2 / Qwen3, else a :class:`DynamicKV` of its
     own); ``prefill`` / ``run`` / ``capture`` run prompts, decode steps (one token per row: CUDA graphs),
-    and multi-token extends (forced tokens, jump-forward drafts) on it; ``warm_up`` does a throw-away
-    generation's worth of each.
+    and multi-token extends (forced tokens, jump-forward drafts) on it (the server's warm-up is a throw-away
+    generation through the scheduler, then ``capture``).
   * **scoring** (decisions) — ``prefill_prefix`` / ``prefill_prefixes`` give prefix caches;
     ``score`` runs one pass of tokens on a prefix with per-token positions and an allowed-attention
     matrix and returns the logits at the positions asked for; ``score_expand`` runs rows as a batch
