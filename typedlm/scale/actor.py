@@ -26,7 +26,7 @@ class DecideActor:
         self.schema = schema
         self.options = options  # a DecideOptions
         # a bundle made for another model / prompt / prior fails here, once, not on every row (no forward runs)
-        prepare(schema, ["probe", "probe"], options, engine=self.engine)
+        prepare(schema, ["probe"], options, engine=self.engine)  # prior="batch" was refused on the driver
 
     def __call__(self, batch: dict) -> dict:
         started = time.time()
