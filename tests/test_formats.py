@@ -151,7 +151,64 @@ def test_unknown_formats_are_annotations_and_undecidable_ones_are_refused():
     assert prepare_schema({"type": "string", "format": "uri", "minLength": 1}) == \
         prepare_schema({"type": "string", "format": "uri"})
     with pytest.raises(GrammarCompileError, match="maxLength"):
-        prepare_schema({"type": "string", "format": "uri", "maxLength": 2083})  # Pydantic's HttpUrl
+        prepare_schema({"type": "string", "format": "uri", "maxLength": 200})  # the exact product: too large
+
+
+def _length_range(fsm) -> tuple[int, int]:
+    """The shortest and longest string an automaton accepts (AssertionError when it has a live cycle)."""
+    live, grew = set(fsm.finals), True
+    while grew:
+        grew = False
+        for state, moves in fsm.map.items():
+            if state not in live and any(n in live for n in moves.values()):
+                live.add(state)
+                grew = True
+    edges = {s: {n for n in fsm.map.get(s, {}).values() if n in live} for s in live}
+    indegree = {s: 0 for s in live}
+    for targets in edges.values():
+        for n in targets:
+            indegree[n] += 1
+    depth = {fsm.initial: (0, 0)}  # state -> (shortest, longest) path from the start
+    todo, seen = [s for s in live if indegree[s] == 0], 0
+    while todo:
+        state = todo.pop()
+        seen += 1
+        for n in edges[state]:
+            if state in depth:
+                lo, hi = depth[state]
+                old = depth.get(n, (lo + 1, hi + 1))
+                depth[n] = (min(old[0], lo + 1), max(old[1], hi + 1))
+            indegree[n] -= 1
+            if indegree[n] == 0:
+                todo.append(n)
+    assert seen == len(live), "the automaton has a cycle: no length bound"
+    ends = [depth[s] for s in fsm.finals if s in depth]
+    return min(lo for lo, _ in ends), max(hi for _, hi in ends)
+
+
+def test_bounded_uri_is_a_uri_within_its_lengths(grammars):
+    """Pydantic's HttpUrl (``format: uri``, ``maxLength: 2083``) compiles to BOUNDED_URI: every string it
+    admits is a ``uri`` (automaton inclusion in the exact URI automaton) and at most 1,023 characters
+    long, at least 8 (both reached); the grammar follows it."""
+    from typedlm.grammar.schema.formats import BOUNDED_URI, BOUNDED_URI_LENGTHS
+    from typedlm.grammar.schema.keys import pattern
+
+    bounded = pattern(BOUNDED_URI)
+    assert (bounded & pattern(PATTERNS["uri"]).everythingbut()).empty()  # and uri-reference: uri | relative
+    assert _length_range(bounded) == BOUNDED_URI_LENGTHS
+    http_url = {"type": "string", "format": "uri", "maxLength": 2083, "minLength": 1}
+    core = {"type": "string", "pattern": BOUNDED_URI, "x-typedlm-regex": BOUNDED_URI}
+    assert prepare_schema(http_url) == core == prepare_schema({**http_url, "format": "uri-reference"})
+    assert find_refusals({**http_url, "minLength": 9})[0].keyword == "maxLength"  # not implied: the product
+    compiled = grammars.compile(make_constraint(json_schema=http_url, any_whitespace=False))[0]
+    from typedlm.bench.jsonschema_suite import accepts
+
+    longest = "https://" + "a" * 241 + "b:9999/" + "p" * 255 + "?" + "q" * 255 + "#" + "f" * 255
+    for text in ("http://a", "https://example.com/a/b?c=1&d=(2)#e", "http://a-b.c.de:8080/", longest):
+        assert accepts(compiled, json.dumps(text)) and CHECKER.conforms(text, "uri"), text
+    for text in ("ftp://a", "http://a1", "http://a.1", "http://1.2.3.4", "http://a:0", "https://a/" + "p" * 256, "http://a/%20",
+                 "mailto:a@b.co", longest + "f"):
+        assert not accepts(compiled, json.dumps(text)), text
 
 
 @pytest.mark.parametrize("draft,fmt,good,bad", [

@@ -12,11 +12,11 @@ from .ebnf import contains_automaton
 from .keys import TooLarge, anything as any_key, lengths as key_lengths, names as key_names
 from .keys import pattern as key_pattern, spec as key_spec
 from .refusal import TYPES, Refuse, rewrite_pattern, xgrammar_safe
-from .formats import PATTERNS
+from .formats import BOUNDED_URI, PATTERNS
 from .strings import TooLarge as LengthsTooLarge, length_spec
 
 MAX_ENUM = 256  # multipleOf between bounds: the most values it is enumerated as
-FORMAT_REGEXES = frozenset(PATTERNS.values())
+FORMAT_REGEXES = frozenset(PATTERNS.values()) | {BOUNDED_URI}
 MAX_MODULUS = 1000  # integers by residue (a multipleOf complement): one grammar rule per residue
 
 
@@ -266,6 +266,9 @@ def emit_string(b: String) -> dict | None:
     patterns = ((b.pattern,) if b.pattern is not None else ()) + b.also
     counted = b.min_length is not None or b.max_length is not None
     must = b.also or b.excluded or (counted and patterns)
+    if not must and b.pattern == BOUNDED_URI:
+        out["x-typedlm-regex"] = BOUNDED_URI  # xgrammar's pattern misreads its ranges (see .ebnf)
+        return out
     if not must and (b.pattern is None or b.pattern in FORMAT_REGEXES):
         return out
     try:

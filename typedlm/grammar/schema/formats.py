@@ -8,6 +8,7 @@ as the validator ignores it. A known format
 is enforced by a whole-match regex (:data:`PATTERNS`), or by xgrammar's own format grammar
 (:data:`XGRAMMAR`), or refused (``iri*``: rfc3987-syntax rejects some URIs (``http://[::1]:80/``), so
 the URI grammar is no subset; ``uri-template``, ``regex``: not regular or not decided exactly).
+``uri``/``uri-reference`` beside a large ``maxLength`` (Pydantic's ``HttpUrl``): :data:`BOUNDED_URI`.
 
 Exactness (``tests/test_formats.py``, hypothesis through the compiled grammar, generated strings and
 near misses): ``date``, ``time``, ``date-time``, ``ipv4``, ``ipv6``, ``json-pointer``,
@@ -99,6 +100,20 @@ PATTERNS = {
     "idn-hostname": f"({_LOWER_LABEL}\\.){{0,3}}{_LOWER_LABEL}",  # a stricter subset: ASCII host names
 }
 STRICTER = {"duration", "hostname", "idn-hostname"}  # regexes: accepted => checker accepts
+
+# ``uri``/``uri-reference`` beside a ``maxLength`` of at least BOUNDED_URI_LENGTHS[1] (Pydantic's ``HttpUrl``:
+# 2083): a stricter-but-sound form whose length bound holds by construction, as the product of the URI
+# automaton with a counter of 2,084 lengths is far too large to compile. An http(s) URL: a host of
+# letters, digits, '-' and '.' (first a letter or digit, last a letter: never read as an IPv4 number), a
+# port 1-9999, then path, query and fragment of RFC 3986's unencoded characters, at most 255 each. Every
+# run is a range above 128: xgrammar 0.2.9 expands a range of at most 128 into one grammar position per
+# character (~3 ms of compile each), counts larger ones. tests/test_formats.py proves it a subset of
+# ``uri`` (automaton inclusion) and its longest string.
+_PCHAR = "-A-Za-z0-9._~!$&'()*+,;=:@"
+BOUNDED_URI = (f"https{{0,1}}://[A-Za-z0-9]([-A-Za-z0-9.]{{0,240}}[A-Za-z]){{0,1}}(:[1-9][0-9]{{0,3}}){{0,1}}"
+               f"(/[{_PCHAR}/]{{0,255}}){{0,1}}(\\?[{_PCHAR}/?]{{0,255}}){{0,1}}(#[{_PCHAR}/?]{{0,255}}){{0,1}}")
+BOUNDED_URI_LENGTHS = (8, 1023)  # "http://a"; "https://" + host 242 + ":9999" + 3 × 256
+BOUNDED_URI_FORMATS = frozenset({"uri", "uri-reference"})
 # the shortest and longest string of each format (None: unbounded); a minLength/maxLength that these
 # already imply is dropped beside the format (tests/test_formats.py checks every accepted string)
 LENGTHS = {"date": (10, 10), "time": (9, None), "date-time": (20, None), "duration": (3, None),

@@ -12,7 +12,8 @@ from dataclasses import replace
 
 from .algebra import bound, check_string, fix_int
 from .branches import Enum, Number, String, at, count, finite, is_num, same
-from .formats import LENGTHS as FORMAT_LENGTHS, NOT_EXACT, PATTERNS as FORMAT_PATTERNS, XGRAMMAR, XGRAMMAR_NAME, known
+from .formats import BOUNDED_URI, BOUNDED_URI_FORMATS, BOUNDED_URI_LENGTHS, LENGTHS as FORMAT_LENGTHS, NOT_EXACT
+from .formats import PATTERNS as FORMAT_PATTERNS, XGRAMMAR, XGRAMMAR_NAME, known
 from .refusal import Refuse, pattern_problem, ptr, rewrite_pattern
 
 MAX_ENUM = 256  # the most arrays uniqueItems may enumerate
@@ -58,6 +59,10 @@ def string_branch(s, p: str):
         if "pattern" in b:
             raise Refuse("format", ptr(p, "format"), "format beside pattern is not enforced by the grammar")
         b["pattern"] = FORMAT_PATTERNS[f]
+        if f in BOUNDED_URI_FORMATS and bounded_uri(b.get("min_length", 0), b.get("max_length")):
+            b["pattern"] = BOUNDED_URI  # stricter, never looser: every string it admits has the lengths
+            b.pop("min_length", None)
+            b.pop("max_length", None)
     elif f in XGRAMMAR:
         b["format"] = XGRAMMAR_NAME.get(f, f)
     else:
@@ -69,6 +74,12 @@ def string_branch(s, p: str):
         if hi is not None and b.get("max_length", math.inf) >= hi:
             b.pop("max_length", None)
     return check_string(String(at=p, **b))
+
+
+def bounded_uri(lo: int, hi: int | None) -> bool:
+    """Whether a URI between lengths ``lo`` and ``hi`` is written as :data:`.formats.BOUNDED_URI` (every
+    one of its strings lies within those lengths; the exact product would be too large)."""
+    return hi is not None and lo <= BOUNDED_URI_LENGTHS[0] and hi >= BOUNDED_URI_LENGTHS[1]
 
 
 def unique_items(b, p: str):
