@@ -8,6 +8,7 @@ accepted by the checker (stricter, never looser). See typedlm/grammar/schema/for
 
 import datetime
 import json
+import re
 
 import jsonschema
 import pytest
@@ -197,18 +198,36 @@ def test_bounded_uri_is_a_uri_within_its_lengths(grammars):
     assert (bounded & pattern(PATTERNS["uri"]).everythingbut()).empty()  # and uri-reference: uri | relative
     assert _length_range(bounded) == BOUNDED_URI_LENGTHS
     http_url = {"type": "string", "format": "uri", "maxLength": 2083, "minLength": 1}
-    core = {"type": "string", "pattern": BOUNDED_URI, "x-typedlm-regex": BOUNDED_URI}
+    core = {"type": "string", "pattern": BOUNDED_URI}
     assert prepare_schema(http_url) == core == prepare_schema({**http_url, "format": "uri-reference"})
-    assert find_refusals({**http_url, "minLength": 9})[0].keyword == "maxLength"  # not implied: the product
+    assert find_refusals({**http_url, "minLength": 10})[0].keyword == "maxLength"  # not implied: the product
     compiled = grammars.compile(make_constraint(json_schema=http_url, any_whitespace=False))[0]
     from typedlm.bench.jsonschema_suite import accepts
 
     longest = "https://" + "a" * 241 + "b:9999/" + "p" * 255 + "?" + "q" * 255 + "#" + "f" * 255
-    for text in ("http://a", "https://example.com/a/b?c=1&d=(2)#e", "http://a-b.c.de:8080/", longest):
+    for text in ("http://ab", "https://example.com/a/b?c=1&d=(2)#e", "http://a-b.c.de:8080/", longest):
         assert accepts(compiled, json.dumps(text)) and CHECKER.conforms(text, "uri"), text
-    for text in ("ftp://a", "http://a1", "http://a.1", "http://1.2.3.4", "http://a:0", "https://a/" + "p" * 256, "http://a/%20",
+    for text in ("ftp://ab", "http://a", "http://a1", "http://a.1", "http://1.2.3.4", "http://a:0", "https://a/" + "p" * 256, "http://a/%20",
                  "mailto:a@b.co", longest + "f"):
         assert not accepts(compiled, json.dumps(text)), text
+
+    edit = st.tuples(st.sampled_from("rid"), st.integers(0, 300), st.sampled_from("a1-.:/?#@%_ "))
+    seeds = st.one_of(st.from_regex(BOUNDED_URI, fullmatch=True), st.sampled_from(["http://ab/c?d#e", longest]))
+
+    @SETTINGS
+    @given(seed=seeds, edits=st.lists(edit, max_size=3))
+    def check(seed, edits):  # xgrammar's reading of the regex (it misreads some ranges) against re's
+        text = list(seed)
+        for op, i, c in edits:
+            i = min(i, len(text))
+            if op == "i":
+                text.insert(i, c)
+            elif text:
+                text[min(i, len(text) - 1):min(i, len(text) - 1) + 1] = [c] if op == "r" else []
+        text = "".join(text)
+        assert accepts(compiled, json.dumps(text)) == bool(re.fullmatch(BOUNDED_URI, text)), text
+
+    check()
 
 
 @pytest.mark.parametrize("draft,fmt,good,bad", [

@@ -16,9 +16,6 @@ grammar needs and xgrammar's JSON Schema subset cannot say:
 - ``x-typedlm-fraction``: non-integral numbers.
 - ``x-typedlm-string``: a pattern beside ``minLength``/``maxLength`` (:mod:`.strings`): the pattern's
   automaton times a length counter.
-- ``x-typedlm-regex``: a whole-match regex over characters a JSON string holds raw, converted by
-  ``xgrammar.Grammar.from_regex`` (measured: xgrammar 0.2.9's JSON-schema ``pattern`` path misreads a range
-  above 128 inside ``(...){0,1}``: ``a([b]{0,240}c){0,1}`` accepted ``ab``; its regex converter does not).
 
 When no node carries one, the schema goes to ``compile_json_schema`` as before. Otherwise each such node
 is replaced by a placeholder string constant and its sub-schemas are moved to ``$defs``; xgrammar
@@ -37,8 +34,7 @@ import secrets
 from ...errors import GrammarCompileError
 from .strings import live_states, product
 
-PRIVATE = ("x-typedlm-contains", "x-typedlm-fraction", "x-typedlm-object", "x-typedlm-regex", "x-typedlm-residues",
-           "x-typedlm-string")
+PRIVATE = ("x-typedlm-contains", "x-typedlm-fraction", "x-typedlm-object", "x-typedlm-residues", "x-typedlm-string")
 # A non-integral number: below 1e9 in magnitude, 1 to 6 decimals, the last one not 0. At most 15
 # digits in all, so that a double (how jsonschema, Python and JavaScript read JSON numbers) holds it
 # exactly enough to be non-integral too ("1.00000000000000001" reads as 1.0). Stricter than the
@@ -151,8 +147,6 @@ class _Builder:
             return self.hole("typedlm_fraction", FRACTION)
         if "x-typedlm-string" in node:
             return self.string(node["x-typedlm-string"])
-        if "x-typedlm-regex" in node:
-            return self.regex(node["x-typedlm-regex"])
         return {k: (v if k in ("enum", "const") else self.walk(v)) for k, v in node.items()}
 
     def hole(self, rule: str, body: str | None = None) -> dict:
@@ -237,18 +231,6 @@ class _Builder:
             alts = (['""'] if end else []) + [f"{cls} {names[nx]}" for cls, nx in out]
             self.rules.append(f"{names[st]} ::= " + " | ".join(f"({a})" for a in alts))
         self.rules.append(f'{rule} ::= "\\"" {names[start]} "\\""')
-        return self.hole(rule)
-
-    def regex(self, rx: str) -> dict:
-        """A string value matching whole-match regex ``rx`` (xgrammar's regex rules, renamed)."""
-        import xgrammar as xgr
-
-        rule = f"typedlm_regex_{_letters(len(self.holes))}"
-        text = str(xgr.Grammar.from_regex(rx))
-        renamed = re.sub(r'("(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\])|\broot(_[0-9]+)?\b',
-                         lambda m: m.group(1) or f"{rule}_body{m.group(2) or ''}", text)
-        self.rules.append(renamed.strip())
-        self.rules.append(f'{rule} ::= "\\"" {rule}_body "\\""')
         return self.hole(rule)
 
     def contains(self, node) -> dict:

@@ -266,9 +266,6 @@ def emit_string(b: String) -> dict | None:
     patterns = ((b.pattern,) if b.pattern is not None else ()) + b.also
     counted = b.min_length is not None or b.max_length is not None
     must = b.also or b.excluded or (counted and patterns)
-    if not must and b.pattern == BOUNDED_URI:
-        out["x-typedlm-regex"] = BOUNDED_URI  # xgrammar's pattern misreads its ranges (see .ebnf)
-        return out
     if not must and (b.pattern is None or b.pattern in FORMAT_REGEXES):
         return out
     try:
