@@ -1,0 +1,246 @@
+"""The hand-written corpus: SchemaStore's schemas with their authors' own valid and invalid example files.
+
+Reads a snapshot of github.com/SchemaStore/schemastore (a bare git directory: no work tree needed) and
+runs each schema that has JSON example files through typedlm's schema path as a new user would
+(``strict=False``, any whitespace, the default model's tokenizer, every other SchemaStore schema
+available to remote ``$ref`` s by its ``https://json.schemastore.org/<file>`` address, nothing fetched):
+
+- ``src/schemas/json/<name>.json``: the schema; ``src/test/<name>/*.json``: instances labelled valid,
+  ``src/negative_test/<name>/*.json``: labelled invalid. A label counts only where jsonschema (the
+  schema's own draft, formats asserted as typedlm asserts them) agrees with it.
+- per schema: compiled or refused (keyword), compile seconds (``Grammars.compile``, one worker process,
+  a fresh compiler cache per schema, killed past ``--timeout``); then each labelled instance, written
+  compactly, through the compiled grammar: valid ones with their keys in the schema's order (the grammar
+  fixes key order: :func:`in_core_order`) and as written in the file; invalid ones as written.
+
+Usage (the data is not committed; the script and its results are)::
+
+    python bench/schemastore.py --repo /work/.mirror/SchemaStore+schemastore/repo \\
+        --json bench/results/schemastore-cpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import re
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+URL = "https://json.schemastore.org/"
+
+
+def git_files(repo: Path, folder: str) -> list[str]:
+    out = subprocess.run(["git", "--git-dir", str(repo), "ls-tree", "-r", "--name-only", "HEAD", folder],
+                         check=True, capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if line.endswith(".json")]
+
+
+def git_json(repo: Path, path: str):
+    text = subprocess.run(["git", "--git-dir", str(repo), "show", f"HEAD:{path}"], check=True,
+                          capture_output=True).stdout.decode("utf-8-sig")
+    return json.loads(text)
+
+
+def extract(repo: Path) -> tuple[dict, list[dict]]:
+    """Every schema by file name, and the rows of those with example files: ``{"name", "valid",
+    "invalid"}`` (instances as parsed, key order kept)."""
+    schemas = {}
+    for path in git_files(repo, "src/schemas/json"):
+        try:
+            schemas[Path(path).name] = git_json(repo, path)
+        except (ValueError, subprocess.CalledProcessError):
+            continue
+    examples: dict[str, dict] = {}
+    for folder, label in (("src/test", "valid"), ("src/negative_test", "invalid")):
+        for path in git_files(repo, folder):
+            name = path.split("/")[2] + ".json"
+            if name not in schemas:
+                continue
+            try:
+                instance = git_json(repo, path)
+            except (ValueError, subprocess.CalledProcessError):
+                continue
+            examples.setdefault(name, {"name": name, "valid": [], "invalid": []})[label].append(instance)
+    return schemas, [examples[n] for n in sorted(examples)]
+
+
+def registry_of(schemas: dict):
+    """Every schema as a resource at its SchemaStore address (and its own ``$id``), crawled once; one that
+    does not crawl (malformed) is left out."""
+    import referencing
+    import referencing.jsonschema
+
+    registry = referencing.Registry()
+    for name, schema in schemas.items():
+        if not isinstance(schema, dict):
+            continue
+        try:
+            spec = referencing.jsonschema.specification_with(schema.get("$schema", ""),
+                                                             default=referencing.jsonschema.DRAFT7)
+            registry = registry.with_resource(URL + name, spec.create_resource(schema)).crawl()
+        except Exception:  # noqa: BLE001 - a malformed schema: not available to $ref
+            continue
+    return registry
+
+
+_STATE: dict = {}
+
+
+def _init(schemas: dict) -> None:
+    import xgrammar as xgr
+
+    from typedlm.testing import default_tokenizer
+
+    tok = default_tokenizer()
+    _STATE["schemas"], _STATE["registry"] = schemas, registry_of(schemas)
+    _STATE["info"] = xgr.TokenizerInfo.from_huggingface(tok, vocab_size=len(tok), stop_token_ids=[tok.eos_token_id])
+
+
+def labelled(schema, registry, instances: list, valid: bool) -> list:
+    """The instances whose label jsonschema confirms (the schema's draft, typedlm's format checker)."""
+    import jsonschema
+
+    from typedlm.grammar.schema.formats import FORMAT_CHECKER
+
+    try:
+        cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft7Validator)
+        v = cls(schema, registry=registry, format_checker=FORMAT_CHECKER)
+        return [x for x in instances if v.is_valid(x) == valid]
+    except Exception:  # noqa: BLE001 - a schema jsonschema cannot run: no confirmed labels
+        return []
+
+
+def in_core_order(value, core, defs: dict):
+    """``value`` with every object's keys in the order the compiled grammar writes them: the listed
+    properties of the core-form branch that accepts it (the schema's order), then the others as written."""
+    import jsonschema
+
+    from typedlm.grammar.schema.algebra import whole_match
+    from typedlm.grammar.schema.formats import FORMAT_CHECKER
+
+    while isinstance(core, dict) and ("$ref" in core or set(core) - {"$defs"} == {"allOf"}):
+        core = defs.get(core["$ref"].rsplit("/", 1)[-1], {}) if "$ref" in core else core["allOf"][0]
+    if not isinstance(core, dict):
+        return value
+    for branch in core.get("anyOf", [core]):
+        probe = whole_match({**branch, "$defs": defs}) if isinstance(branch, dict) else branch
+        if jsonschema.Draft202012Validator(probe, format_checker=FORMAT_CHECKER).is_valid(value):
+            if branch is not core:
+                return in_core_order(value, branch, defs)
+            break
+    if isinstance(value, dict):
+        props = core.get("properties", {})
+        other = core.get("additionalProperties", True)
+        keys = [k for k in props if k in value] + [k for k in value if k not in props]
+
+        def sub(key):
+            pats = [d for pat, d in core.get("patternProperties", {}).items() if re.fullmatch(pat, key)]
+            return props[key] if key in props else pats[0] if pats else other
+
+        return {k: in_core_order(value[k], sub(k), defs) for k in keys}
+    if isinstance(value, list):
+        prefix, items = core.get("prefixItems", []), core.get("items", True)
+        return [in_core_order(x, prefix[i] if i < len(prefix) else items, defs) for i, x in enumerate(value)]
+    return value
+
+
+def run_one(row: dict) -> dict:
+    """Compile one schema (timed) and judge its confirmed instances through the grammar."""
+    import warnings
+
+    from typedlm.errors import GrammarCompileError
+    from typedlm.grammar.compiler import Grammars
+    from typedlm.grammar.controller import accepts_text
+    from typedlm.grammar.schema import prepare_schema
+    from typedlm.grammar.spec import make_constraint
+
+    schema, registry = _STATE["schemas"][row["name"]], _STATE["registry"]
+    valid = labelled(schema, registry, row["valid"], True)
+    invalid = labelled(schema, registry, row["invalid"], False)
+    out = {"name": row["name"], "valid": len(valid), "invalid": len(invalid)}
+    grammars = Grammars(_STATE["info"], schema_registry=registry)  # a fresh cache per schema
+    t0 = time.perf_counter()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compiled, _ = grammars.compile(make_constraint(json_schema=schema, strict=False))
+    except GrammarCompileError as e:
+        return {**out, "refused": e.keyword or "(schema)", "seconds": time.perf_counter() - t0}
+    except Exception as e:  # noqa: BLE001 - xgrammar's own refusal: a row, not a crash
+        return {**out, "refused": f"xgrammar: {type(e).__name__}", "seconds": time.perf_counter() - t0}
+    out["seconds"] = time.perf_counter() - t0
+
+    def text(x):
+        return json.dumps(x, ensure_ascii=False, separators=(",", ":"))
+
+    core = prepare_schema(schema, registry=registry)
+    ordered = [in_core_order(x, core, core.get("$defs", {})) for x in valid]
+    out["valid_as_written_accepted"] = sum(accepts_text(compiled, text(x)) for x in valid)
+    out["valid_accepted"] = sum(accepts_text(compiled, text(x)) for x in ordered)
+    out["invalid_accepted"] = sum(accepts_text(compiled, text(x)) for x in invalid)
+    return out
+
+
+def run_all(schemas: dict, rows: list[dict], timeout: float) -> list[dict]:
+    """Each row in a one-process pool; a schema past ``timeout`` seconds is a timeout row (pool renewed)."""
+    results, pool = [], None
+    for i, row in enumerate(rows):
+        if pool is None:
+            pool = multiprocessing.get_context("fork").Pool(1, initializer=_init, initargs=(schemas,))
+        job = pool.apply_async(run_one, (row,))
+        try:
+            results.append(job.get(timeout=timeout))
+        except multiprocessing.TimeoutError:
+            pool.terminate()
+            pool = None
+            results.append({"name": row["name"], "refused": "timeout", "seconds": timeout})
+        print(f"{i + 1}/{len(rows)} {results[-1]}", flush=True)
+    if pool is not None:
+        pool.close()
+    return results
+
+
+def summary(results: list[dict]) -> dict:
+    compiled = [r for r in results if "refused" not in r]
+    secs = sorted(r["seconds"] for r in compiled)
+    pick = (lambda q: round(1000 * secs[min(len(secs) - 1, int(q * len(secs)))], 1)) if secs else (lambda q: None)
+    refusals: dict[str, int] = {}
+    for r in results:
+        if "refused" in r:
+            refusals[r["refused"]] = refusals.get(r["refused"], 0) + 1
+    valid = sum(r["valid"] for r in compiled)
+    return {"schemas": len(results), "compiled": len(compiled),
+            "compile_rate": round(len(compiled) / max(1, len(results)), 4),
+            "compile_ms": {"p50": pick(0.5), "p90": pick(0.9), "p99": pick(0.99), "max": pick(1.0),
+                           "mean": round(1000 * statistics.fmean(secs), 1) if secs else None},
+            "valid_instances": valid, "valid_accepted": sum(r["valid_accepted"] for r in compiled),
+            "valid_accepted_rate": round(sum(r["valid_accepted"] for r in compiled) / max(1, valid), 4),
+            "valid_as_written_accepted": sum(r["valid_as_written_accepted"] for r in compiled),
+            "invalid_instances": sum(r["invalid"] for r in compiled),
+            "invalid_accepted": sum(r["invalid_accepted"] for r in compiled),
+            "refusals": dict(sorted(refusals.items(), key=lambda kv: -kv[1]))}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repo", type=Path, required=True, help="bare git directory of SchemaStore/schemastore")
+    ap.add_argument("--json", type=Path, required=True, help="write the summary and per-schema rows here")
+    ap.add_argument("--timeout", type=float, default=30.0, help="seconds per schema before it counts as a timeout")
+    ap.add_argument("--limit", type=int, default=None, help="only the first N schemas (a quick look)")
+    args = ap.parse_args()
+    schemas, rows = extract(args.repo)
+    rows = rows[:args.limit] if args.limit else rows
+    commit = subprocess.run(["git", "--git-dir", str(args.repo), "rev-parse", "HEAD"], check=True,
+                            capture_output=True, text=True).stdout.strip()
+    results = run_all(schemas, rows, args.timeout)
+    out = {"source": f"SchemaStore/schemastore@{commit}", "summary": summary(results), "rows": results}
+    args.json.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+    print(json.dumps(out["summary"], indent=2))
+
+
+if __name__ == "__main__":
+    main()
