@@ -3,9 +3,9 @@ of the pattern's automaton (:mod:`.keys`, JSON escapes kept) and a length counte
 
 The product has one grammar rule per live ``(state, length)``; xgrammar's compile time grows with the
 rule count (measured: ``format: uri`` (179 states) with ``maxLength: 50``, ~9,000 rules, 3.8 s on
-one core), so past :data:`MAX_STATES` the length keyword is refused. Pydantic's ``HttpUrl``
-(``format: uri`` + ``maxLength: 2083``) is refused for that reason; a non-strict request relaxes it
-(:mod:`typedlm.grammar.relax`). :mod:`.ebnf` writes the product.
+one core), so past :data:`MAX_STATES` the length keyword is refused (a non-strict request relaxes it:
+:mod:`typedlm.grammar.relax`). Pydantic's ``HttpUrl`` (``format: uri`` + ``maxLength: 2083``) is written
+as :data:`.formats.BOUNDED_URI` instead, a stricter form within the lengths. :mod:`.ebnf` writes the product.
 """
 
 from __future__ import annotations
