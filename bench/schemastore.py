@@ -126,12 +126,10 @@ def in_core_order(value, core, defs: dict):
         core = defs.get(core["$ref"].rsplit("/", 1)[-1], {}) if "$ref" in core else core["allOf"][0]
     if not isinstance(core, dict):
         return value
-    for branch in core.get("anyOf", [core]):
+    for branch in core.get("anyOf", []):  # the first branch that accepts the value
         probe = whole_match({**branch, "$defs": defs}) if isinstance(branch, dict) else branch
         if jsonschema.Draft202012Validator(probe, format_checker=FORMAT_CHECKER).is_valid(value):
-            if branch is not core:
-                return in_core_order(value, branch, defs)
-            break
+            return in_core_order(value, branch, defs)
     if isinstance(value, dict):
         props = core.get("properties", {})
         other = core.get("additionalProperties", True)
