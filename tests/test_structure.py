@@ -180,3 +180,23 @@ def test_no_large_class_in_the_schema_normalizer():
             if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > MAX_SCHEMA_CLASS_LINES:
                 big.append(f"{f.name}:{node.name} ({node.end_lineno - node.lineno + 1} lines)")
     assert not big, big
+
+
+def test_schema_classes_call_only_their_own_members():
+    """grammar/schema/ has no mixins: a method reaches only what its own class defines through ``self``
+    (methods, fields, attributes it assigns); another part of a normalization is named explicitly
+    (``self.n.algebra.intersect``), so the call graph between the parts is visible."""
+    import ast
+
+    stray = []
+    for f in sorted((ROOT / "typedlm" / "grammar" / "schema").glob("*.py")):
+        for cls in [n for n in ast.walk(ast.parse(f.read_text())) if isinstance(n, ast.ClassDef)]:
+            own = {n.name for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+            own |= {n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+            own |= {t.attr for n in ast.walk(cls) if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign))
+                    for target in (n.targets if isinstance(n, ast.Assign) else [n.target]) for t in ast.walk(target)
+                    if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"}
+            used = {n.attr for n in ast.walk(cls)
+                    if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"}
+            stray += [f"{f.name}:{cls.name}.{name}" for name in sorted(used - own)]
+    assert not stray, stray

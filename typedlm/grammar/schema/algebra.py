@@ -1,16 +1,15 @@
 """Intersection and complement of branch lists (exact, or :class:`.refusal.Refuse`).
 
-A mixin of :class:`.rewrites.Normalizer`; enum filtering probes jsonschema with emitted core forms.
+One part of a :class:`.rewrites.Normalizer` run (``n``); enum filtering probes jsonschema with core forms
+emitted by ``n.emitter``; object branches are completed by ``n.builder``.
 """
 
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import replace
 from fractions import Fraction
 
-from ...errors import GrammarCompileError
 from .branches import (KEYWORD, Array, Enum, Number, Object, Ref, Scalar, String, any_, is_any, keywords, plain,
                        same, type_of)
 from .refusal import TYPES, Refuse
@@ -22,12 +21,11 @@ MAX_CONTAINS = 3  # contains on one array (allOf): 2**n classes of items
 class Algebra:
     """Intersection (meet) and complement of branches."""
 
-    def check_time(self):
-        if self.deadline is not None and time.monotonic() > self.deadline:
-            raise GrammarCompileError("rewriting the schema ran past the compile time limit")
+    def __init__(self, n):
+        self.n = n  # the run (:class:`.rewrites.Normalizer`): its state and its other parts, named explicitly
 
     def intersect(self, x, y, p, kw) -> list:
-        self.check_time()
+        self.n.check_time()
         if is_any(x):
             return y
         if is_any(y):
@@ -41,9 +39,9 @@ class Algebra:
         return out
 
     def expand(self, b, p, kw):
-        if b.key in self.active:
+        if b.key in self.n.active:
             raise Refuse(kw, p, "a recursive $ref inside an intersection or negation")
-        return self.memo[b.key]
+        return self.n.memo[b.key]
 
     def meet(self, a, b, p, kw) -> list:
         if isinstance(a, Ref):
@@ -55,8 +53,8 @@ class Algebra:
             if isinstance(other, Enum):
                 kept = [v for v in e.values if any(same(v, w) for w in other.values)]
             else:
-                probe = whole_match(self.emit_standalone([other]))
-                kept = [v for v in e.values if self.valid(v, probe, p, core=True)]
+                probe = whole_match(self.n.emitter.emit_standalone([other]))
+                kept = [v for v in e.values if self.n.valid(v, probe, p, core=True)]
             return [Enum(kept)] if kept else []
         if isinstance(a, Number) and isinstance(b, Number):
             out = self.m_number(a, b, p)
@@ -133,7 +131,7 @@ class Algebra:
             raise Refuse("patternProperties", a.at or p, "two patternProperties cannot be intersected")
         props = {}
         for name in key_order(a, b):
-            props[name] = self.intersect(self.prop_schema(a, name), self.prop_schema(b, name), p, kw)
+            props[name] = self.intersect(self.n.builder.prop_schema(a, name), self.n.builder.prop_schema(b, name), p, kw)
         patterns = None
         for x, y in ((a, b), (b, a)):
             if x.patterns:
@@ -141,7 +139,7 @@ class Algebra:
         names = self.meet_opt(a.names, b.names, p, kw)
         highs = [x.max_props for x in (a, b) if x.max_props is not None] + ([0] if names == [] else [])
         lows = [x.min_props for x in (a, b) if x.min_props is not None]
-        return self.complete_object(Object(
+        return self.n.builder.complete_object(Object(
             properties=props, patterns=patterns, additional=self.meet_opt(a.additional, b.additional, p, kw),
             required=tuple(dict.fromkeys(a.required + b.required)), min_props=max(lows) if lows else None,
             max_props=min(highs) if highs else None, names=names or None, at=a.at or p,

@@ -1,6 +1,7 @@
 """Building: a schema object (draft-translated) -> branches; references, applicators, unevaluated*.
 
-A mixin of :class:`.rewrites.Normalizer` (state: the resolver, memo of ``$ref`` targets, draft).
+One part of a :class:`.rewrites.Normalizer` run (``n``: the resolver, memo of ``$ref`` targets, draft);
+it meets and complements through ``n.algebra``.
 """
 
 from __future__ import annotations
@@ -29,39 +30,42 @@ HANDLED = DEFAULT.validating | {"$recursiveRef"}
 class Builder:
     """Schema objects to branches."""
 
+    def __init__(self, n):
+        self.n = n  # the run (:class:`.rewrites.Normalizer`): its state and its other parts, named explicitly
+
     def norm(self, s, p) -> list:
-        if isinstance(s, dict) and p != "" and self.draft.spec.id_of(s) is not None:
-            old = self.res
+        if isinstance(s, dict) and p != "" and self.n.draft.spec.id_of(s) is not None:
+            old = self.n.res
             try:
-                self.res = self.res.in_subresource(self.draft.spec.create_resource(s))
+                self.n.res = self.n.res.in_subresource(self.n.draft.spec.create_resource(s))
                 return self._norm(s, p)
             finally:
-                self.res = old
+                self.n.res = old
         return self._norm(s, p)
 
     def _norm(self, s, p) -> list:
-        self.check_time()
+        self.n.check_time()
         if s is True:
             return any_()
         if s is False:
             return []
         if not isinstance(s, dict):
             raise Refuse("(schema)", p, f"a subschema must be an object or boolean, got {type(s).__name__}")
-        raw, s = s, translate(s, self.draft)
+        raw, s = s, translate(s, self.n.draft)
         for kw in s:
             if kw not in HANDLED:
                 raise Refuse(kw, ptr(p, s.written(kw)), f"'{kw}' is not enforced by the grammar")
         values = self.enum_values(s, p)
         if values is not None:
-            kept = [v for v in values if self.valid(v, raw, p)]
+            kept = [v for v in values if self.n.valid(v, raw, p)]
             return [Enum(kept)] if kept else []
         d = self.applicators(self.typed(s, p), s, p)
         if any(k in s for k in APPLICATORS):
             if "unevaluatedProperties" in s:
-                d = unevaluated_properties(self, d, s["unevaluatedProperties"], ptr(p, "unevaluatedProperties"))
+                d = unevaluated_properties(self.n, d, s["unevaluatedProperties"], ptr(p, "unevaluatedProperties"))
         if any(k in s for k in APPLICATORS + ("contains",)):  # b_array left it to here
             if "unevaluatedItems" in s:
-                d = unevaluated_items(self, d, s["unevaluatedItems"], ptr(p, "unevaluatedItems"))
+                d = unevaluated_items(self.n, d, s["unevaluatedItems"], ptr(p, "unevaluatedItems"))
         return d
 
     def enum_values(self, s, p):
@@ -73,10 +77,10 @@ class Builder:
             return s["enum"]
         for part in s.get("allOf", []) if isinstance(s.get("allOf"), list) else []:
             seen = 0
-            part = translate(part, self.draft) if isinstance(part, dict) else part
+            part = translate(part, self.n.draft) if isinstance(part, dict) else part
             while isinstance(part, dict) and set(part) == {"$ref"} and seen < 16:
                 part, seen = self.lookup(part["$ref"], ptr(p, "allOf")).contents, seen + 1
-                part = translate(part, self.draft) if isinstance(part, dict) else part
+                part = translate(part, self.n.draft) if isinstance(part, dict) else part
             if isinstance(part, dict) and ("enum" in part or "const" in part):
                 return self.enum_values(part, p)
         return None
@@ -86,7 +90,7 @@ class Builder:
         if not isinstance(ref, str):
             raise Refuse(kw, p, f"{kw} must be a string")
         try:
-            return self.res.lookup(ref)
+            return self.n.res.lookup(ref)
         except referencing.exceptions.Unresolvable as e:
             raise Refuse(kw, p,
                          f"reference {ref!r} does not resolve (remote references are never fetched)") from e
@@ -94,21 +98,21 @@ class Builder:
     def ref(self, ref, p, resolved=None) -> list:
         resolved = resolved or self.lookup(ref, p)
         node, key = resolved.contents, id(resolved.contents)
-        if key in self.memo:
-            return self.memo[key]
-        if key in self.active:
-            self.cyclic.add(key)
+        if key in self.n.memo:
+            return self.n.memo[key]
+        if key in self.n.active:
+            self.n.cyclic.add(key)
             return [Ref(key)]
-        self.active.add(key)
-        self._keep = getattr(self, "_keep", []) + [node]
-        old, self.res = self.res, resolved.resolver
-        old_draft, self.draft = self.draft, draft_of(node, self.draft)  # a resource may name its own
+        self.n.active.add(key)
+        self.n.keep.append(node)  # alive while the run lasts: ids stay unique
+        old, self.n.res = self.n.res, resolved.resolver
+        old_draft, self.n.draft = self.n.draft, draft_of(node, self.n.draft)  # a resource may name its own
         try:
             d = self.norm(node, p)
         finally:
-            self.res, self.draft = old, old_draft
-            self.active.discard(key)
-        self.memo[key] = d
+            self.n.res, self.n.draft = old, old_draft
+            self.n.active.discard(key)
+        self.n.memo[key] = d
         return d
 
     def typed(self, s, p) -> list:
@@ -202,7 +206,7 @@ class Builder:
             elif not (len(names) == 1 and is_plain(names[0])):
                 b["names"] = names
                 for name in b["properties"]:
-                    if not self.valid(name, s["propertyNames"], ptr(p, "propertyNames")):
+                    if not self.n.valid(name, s["propertyNames"], ptr(p, "propertyNames")):
                         b["properties"][name] = []
         return self.complete_object(Object(at=p, **b))
 
@@ -228,7 +232,7 @@ class Builder:
             return any_() if b.additional is None else b.additional
         out = parts[0]
         for d in parts[1:]:
-            out = self.intersect(out, d, b.at, "patternProperties")
+            out = self.n.algebra.intersect(out, d, b.at, "patternProperties")
         return out
 
     def conjuncts(self, d, s, p) -> list:
@@ -241,7 +245,7 @@ class Builder:
             if kw == "$ref":
                 parts.append((pos, p, kw, self.ref(s[kw], ptr(p, kw))))
             elif kw in ("$dynamicRef", "$recursiveRef"):
-                target = dynamic_target(self, kw, s[kw], ptr(p, kw))
+                target = dynamic_target(self.n, kw, s[kw], ptr(p, kw))
                 parts.append((pos, p, kw, self.ref(s[kw], ptr(p, kw), target)))
             elif kw == "allOf":
                 parts += [(pos, ptr(p, kw), kw, self.norm(sub, ptr(p, kw, i))) for i, sub in enumerate(s[kw])]
@@ -249,10 +253,10 @@ class Builder:
         if before:  # written before the object's own properties: their keys come first
             head = before[0][3]
             for _, q, kw, part in before[1:]:
-                head = self.intersect(head, part, q, kw)
-            d = self.intersect(head, d, before[0][1], before[0][2])
+                head = self.n.algebra.intersect(head, part, q, kw)
+            d = self.n.algebra.intersect(head, d, before[0][1], before[0][2])
         for _, q, kw, part in parts[len(before):]:
-            d = self.intersect(d, part, q, kw)
+            d = self.n.algebra.intersect(d, part, q, kw)
         return d
 
     def applicators(self, d, s, p) -> list:
@@ -265,20 +269,20 @@ class Builder:
             u = [b for x in ds for b in x]
             if len(ds) > 1 and not self.disjoint(ds, ptr(p, "anyOf")):
                 u = [replace(b, partial=True) if isinstance(b, (Object, Array)) else b for b in u]
-            d = self.intersect(d, u, ptr(p, "anyOf"), "anyOf")
+            d = self.n.algebra.intersect(d, u, ptr(p, "anyOf"), "anyOf")
         if "oneOf" in s:
-            d = self.intersect(d, self.one_of(s["oneOf"], ptr(p, "oneOf")), ptr(p, "oneOf"), "oneOf")
+            d = self.n.algebra.intersect(d, self.one_of(s["oneOf"], ptr(p, "oneOf")), ptr(p, "oneOf"), "oneOf")
         if "not" in s:
             q = ptr(p, "not")
-            d = self.intersect(d, self.complement(self.norm(s["not"], q), q, "not"), q, "not")
+            d = self.n.algebra.intersect(d, self.n.algebra.complement(self.norm(s["not"], q), q, "not"), q, "not")
         if "if" in s:
             q = ptr(p, "if")
             cond = self.norm(s["if"], q)
             then = self.norm(s.get("then", True), ptr(p, "then"))
             other = self.norm(s.get("else", True), ptr(p, "else"))
-            alt = self.intersect(cond, then, q, "if") + \
-                self.intersect(self.complement(cond, q, "if"), other, q, "if")
-            d = self.intersect(d, alt, q, "if")
+            alt = self.n.algebra.intersect(cond, then, q, "if") + \
+                self.n.algebra.intersect(self.n.algebra.complement(cond, q, "if"), other, q, "if")
+            d = self.n.algebra.intersect(d, alt, q, "if")
         for kw in ("dependentRequired", "dependentSchemas"):
             deps = s.get(kw, {})
             if not isinstance(deps, dict):
@@ -288,17 +292,17 @@ class Builder:
                 if kw == "dependentRequired":
                     dep = {"required": dep}
                 only = frozenset([key])
-                need = self.intersect([Object(properties={key: any_()}, required=(key,), at=q, implied=only)],
+                need = self.n.algebra.intersect([Object(properties={key: any_()}, required=(key,), at=q, implied=only)],
                                       self.norm(dep, q), q, kw)
                 absent = [Object(properties={key: []}, at=q, implied=only)]
                 others = [plain(t) for t in TYPES if t != "object"]
-                d = self.intersect(d, others + absent + need, q, kw)
+                d = self.n.algebra.intersect(d, others + absent + need, q, kw)
         return d
 
     def disjoint(self, ds, p) -> bool:
         """Whether no instance matches two of the alternatives (as far as intersection can tell)."""
         try:
-            return all(not self.intersect(a, b, p, "oneOf") for i, a in enumerate(ds) for b in ds[i + 1:])
+            return all(not self.n.algebra.intersect(a, b, p, "oneOf") for i, a in enumerate(ds) for b in ds[i + 1:])
         except Refuse:
             return False
 
@@ -311,6 +315,6 @@ class Builder:
             part = a
             for j, b in enumerate(ds):
                 if i != j:
-                    part = self.intersect(part, self.complement(b, p, "oneOf"), p, "oneOf")
+                    part = self.n.algebra.intersect(part, self.n.algebra.complement(b, p, "oneOf"), p, "oneOf")
             out.extend(part)
         return out

@@ -1,6 +1,6 @@
 """Emission: branches -> the core-form JSON Schema (with ``x-typedlm-*`` nodes for :mod:`.ebnf`).
 
-A mixin of :class:`.rewrites.Normalizer`.
+One part of a :class:`.rewrites.Normalizer` run (``n``); it meets and complements through ``n.algebra``.
 """
 
 from __future__ import annotations
@@ -23,6 +23,9 @@ MAX_MODULUS = 1000  # integers by residue (a multipleOf complement): one grammar
 class Emitter:
     """Branches to core-form JSON Schema."""
 
+    def __init__(self, n):
+        self.n = n  # the run (:class:`.rewrites.Normalizer`): its state and its other parts, named explicitly
+
     def emit(self, d) -> dict:
         if not d:
             return dict(NOTHING)
@@ -43,23 +46,23 @@ class Emitter:
 
     def emit_standalone(self, d) -> dict:
         out = self.emit(d)
-        if self.cyclic:
-            out = {"allOf": [out], "$defs": {self.def_name(c): self.emit(self.memo[c]) for c in self.cyclic
-                                             if c in self.memo}}
+        if self.n.cyclic:
+            out = {"allOf": [out], "$defs": {self.n.def_name(c): self.emit(self.n.memo[c]) for c in self.n.cyclic
+                                             if c in self.n.memo}}
         return out
 
     def emit_contains(self, b, out, pre) -> bool:
         """Add ``contains`` (and for the grammar, the item classes, see :mod:`.ebnf`) to emitted array
         ``out`` whose prefix is ``pre``; False when no array satisfies it."""
         cs, q = b.contains, b.at
-        negs = [self.complement(c, q, "contains") for c, _, _ in cs]
+        negs = [self.n.algebra.complement(c, q, "contains") for c, _, _ in cs]
 
         def classes(base):  # mask of the contains an item matches -> the schema of such items
             out = []
             for mask in range(2 ** len(cs)):
                 d = base
                 for j, (c, _, _) in enumerate(cs):
-                    d = self.intersect(d, c if mask >> j & 1 else negs[j], q, "contains")
+                    d = self.n.algebra.intersect(d, c if mask >> j & 1 else negs[j], q, "contains")
                 if d:
                     out.append([mask, self.emit(d)])
             return out
@@ -116,7 +119,7 @@ class Emitter:
             allowed = self.key_fsm(b.names, q) if b.names is not None else any_key()
             listed = []
             for name in props:
-                d = self.prop_schema(b, name) if allowed is not None and allowed.accepts(name) else []
+                d = self.n.builder.prop_schema(b, name) if allowed is not None and allowed.accepts(name) else []
                 if not d and name in b.required:
                     return None
                 listed.append([name, self.emit(d) if d else False, name in b.required])
@@ -131,7 +134,7 @@ class Emitter:
                     for i, g in enumerate(fsms):
                         if mask >> i & 1:
                             f = f & g
-                            value = self.intersect(value, pats[i][1], q, "patternProperties")
+                            value = self.n.algebra.intersect(value, pats[i][1], q, "patternProperties")
                         else:
                             f = f & g.everythingbut()
                     spec = key_spec(f) if value else None
@@ -143,7 +146,7 @@ class Emitter:
 
     def emit_branch(self, b):
         if isinstance(b, Ref):
-            return {"$ref": "#/$defs/" + self.def_name(b.key)}
+            return {"$ref": "#/$defs/" + self.n.def_name(b.key)}
         if isinstance(b, Enum):
             return {"enum": b.values}
         if isinstance(b, Number):

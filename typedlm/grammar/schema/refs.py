@@ -14,7 +14,7 @@ def dynamic_target(n, kw: str, ref, p: str):
     exact: the initial target has no dynamic anchor (a plain ``$ref``); or the root resource (with
     an id), the outermost of every dynamic scope, defines the anchor (it wins); or only one resource in the
     schema and the registry defines it (the initial target, whatever the scope). Else refused."""
-    resolved = n.lookup(ref, p, kw)
+    resolved = n.builder.lookup(ref, p, kw)
     node = resolved.contents
     if kw == "$dynamicRef":
         name = ref.rpartition("#")[2] if "#" in ref else None

@@ -53,6 +53,7 @@ keyword and its JSON pointer. The rewrites (each pinned by tests/test_schema_rew
 from __future__ import annotations
 
 import copy
+import time
 
 import jsonschema
 import referencing
@@ -68,9 +69,10 @@ from .refusal import Refusal, Refuse
 INTERNAL = "the schema could not be analysed (a typedlm bug; please report it)"
 
 
-class Normalizer(Builder, Algebra, Emitter):
-    """One normalization: building (:mod:`.build`), intersection/complement (:mod:`.algebra`) and
-    emission (:mod:`.emit`) over the branch representation (:mod:`.branches`)."""
+class Normalizer:
+    """One normalization: its state (resolver, draft, ``$ref`` memo, deadline) and its three parts, each
+    handed this run explicitly: ``builder`` (:mod:`.build`), ``algebra`` (:mod:`.algebra`: intersection,
+    complement) and ``emitter`` (:mod:`.emit`), over the branch representation (:mod:`.branches`)."""
 
     def __init__(self, root, registry: referencing.Registry | None = None, deadline: float | None = None):
         self.root = root
@@ -92,19 +94,25 @@ class Normalizer(Builder, Algebra, Emitter):
         self.active: set[int] = set()
         self.cyclic: set[int] = set()
         self.names: dict[int, str] = {}
+        self.keep: list = []  # every $ref target met (memo keys are their ids)
+        self.builder, self.algebra, self.emitter = Builder(self), Algebra(self), Emitter(self)
+
+    def check_time(self) -> None:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise GrammarCompileError("rewriting the schema ran past the compile time limit")
 
     def run(self) -> dict:
-        d = self.ref("#", "") if isinstance(self.root, dict) else self.norm(self.root, "")
+        d = self.builder.ref("#", "") if isinstance(self.root, dict) else self.builder.norm(self.root, "")
         if not d:
             raise EmptySchemaError("the schema accepts no value: its constraints contradict each other")
-        out = self.emit(d)
+        out = self.emitter.emit(d)
         if self.cyclic:
             defs, todo, done = {}, list(self.cyclic), set()
             while todo:
                 p = todo.pop()
                 if p not in done:
                     done.add(p)
-                    defs[self.def_name(p)] = self.emit(self.memo[p])
+                    defs[self.def_name(p)] = self.emitter.emit(self.memo[p])
                     todo.extend(self.cyclic - done)
             out = {**out, "$defs": defs} if "$ref" not in out else {"allOf": [out], "$defs": defs}
         return out

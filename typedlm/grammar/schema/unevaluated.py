@@ -14,7 +14,7 @@ from .refusal import Refuse
 def unevaluated_properties(n, d: list, sub, q: str) -> list:
     """Apply ``unevaluatedProperties`` after the in-place applicators: on each object branch, to the
     keys no properties/patternProperties/additionalProperties of the branch's parts evaluated."""
-    u = n.norm(sub, q)
+    u = n.builder.norm(sub, q)
     out = []
     for b in d:
         _refuse_unknown_evaluation(b, dict, "unevaluatedProperties", q, "keys", "objects")
@@ -25,15 +25,15 @@ def unevaluated_properties(n, d: list, sub, q: str) -> list:
             raise Refuse("unevaluatedProperties", q, "anyOf branches that overlap: which of them "
                          "evaluated a key depends on the instance")
         props = {name: d if name in b.evaluated_names or any(re.search(pt, name) for pt in b.evaluated_patterns)
-                 else n.intersect(d, u, q, "unevaluatedProperties") for name, d in b.properties.items()}
-        b = n.complete_object(replace(b, properties=props, additional=u, evaluated_all=True))
+                 else n.algebra.intersect(d, u, q, "unevaluatedProperties") for name, d in b.properties.items()}
+        b = n.builder.complete_object(replace(b, properties=props, additional=u, evaluated_all=True))
         if b is not None:
             out.append(b)
     return out
 
 def unevaluated_items(n, d: list, sub, q: str) -> list:
     """Apply ``unevaluatedItems`` to the positions no prefixItems/items of the branch's parts evaluated."""
-    u = n.norm(sub, q)
+    u = n.builder.norm(sub, q)
     out = []
     for b in d:
         _refuse_unknown_evaluation(b, list, "unevaluatedItems", q, "items", "arrays")
@@ -44,10 +44,10 @@ def unevaluated_items(n, d: list, sub, q: str) -> list:
             raise Refuse("unevaluatedItems", q, "overlapping anyOf branches: which items were evaluated "
                          "depends on the instance")
         ub = u + list(b.contained) if b.contained and not is_any(u) else u  # contains' matches are evaluated
-        pre = [x if i < b.evaluated else n.intersect(x, ub, q, "unevaluatedItems")
+        pre = [x if i < b.evaluated else n.algebra.intersect(x, ub, q, "unevaluatedItems")
                for i, x in enumerate(b.prefix or [])]
         out.append(replace(b, prefix=pre or None, evaluated=True,
-                           items=n.meet_opt(b.items, ub, q, "unevaluatedItems")))
+                           items=n.algebra.meet_opt(b.items, ub, q, "unevaluatedItems")))
     return out
 
 
