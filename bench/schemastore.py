@@ -100,6 +100,10 @@ def _init(schemas: dict) -> None:
     _STATE["info"] = xgr.TokenizerInfo.from_huggingface(tok, vocab_size=len(tok), stop_token_ids=[tok.eos_token_id])
 
 
+def _ready() -> bool:
+    return True
+
+
 def labelled(schema, registry, instances: list, valid: bool) -> list:
     """The instances whose label jsonschema confirms (the schema's draft, typedlm's format checker)."""
     import jsonschema
@@ -189,6 +193,7 @@ def run_all(schemas: dict, rows: list[dict], timeout: float) -> list[dict]:
     for i, row in enumerate(rows):
         if pool is None:
             pool = multiprocessing.get_context("fork").Pool(1, initializer=_init, initargs=(schemas,))
+            pool.apply(_ready)  # the worker's set-up is not a schema's time
         job = pool.apply_async(run_one, (row,))
         try:
             results.append(job.get(timeout=timeout))
