@@ -57,3 +57,12 @@ def test_select_refuses_without_the_default(tiny_dir, tmp_path):
     r = CliRunner().invoke(app, ["select", "--data", str(cases(tmp_path / "a.jsonl", 1)), "--out", str(tmp_path / "o"),
                                  "--model", str(tiny_dir), "--examples", "2"])
     assert r.exit_code == 2 and "--examples must include 0" in r.output
+
+
+def test_eval_examples_beyond_the_train_split_is_a_named_error(tiny_dir, tmp_path):
+    data = cases(tmp_path / "a.jsonl", 1)  # 3 train cases
+    for k, msg in (("4", "--examples 4: the train split has 3 cases"), ("-1", "--examples must be at least 0")):
+        r = CliRunner().invoke(app, ["eval", "--data", str(data), "--track", "parallel", "--modes", "labels",
+                                     "--no-flip", "--examples", k, "--out", str(tmp_path / f"o{k}"),
+                                     "--model", str(tiny_dir), "--quiet"])
+        assert r.exit_code == 2 and msg in r.output, r.output
