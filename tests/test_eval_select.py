@@ -12,7 +12,8 @@ from typedlm.eval.select import DEFAULT, variants
 SCHEMA = {"description": "News.", "fields": {
     "topics": {"type": "multi", "description": "Which topics?", "choices": ["sport", "tech", "politics"],
                "nullable": False},
-    "tone": {"type": "enum", "description": "Tone?", "choices": ["calm", "angry"], "nullable": False}}}
+    "tone": {"type": "enum", "description": "Tone?", "choices": ["calm", "angry"], "nullable": False},
+    "local": {"type": "boolean", "description": "Local news?", "nullable": False}}}
 
 
 def cases(path, seed_test: int):
@@ -22,7 +23,7 @@ def cases(path, seed_test: int):
         gold = sorted(r.sample(["sport", "tech", "politics"], r.choice((1, 2))))
         tone = r.choice(["calm", "angry"])
         lines.append({"id": f"c{i}", "schema": SCHEMA, "context": f"A {tone} story on {' and '.join(gold)} ({i}).",
-                      "labels": {"topics": gold, "tone": tone}, "split": split})
+                      "labels": {"topics": gold, "tone": tone, "local": i % 2 == 0}, "split": split})
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     return path
 
@@ -42,13 +43,13 @@ def test_select_chooses_on_validation_only(tiny_dir, tmp_path):
     assert a["chosen"] == next(r["variant"] for r in rows if r["score"] == best)
     assert a["test"]["default"]["variant"] == DEFAULT.name and a["test"]["selected"]["variant"] == a["chosen"]
     for r in rows:  # the criterion: mean over fields of the field's accuracy (multi: exact set)
-        assert abs(r["score"] - sum(r["fields"].values()) / 2) < 1e-12
+        assert abs(r["score"] - sum(r["fields"].values()) / 3) < 1e-12
     # other test labels: the same validation table and choice (test cases are scored only after choosing)
     b = run(tiny_dir, cases(tmp_path / "b.jsonl", 2), tmp_path / "b")
     assert b["validation"] == rows and b["chosen"] == a["chosen"]
     preds = [json.loads(x) for x in (tmp_path / "a" / "predictions.jsonl").read_text().splitlines()]
     assert {(p["mode"], p["split"]) for p in preds} == {("default", "test"), ("selected", "test")}
-    assert len(preds) == 2 * 5 * 2
+    assert len(preds) == 2 * 5 * 3
     r = CliRunner().invoke(app, ["report", str(tmp_path / "a"), "--bootstrap", "20"])
     assert r.exit_code == 0, r.output
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from ..decide import fitting
 from ..decide.api import plan_for
 from ..errors import TypedLMError
-from .cases import Case, select, with_examples
+from .cases import Case, check_case, select, with_examples
 from .runner import prediction_line, read_jsonl
 from .tracks import decision_answers
 
@@ -140,6 +140,7 @@ def run_select(engine, name: str, cases_all: list[Case], out: Path, *, fit_n: in
     best = max(rows, key=lambda r: r["score"])  # the first of equal scores
     chosen = Variant(best["k"], best["prior"], best["cal"])
     by_id = {c.id: c for c in test_cases}
+    gold = {c.id: check_case(c)[1] for c in test_cases}  # labels as prediction lines carry them
     lines, test = [], {}
     for mode, v in (("default", DEFAULT), ("selected", chosen)):
         plan, neutral = scored.plan(v.k)
@@ -151,7 +152,7 @@ def run_select(engine, name: str, cases_all: list[Case], out: Path, *, fit_n: in
         for c, d in zip(tst, ds):
             for a in decision_answers(plan.schema, d, c.latency_s):
                 lines.append(prediction_line(run_id=f"select-{name}", track="parallel", mode=mode, case=by_id[c.id],
-                                             dataset=name, gold=by_id[c.id].labels, answer=a,
+                                             dataset=name, gold=gold[c.id], answer=a,
                                              case_latency_s=c.latency_s, permutation=None))
     if naive is not None:
         lines += [x for x in read_jsonl(naive / "predictions.jsonl")
