@@ -21,7 +21,8 @@ naive news-comments 200 200
 for spec in tweets:300:800:-naive400 bbc:300:428:-naive bbc-multi:150:200:-naive news-comments:150:200:-naive200; do
   IFS=: read d fit test nv <<< "$spec"
   mkdir -p "$R/$d-select"
-  [ -f "$R/$d-select/scores-k0.jsonl" ] || cp "bench/results/trust/$d/scores.jsonl" "$R/$d-select/scores-k0.jsonl"
+  src=bench/results/trust/$d/scores.jsonl; [ "$d" = bbc-multi ] && src=bench/results/trust/r3/bbc-multi/scores.jsonl
+  [ -f "$R/$d-select/scores-k0.jsonl" ] || cp "$src" "$R/$d-select/scores-k0.jsonl"
   nice -n 10 "$T" select --data "$d" --fit-limit "$fit" --test-limit "$test" --examples 0,2,4 \
     --naive "$R/$d$nv" --out "$R/$d-select"
   nice -n 10 "$T" report "$R/$d-select" > /dev/null
