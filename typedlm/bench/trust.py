@@ -34,7 +34,7 @@ def run_dataset(engine, name: str, cases_all: list, out: Path, fit_n: int, test_
     from ..decide import constraints, fitting
     from ..decide.api import plan_for
     from ..decide.schema import DecisionSchema
-    from ..eval.cases import select
+    from ..eval.cases import check_case, select
     from ..eval.runner import prediction_line
     from ..eval.tracks import decision_answers
 
@@ -78,7 +78,7 @@ def run_dataset(engine, name: str, cases_all: list, out: Path, fit_n: int, test_
             case = by_id[c.id]
             for a in decision_answers(vplan.schema, d, c.latency_s):
                 lines.append(prediction_line(run_id=f"trust-{name}", track="parallel", mode=mode, case=case,
-                                             dataset=name, gold=case.labels, answer=a, case_latency_s=c.latency_s,
+                                             dataset=name, gold=check_case(case)[1], answer=a, case_latency_s=c.latency_s,
                                              permutation=None))
             for f in multi:
                 n = len(d.fields[f.name].value or [])

@@ -168,3 +168,19 @@ def select(cases: list[Case], split: str, limit: int | None) -> list[Case]:
     chosen = [c for c in cases if split == "all" or c.split == split]
     chosen.sort(key=lambda c: (hash_unit(c.id, "order"), c.id))
     return chosen[:limit] if limit is not None else chosen
+
+
+def with_examples(cases: list[Case], all_cases: list[Case], k: int) -> list[Case]:
+    """``cases`` with the first ``k`` train-split cases (seeded order) of ``all_cases`` added to each schema as
+    few-shot examples (``typedlm eval --examples K``; rendered in the shared prompt prefix)."""
+    from dataclasses import replace
+
+    if k < 0:
+        raise TypedLMError(f"--examples must be at least 0, got {k}")
+    if k == 0:
+        return cases
+    train = select(all_cases, "train", k)
+    if len(train) < k:
+        raise TypedLMError(f"--examples {k}: the train split has {len(train)} cases")
+    ex = [{"context": c.context, "labels": c.labels} for c in train]
+    return [replace(c, schema={**c.schema, "examples": ex}) for c in cases]

@@ -78,16 +78,6 @@ def prompt_hashes(tracks, schema_dict: dict, engine) -> dict:
     return out
 
 
-def with_examples(cases, train, k: int):
-    """``cases`` with the ``train`` cases added to each schema as few-shot examples (``--examples K``)."""
-    from dataclasses import replace
-
-    if k < 0 or len(train) < k:
-        fail(f"--examples {k}: the train split has {len(train)} cases")
-    ex = [{"context": c.context, "labels": c.labels} for c in train]
-    return [replace(c, schema={**c.schema, "examples": ex}) for c in cases]
-
-
 def load_cases(data: str):
     from .cases import read_cases
     from .datasets import DATASETS, load
@@ -130,7 +120,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         replicas: int = typer.Option(1, "--replicas", help="with --ray: model actors"),
     ):
         """Evaluate decisions on labelled cases; writes predictions.jsonl, run.json, timing.json into --out."""
-        from .cases import data_sha256, select
+        from .cases import data_sha256, select, with_examples
         from .runner import Run, RunError, RunLock
         from .tracks import TRACKS, NaiveTrack, OpenAITrack, ParallelTrack
 
@@ -164,7 +154,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             if not cases:
                 fail(f"no cases in split {split!r} of {dataset}")
             if examples:
-                cases = with_examples(cases, select(all_cases, "train", examples), examples)
+                cases = with_examples(cases, all_cases, examples)
             engine = None
             tracks: list = []
             if "parallel" in names or "naive_local" in names:
@@ -205,6 +195,38 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             raise typer.Exit(3)
         if summary["status"] == "interrupted":
             raise typer.Exit(130)
+
+    @app.command("select")
+    def select_cmd(
+        data: str = typer.Option(..., "--data", help="bbc | tweets | bbc-multi | news-comments | FILE.jsonl"),
+        out: Path = typer.Option(..., "--out", help="folder: scores, selection.json, an eval run folder"),
+        fit_limit: int = typer.Option(100, "--fit-limit", help="validation: the first N calibration-split cases"),
+        test_limit: int = typer.Option(200, "--test-limit", help="the first N test-split cases"),
+        examples: str = typer.Option("0,2,4", "--examples", help="few-shot counts K to try (comma list, with 0)"),
+        naive: Optional[Path] = typer.Option(None, "--naive", help="an eval run folder with naive_local lines on "
+                                             "the test split: copied in for the paired comparison"),
+        model: str = typer.Option("default", "--model", "-m"),
+        device: str = typer.Option("auto", "--device"),
+    ):
+        """Choose prior / calibration / few-shot examples on validation cases (calibration split; +cal variants
+        cross-validated), then report the choice and the default on the test split."""
+        from .select import run_select
+
+        try:
+            ks = sorted({int(k) for k in examples.split(",") if k.strip()})
+        except ValueError:
+            fail(f"--examples must be a comma list of integers, got {examples!r}")
+        with user_errors():
+            from ..engine import load_engine
+
+            dataset, all_cases = load_cases(data)
+            engine = load_engine(model, device=device, progress=False)
+            s = run_select(engine, dataset, all_cases, out, fit_n=fit_limit, test_n=test_limit, ks=ks, naive=naive)
+        for r in s["validation"]:
+            typer.echo(f"{r['variant']:>16}  validation {r['score']:.3f}  "
+                       + "  ".join(f"{k} {v:.3f}" for k, v in r["fields"].items()))
+        for mode, t in s["test"].items():
+            typer.echo(f"test {mode} ({t['variant']}): " + "  ".join(f"{k} {v:.3f}" for k, v in t["fields"].items()))
 
     @app.command("report")
     def report_cmd(
