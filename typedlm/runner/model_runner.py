@@ -34,7 +34,6 @@ from ..errors import TypedLMError
 from .contract import KVCache
 from .dynamic_kv import DynamicKV
 from .invariant import mode as invariant
-from .invariant.ops import log_softmax as invariant_log_softmax
 from .static_kv import StaticKV, unsupported
 
 
@@ -50,18 +49,19 @@ class ModelRunner:
         self.kv_len = min(max_context, int(os.environ.get("TYPEDLM_KV_LEN", "4096")))
         self._static: StaticKV | None = None
         self._lock = threading.Lock()
-        # batch-invariant scoring (default on; TYPEDLM_BATCH_INVARIANT=0 off): None, or why it is not available
-        want = os.environ.get("TYPEDLM_BATCH_INVARIANT", "1") != "0"
-        self.invariant_reason = invariant.install(model) if want else "TYPEDLM_BATCH_INVARIANT=0"
+        self.invariant_reason: str | None = None  # None: scoring is batch-invariant; else why not
+        self.set_invariant(os.environ.get("TYPEDLM_BATCH_INVARIANT", "1") != "0")
+
+    def set_invariant(self, on: bool) -> bool:
+        """Batch-invariant scoring on (the default; ``TYPEDLM_BATCH_INVARIANT=0`` starts it off) or off (benches
+        measure both). Returns whether it is on: a model the hooks cannot take stays off, with the reason."""
+        self.invariant_reason = invariant.install(self.model) if on else "switched off"
+        return self.invariant
 
     @property
     def invariant(self) -> bool:
         """Scoring passes are batch-invariant: a row's logits are the same bits whatever shares its pass."""
         return self.invariant_reason is None
-
-    def log_softmax(self, logits: torch.Tensor) -> torch.Tensor:
-        """float32 log-softmax over the last dimension (batch-invariant when scoring is)."""
-        return invariant_log_softmax(logits) if self.invariant else torch.log_softmax(logits.float(), dim=-1)
 
     # -- the model call -------------------------------------------------------------------------------
     def forward(self, input_ids: torch.Tensor, cache=None, **kwargs):
