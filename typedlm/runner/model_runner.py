@@ -50,11 +50,17 @@ class ModelRunner:
         self._static: StaticKV | None = None
         self._lock = threading.Lock()
         self.invariant_reason: str | None = None  # None: scoring is batch-invariant; else why not
-        self.set_invariant(os.environ.get("TYPEDLM_BATCH_INVARIANT", "1") != "0")
+        env = os.environ.get("TYPEDLM_BATCH_INVARIANT", "")
+        if env == "0" or (not env and device.type != "cpu"):
+            self.invariant_reason = "TYPEDLM_BATCH_INVARIANT=0" if env else f"off by default on {device.type}"
+        else:
+            self.set_invariant(True)
 
     def set_invariant(self, on: bool) -> bool:
-        """Batch-invariant scoring on (the default; ``TYPEDLM_BATCH_INVARIANT=0`` starts it off) or off (benches
-        measure both). Returns whether it is on: a model the hooks cannot take stays off, with the reason."""
+        """Batch-invariant scoring on or off (benches measure both). Default: on on the CPU (fp32: batched =
+        one row, bit for bit), off on CUDA, where the pure-torch attention costs ~18x a prefill and decide_many
+        is not yet bit-exact (bench/results/decide-invariance-h200.md); ``TYPEDLM_BATCH_INVARIANT=1`` / ``0``
+        forces it. Returns whether it is on: a model the hooks cannot take stays off, with the reason."""
         self.invariant_reason = invariant.install(self.model) if on else "switched off"
         return self.invariant
 

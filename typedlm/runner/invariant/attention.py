@@ -4,7 +4,7 @@ A batched decision pass puts many rows (and contexts) side by side under a mask,
 sit at other positions, among other rows' masked keys, than in its one-row pass; a kernel that reduces over
 absolute key blocks (SDPA, FlashAttention, FlexAttention) then groups the same terms differently. Here each
 query's allowed keys are first *compacted* in order (key ``i`` of the list is the ``i``-th allowed key),
-then reduced in fixed blocks of :data:`KEY_BLOCK` with an online softmax, one block after another (float32).
+then reduced in fixed blocks (:data:`KEY_BLOCK` per device) with an online softmax, one block after another (float32).
 Blocks past a query's own list are all-masked and change nothing, bit for bit: ``max(m, -inf) = m``,
 ``exp(0) = 1``, ``+ 0``. So the result is the same whatever the pass holds, and also wherever the split
 between cached and fed keys falls (``decide_many``'s shared prefix vs a context's own prefill).
@@ -16,7 +16,11 @@ import torch
 
 from .ops import tile_rows
 
-KEY_BLOCK = 64
+KEY_BLOCK = {"cuda": 64, "cpu": 256}  # keys per block: fewer, larger blocks cost fewer host-side ops on the CPU
+
+
+def key_block(device) -> int:
+    return KEY_BLOCK.get(torch.device(device).type, KEY_BLOCK["cpu"])
 
 
 def allowed(mask: torch.Tensor | None, b: int, q: int, k: int, device) -> torch.Tensor:
@@ -33,9 +37,10 @@ def allowed(mask: torch.Tensor | None, b: int, q: int, k: int, device) -> torch.
 def compact(allow: torch.Tensor):
     """``[b, q, k]`` bool -> (index ``[b, q, W]`` of each query's allowed keys in order, then filler;
     ``n`` ``[b, q]`` how many; ``lead`` ``[b, q]`` how many leading keys it sees with no gap), ``W`` a
-    multiple of :data:`KEY_BLOCK`."""
+    multiple of the key block."""
     n = allow.sum(-1)
-    W = -(-int(n.max()) // KEY_BLOCK) * KEY_BLOCK
+    B = key_block(allow.device)
+    W = -(-int(n.max()) // B) * B
     lead = allow.to(torch.int32).cumprod(-1).sum(-1)
     order = torch.argsort((~allow).to(torch.int8), dim=-1, stable=True)
     if W > order.shape[-1]:
@@ -73,7 +78,7 @@ def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask:
     m = qf.new_full((b, kvh, q, g, 1), float("-inf"))
     lsum = qf.new_zeros((b, kvh, q, g, 1))
     acc = qf.new_zeros((b, kvh, q, g, d))
-    B = KEY_BLOCK
+    B = key_block(query.device)
     for j in range(0, order.shape[-1], B):
         whole = (lead >= j + B)[:, None, :, None, None]  # [b, 1, q, 1, 1]
         kb, vb = key[:, :, j:j + B].float(), value[:, :, j:j + B].float()
