@@ -20,22 +20,22 @@ from . import attention as inv_attention
 from . import ops
 
 NAME = "typedlm_invariant"
-_state = threading.local()
+_per_thread = threading.local()
 
 
 def active() -> bool:
-    return getattr(_state, "on", False)
+    return getattr(_per_thread, "on", False)
 
 
 @contextlib.contextmanager
 def enabled(on: bool = True):
     """Batch-invariant ops on this thread inside the block (``on=False``: leave the thread as it is)."""
     before = active()
-    _state.on = before or on
+    _per_thread.on = before or on
     try:
         yield
     finally:
-        _state.on = before
+        _per_thread.on = before
 
 
 def bound(fn):
