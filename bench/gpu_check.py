@@ -1,7 +1,10 @@
 """CUDA check of the whole engine on a random-weight real architecture (bf16, real 151k vocabulary):
 every constraint kind through generate(), a mixed batch of 8 rows through the scheduler (each row
 valid for its own constraint), and decide / decide_many on two presets. Prints JSON; exits 1 on a
-violation. Run on the lent H200 (bench/results/gpu-check-h200.json holds the committed output)."""
+violation. Run on the lent H200 (bench/results/gpu-check-h200.json holds the committed output).
+``python bench/gpu_check.py ARCH invariance``: only the batch-invariance check (issue 20): the invariant ops
+in bf16, decide batched vs one-row and decide_many vs solo, invariance on and off
+(bench/results/gpu-invariance-h200.json)."""
 
 import json
 import re
@@ -21,6 +24,81 @@ from typedlm.grammar import make_constraint
 
 arch = sys.argv[1] if len(sys.argv) > 1 else "qwen2.5-0.5b"
 engine = random_engine(arch, device="cuda")
+
+
+def _ops_check() -> dict:
+    """The invariant ops on CUDA bf16: each row's bits alone vs in batches of 1, 2, 7, 64, 300 rows."""
+    from typedlm.runner.invariant import attention as inv_attention
+    from typedlm.runner.invariant import ops
+
+    torch.manual_seed(0)
+    dev, bf = "cuda", torch.bfloat16
+    x = torch.randn(300, 3584, device=dev, dtype=bf)
+    w = torch.randn(4096, 3584, device=dev, dtype=bf) * 0.02
+    out = {}
+    for name, fn in {"linear": lambda t: ops.linear(t, w), "torch_linear": lambda t: torch.nn.functional.linear(t, w),
+                     "rms_norm": lambda t: ops.rms_norm(t, w[0], 1e-6), "log_softmax": ops.log_softmax}.items():
+        alone = torch.cat([fn(x[i:i + 1]) for i in range(64)])
+        out[name] = max(float((fn(x[:n])[:min(n, 64)].float() - alone[:min(n, 64)].float()).abs().max())
+                        for n in (1, 2, 7, 64, 300))
+    H, kvh, d, n, K = 28, 4, 128, 700, 1600
+    keys, vals = torch.randn(1, kvh, n, d, device=dev, dtype=bf), torch.randn(1, kvh, n, d, device=dev, dtype=bf)
+    q = torch.randn(1, H, 1, d, device=dev, dtype=bf)
+    alone = inv_attention.attention(q, keys, vals, None, d ** -0.5)
+    spots = torch.sort(torch.randperm(K, device=dev)[:n]).values
+    bk, bv = torch.randn(1, kvh, K, d, device=dev, dtype=bf), torch.randn(1, kvh, K, d, device=dev, dtype=bf)
+    bk[:, :, spots], bv[:, :, spots] = keys, vals
+    allow = torch.rand(1, 300, K, device=dev) < 0.5
+    allow[0, 7] = False
+    allow[0, 7, spots] = True
+    qs = torch.randn(1, H, 300, d, device=dev, dtype=bf)
+    qs[:, :, 7] = q[:, :, 0]
+    got = inv_attention.attention(qs, bk, bv, allow[:, None], d ** -0.5)
+    out["attention_scattered_keys"] = float((got[:, 7].float() - alone[:, 0].float()).abs().max())
+    return out
+
+
+def _log_scores(d) -> dict:
+    return {n: list(f.log_scores.values()) for n, f in d.fields.items()}
+
+
+def _diff(a, b) -> float:
+    return max(abs(x - y) for n in a for x, y in zip(a[n], b[n]))
+
+
+def invariance_check() -> dict:
+    """bf16 decide: batched (default packing) vs one row per forward; decide_many (16 contexts) first 4 vs
+    solo; with batch-invariant scoring on and off (issue 20)."""
+    from typedlm.bench.decide import contexts
+
+    out = {"ops_max_abs_diff": _ops_check()}
+    for setting in ("on", "off"):
+        engine.runner.set_invariant(setting == "on")
+        rep = {}
+        for name in ("support_triage", "content_moderation"):
+            schema = presets.load(name)["schema"]
+            ctx = presets.load(name)["examples"][0]
+            a = decide(schema, ctx, engine=engine, prior="none")
+            b = decide(schema, ctx, engine=engine, prior="none", packing="expand", max_rows=1)
+            ctxs = contexts(engine, 16, 400)
+            many = decide_many(schema, ctxs, engine=engine, prior="none")
+            solo = [decide(schema, c, engine=engine, prior="none", packing="expand", max_rows=1) for c in ctxs[:4]]
+            rep[name] = {
+                "decide": {"max_abs_diff": _diff(_log_scores(a), _log_scores(b)), "same_values": a.value_dict() ==
+                           b.value_dict(), "rescored_fields": sum(f.score_source == "rescored_one_row"
+                                                                  for f in a.fields.values())},
+                "decide_many_first4": {"max_abs_diff": max(_diff(_log_scores(m), _log_scores(s))
+                                                           for m, s in zip(many, solo)),
+                                       "same_values": all(m.value_dict() == s.value_dict() for m, s in zip(many, solo))}}
+        out[f"invariant_{setting}"] = rep
+    engine.runner.set_invariant(True)
+    return out
+
+
+if sys.argv[2:] == ["invariance"]:
+    r = invariance_check()
+    print(json.dumps({"arch": arch, "device": torch.cuda.get_device_name(0), "invariance": r}, indent=1))
+    sys.exit(0 if all(v["max_abs_diff"] == 0 for p in r["invariant_on"].values() for v in p.values()) else 1)
 SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer", "minimum": 0,
           "maximum": 999}, "tag": {"enum": ["a", "b", "c"]}, "s": {"type": "string", "maxLength": 10}},
           "required": ["ok", "n", "tag", "s"]}

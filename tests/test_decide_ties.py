@@ -1,11 +1,22 @@
 """Near-tie safety: fields whose batched top-2 gap is within the batch-shape drift are rescored one row
-at a time (``score_source="rescored_one_row"``), giving exactly the one-row scores."""
+at a time (``score_source="rescored_one_row"``), giving exactly the one-row scores. This is the fallback
+where scoring is not batch-invariant, so these tests switch invariance off (tests/test_batch_invariance.py
+covers the invariant path, where nothing is rescored)."""
 
 import pytest
 import torch
 
 from typedlm.decide import decide, decide_many, presets
 from typedlm.decide import ties
+
+
+
+@pytest.fixture(autouse=True)
+def _fallback(tiny):
+    tiny.runner.set_invariant(False)
+    yield
+    tiny.runner.set_invariant(True)
+
 
 CONTEXTS = ["My card was charged twice this month and I want my money back.",
             "The app crashes every time I open settings on Android 14."]

@@ -133,7 +133,8 @@ def run_bench(engine, *, preset: str = "support_triage", example: int = 0, runs:
     schema, context = p["schema"], p["examples"][example]
     out: dict = {"model": engine.name, "device": str(engine.device), "dtype": str(engine.dtype).replace("torch.", ""),
                  "machine": _machine(engine), "preset": preset, "fields": len(schema.fields), "runs": runs,
-                 "naive_runs": naive_runs, "tolerance_nats": TOLERANCE}
+                 "naive_runs": naive_runs, "tolerance_nats": TOLERANCE,
+                 "invariant": bool(getattr(engine.runner, "invariant", False))}
 
     # Round-robin: every round runs each measurement once, so load changes on a shared machine hit
     # every configuration alike (p50 over rounds).
@@ -171,6 +172,7 @@ def run_bench(engine, *, preset: str = "support_triage", example: int = 0, runs:
                  "scoring_p50_s": _p50([d.timings["scoring"] for d in ds]), "rows": ds[0].usage["rows"],
                  "scored_tokens": ds[0].usage["scored_tokens"], "passes": ds[0].usage["passes"],
                  "mean_log_legal_mass": statistics.fmean(f.log_legal_mass for f in ds[0].fields.values()),
+                 "rescored_fields": sum(f.score_source == "rescored_one_row" for f in ds[0].fields.values()),
                  "value": ds[0].value_dict()}
             c["scoring_over_bare_prefill"] = c["scoring_p50_s"] / prefill_p50[sc]
             c["decide_over_bare_prefill"] = c["total_p50_s"] / prefill_p50[sc]  # issue 11 target: <= 1.3
@@ -204,26 +206,27 @@ def run_bench(engine, *, preset: str = "support_triage", example: int = 0, runs:
 
 
 def _single_lines(r: dict) -> list[str]:
-    lines = [f"Preset `{r['preset']}` ({r['fields']} fields), {r['dtype']}, p50 of {r['runs']} runs "
+    lines = [f"Preset `{r['preset']}` ({r['fields']} fields), {r['dtype']}, batch-invariant scoring "
+             f"{'on' if r.get('invariant') else 'off'}, p50 of {r['runs']} runs "
              f"(naive: {r['naive_runs']}). Prompt tokens: {r['prompt_tokens']}.", "",
              "| config | p50 total ms | prefill ms | scoring ms | scoring / bare prefill "
-             "| decide / bare prefill (target ≤ 1.3) | rows | passes "
+             "| decide / bare prefill (target ≤ 1.3) | rows | passes | fields rescored "
              "| speedup vs naive | agreement w/ naive | mean log legal mass |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for k, c in r["decide"].items():
         sp = c.get("speedup_vs_naive")
         ag = c.get("agreement_with_naive")
         lines.append(f"| {k} | {c['total_p50_s']*1e3:.1f} | {c['prefill_p50_s']*1e3:.1f} | {c['scoring_p50_s']*1e3:.1f} "
                      f"| {c['scoring_over_bare_prefill']:.2f} | {c['decide_over_bare_prefill']:.2f} "
-                     f"| {c['rows']} | {c['passes']} "
+                     f"| {c['rows']} | {c['passes']} | {c['rescored_fields']} "
                      f"| {'' if sp is None else f'{sp:.1f}x'} | {'' if ag is None else f'{ag:.2f}'} "
                      f"| {c['mean_log_legal_mass']:.2f} |")
     for s, v in r["prefill_p50_s"].items():
-        lines.append(f"| bare prefill ({s} prompt) | {v*1e3:.1f} | | | | | | | | | |")
+        lines.append(f"| bare prefill ({s} prompt) | {v*1e3:.1f} | | | | | | | | | | |")
     if "naive" in r:
         n = r["naive"]
         lines.append(f"| naive JSON generation | {n['total_p50_s']*1e3:.1f} | {n['prefill_s']*1e3:.1f} | "
-                     f"decode {n['decode_s']*1e3:.0f} ({n['completion_tokens']} tokens) | | | | | 1.0x | | |")
+                     f"decode {n['decode_s']*1e3:.0f} ({n['completion_tokens']} tokens) | | | | | | 1.0x | | |")
     lines += ["", "Parity (batched vs one row per forward): " + ", ".join(
         f"{s}: max |Δ log-score| {p['max_abs_log_score_diff']:.2e} nats, same values {p['same_values']}"
         for s, p in r["parity"].items())]
@@ -232,6 +235,13 @@ def _single_lines(r: dict) -> list[str]:
 
 def to_markdown(r: dict, command: str) -> str:
     lines = [f"# bench decide — {r['model']} on {r['machine']}", "", f"Command: `{command}`", ""]
+    for setting, part in r.get("invariance", {}).items():
+        lines += [f"## batch-invariant scoring {setting}", ""] + _result_lines(part) + [""]
+    return "\n".join(lines + _result_lines(r)) + "\n"
+
+
+def _result_lines(r: dict) -> list[str]:
+    lines: list[str] = []
     if "decide" in r:
         lines += _single_lines(r)
     m = r.get("many")
@@ -254,7 +264,22 @@ def to_markdown(r: dict, command: str) -> str:
         lines += ["", f"decide_many parity (first {p['contexts']} contexts of the largest batch vs one row per "
                   f"forward, batched fields): max |Δ log-score| {p['max_abs_log_score_diff']:.2e} nats, "
                   f"same values {p['same_values']}"]
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def _one_setting(engine, preset, skip_single, runs, naive_runs, sizes, many_runs, say) -> dict:
+    if skip_single:
+        from ..decide import presets
+
+        r = {"model": engine.name, "device": str(engine.device), "machine": _machine(engine),
+             "dtype": str(engine.dtype).replace("torch.", ""), "preset": preset,
+             "fields": len(presets.load(preset)["schema"].fields),
+             "invariant": bool(getattr(engine.runner, "invariant", False))}
+    else:
+        r = run_bench(engine, preset=preset, runs=runs, naive_runs=naive_runs, progress=say)
+    if sizes:
+        r["many"] = run_many(engine, preset=preset, sizes=sizes, runs=many_runs, progress=say)
+    return r
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
@@ -271,6 +296,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         skip_single: bool = typer.Option(False, "--skip-single", help="only the decide_many part"),
         out: Optional[Path] = typer.Option(None, "--out", help="write JSON here (and .md beside it)"),
         machine: Optional[str] = typer.Option(None, "--machine", help="machine description for the report"),
+        invariance: str = typer.Option("", "--invariant", help="batch-invariant scoring: on, off, or on,off (both, "
+                                       "one run); empty: the runner's default"),
     ):
         """p50 latency: decide (labels/slots x packed/expand) vs naive JSON generation vs bare prefill."""
         import sys
@@ -291,16 +318,17 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             if any(n < 1 for n in sizes):
                 raise ValueError(f"--many takes positive batch sizes, got {many!r}")
             say = lambda m: typer.echo(m, err=True)  # noqa: E731
-            if skip_single:
-                from ..decide import presets
-
-                r = {"model": engine.name, "device": str(engine.device), "machine": _machine(engine),
-                     "dtype": str(engine.dtype).replace("torch.", ""), "preset": preset,
-                     "fields": len(presets.load(preset)["schema"].fields)}
-            else:
-                r = run_bench(engine, preset=preset, runs=runs, naive_runs=naive_runs, progress=say)
-            if sizes:
-                r["many"] = run_many(engine, preset=preset, sizes=sizes, runs=many_runs, progress=say)
+            settings = [x.strip() for x in invariance.split(",") if x.strip()]
+            if any(x not in ("on", "off") for x in settings):
+                raise ValueError(f"--invariant takes on, off or on,off; got {invariance!r}")
+            parts = {}
+            for setting in settings or [None]:
+                if setting is not None:
+                    engine.runner.set_invariant(setting == "on")
+                parts[setting] = _one_setting(engine, preset, skip_single, runs, naive_runs, sizes, many_runs, say)
+            r = parts[None] if None in parts else {**{k: v for k, v in next(iter(parts.values())).items()
+                                                     if k in ("model", "device", "machine", "dtype", "preset",
+                                                              "fields")}, "invariance": parts}
         if machine:
             r["machine"] = machine
         import shlex

@@ -29,6 +29,7 @@ import torch
 
 from ..engine import Engine
 from ..errors import TypedLMError
+from ..runner.invariant.ops import log_softmax as invariant_log_softmax
 from .plan import Plan, Row
 
 PACKINGS = ("packed", "expand", "fused")
@@ -147,7 +148,7 @@ def _gather(engine: Engine, plan: Plan, part: list[Row], logits: torch.Tensor, w
             reads.append((r_i // size, row.question, point))
             idx.append(where(r_i // size, r_i % size, pos))
     rows_t = torch.stack([logits[i] for i in idx]).float()[:, : engine.tokenizer_vocab_size]
-    lsm = torch.log_softmax(rows_t, dim=-1)
+    lsm = invariant_log_softmax(rows_t) if getattr(engine.runner, "invariant", False) else torch.log_softmax(rows_t, -1)
     width = max(len(plan.questions[q].trie.points[p].children) for _, q, p in reads)
     index = torch.zeros(len(reads), width, dtype=torch.long)
     for k, (_, q, p) in enumerate(reads):

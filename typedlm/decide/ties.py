@@ -8,9 +8,16 @@ bf16 on the H200 (bench/results/decide-h200.md). Where two candidates are closer
 shape alone could pick the winner; those fields are scored again on the one-row path
 (``packing="expand", max_rows=1``: the parity reference), so the answer no longer depends on how many
 contexts or rows shared the pass.
+
+With the runner's batch-invariant mode (``typedlm/runner/invariant/``, default on for the torch runner;
+``TYPEDLM_BATCH_INVARIANT=0`` off) a batched pass and a one-row pass give the same bits, so nothing is a
+near tie (:func:`drift` is ``-inf``) and no field is rescored: exact by construction. The rescoring stays
+the fallback where invariance is unavailable (the MLX runner, a model the hooks cannot take, the switch off).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -23,7 +30,15 @@ from .score import ScoreStats, prefill, score_rows
 DRIFT_NATS = {torch.float32: 5e-5, torch.float64: 5e-5, torch.bfloat16: 0.25, torch.float16: 0.25}
 
 
+def invariant(engine: Engine) -> bool:
+    """Are the engine's scoring passes batch-invariant? (the MLX runner has no such mode)"""
+    return getattr(engine.runner, "invariant", False)
+
+
 def drift(engine: Engine) -> float:
+    """How far a batched log-score may be from its one-row value: ``-inf`` (no near ties) when invariant."""
+    if invariant(engine):
+        return -math.inf
     return DRIFT_NATS.get(engine.dtype, DRIFT_NATS[torch.bfloat16])
 
 

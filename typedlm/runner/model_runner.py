@@ -33,6 +33,7 @@ import torch
 from ..errors import TypedLMError
 from .contract import KVCache
 from .dynamic_kv import DynamicKV
+from .invariant import mode as invariant
 from .static_kv import StaticKV, unsupported
 
 
@@ -48,6 +49,25 @@ class ModelRunner:
         self.kv_len = min(max_context, int(os.environ.get("TYPEDLM_KV_LEN", "4096")))
         self._static: StaticKV | None = None
         self._lock = threading.Lock()
+        self.invariant_reason: str | None = None  # None: scoring is batch-invariant; else why not
+        env = os.environ.get("TYPEDLM_BATCH_INVARIANT", "")
+        if env == "0" or (not env and device.type != "cpu"):
+            self.invariant_reason = "TYPEDLM_BATCH_INVARIANT=0" if env else f"off by default on {device.type}"
+        else:
+            self.set_invariant(True)
+
+    def set_invariant(self, on: bool) -> bool:
+        """Batch-invariant scoring on or off (benches measure both). Default: on on the CPU (fp32: batched =
+        one row, bit for bit), off on CUDA, where the pure-torch attention costs ~18x a prefill and decide_many
+        is not yet bit-exact (bench/results/decide-invariance-h200.md); ``TYPEDLM_BATCH_INVARIANT=1`` / ``0``
+        forces it. Returns whether it is on: a model the hooks cannot take stays off, with the reason."""
+        self.invariant_reason = invariant.install(self.model) if on else "switched off"
+        return self.invariant
+
+    @property
+    def invariant(self) -> bool:
+        """Scoring passes are batch-invariant: a row's logits are the same bits whatever shares its pass."""
+        return self.invariant_reason is None
 
     # -- the model call -------------------------------------------------------------------------------
     def forward(self, input_ids: torch.Tensor, cache=None, **kwargs):
@@ -118,7 +138,8 @@ class ModelRunner:
         """One forward over a prompt -> its KV cache (no logits needed: rows start with a cue)."""
         if len(ids) >= self.max_context:
             raise TypedLMError(f"decision prompt has {len(ids)} tokens; the model's context is {self.max_context}")
-        _, cache = self.forward(torch.tensor([ids], device=self.device), **self._keep(1))
+        with self._scoring():
+            _, cache = self.forward(torch.tensor([ids], device=self.device), **self._keep(1))
         return cache
 
     @torch.inference_mode()
@@ -134,7 +155,8 @@ class ModelRunner:
         for b, row in enumerate(ids_list):
             ids[b, : len(row)] = torch.tensor(row)
             att[b, : len(row)] = 1
-        _, cache = self.forward(ids.to(self.device), attention_mask=att.to(self.device), **self._keep(1))
+        with self._scoring():
+            _, cache = self.forward(ids.to(self.device), attention_mask=att.to(self.device), **self._keep(1))
         return [DynamicCache(ddp_cache_data=[(lay.keys[b:b + 1, :, : len(row)], lay.values[b:b + 1, :, : len(row)])
                                              for lay in cache.layers]) for b, row in enumerate(ids_list)]
 
@@ -150,9 +172,10 @@ class ModelRunner:
         cut = keep if keep is not None else (prefix_length(prefix) if prefix is not None else None)
         read_t = torch.tensor(read, device=dev)
         try:
-            logits, cache = self.forward(torch.tensor([ids], device=dev), prefix,
-                                         position_ids=torch.tensor([positions], device=dev),
-                                         attention_mask=self._additive(allow), **self._keep(read_t))
+            with self._scoring():
+                logits, cache = self.forward(torch.tensor([ids], device=dev), prefix,
+                                             position_ids=torch.tensor([positions], device=dev),
+                                             attention_mask=self._additive(allow), **self._keep(read_t))
             logits = logits[0] if self.keeps_logits else logits[0, read_t]
         finally:
             if prefix is not None:
@@ -171,8 +194,13 @@ class ModelRunner:
         B = rows.shape[0]
         layers = [(lay.keys.expand(B, -1, -1, -1), lay.values.expand(B, -1, -1, -1)) for lay in prefix.layers]
         read_t = torch.tensor(read, device=self.device)
-        logits, _ = self.forward(rows.to(self.device), DynamicCache(ddp_cache_data=layers), **self._keep(read_t))
+        with self._scoring():
+            logits, _ = self.forward(rows.to(self.device), DynamicCache(ddp_cache_data=layers), **self._keep(read_t))
         return logits if self.keeps_logits else logits[:, read_t]
+
+    def _scoring(self):
+        """The scoring forwards' context: batch-invariant ops on this thread when available."""
+        return invariant.enabled(self.invariant)
 
     def _keep(self, positions) -> dict:
         return {"logits_to_keep": positions} if self.keeps_logits else {}

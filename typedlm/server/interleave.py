@@ -34,6 +34,7 @@ import torch
 
 from ..engine import Engine
 from ..generate.scheduler import Scheduler
+from ..runner.invariant import mode as invariant
 
 DECIDE_MODES = ("auto", "interleaved", "parallel", "exclusive")
 
@@ -98,7 +99,7 @@ class SteppedEngine:
             return out
 
         t0 = time.perf_counter()
-        out = self._scheduler.call(timed).result()
+        out = self._scheduler.call(invariant.bound(timed)).result()  # the caller's batch-invariance too
         if "s" in took:
             self.step_s = self._ema(self.step_s, max(0.0, time.perf_counter() - t0 - took["s"]))
             self.token_s = self._ema(self.token_s, took["s"] / max(1, input_ids.shape[-1]))
