@@ -248,3 +248,14 @@ def test_formats_are_asserted_under_every_draft(grammars, draft, fmt, good, bad)
     assert prepare_schema({**schema, "enum": [good, bad]}) == {"enum": [good]}
     iri = {"$schema": draft, "type": "string", "format": "iri"}  # known, not enforceable: refused, not ignored
     assert find_refusals(iri)[0].keyword == "format"
+
+
+def test_a_large_range_mid_group_is_not_left_to_xgrammar():
+    """xgrammar 0.2.9 reads ``a([b]{0,500}c){0,1}`` as accepting ``ab``; our automaton is too large for it
+    (over 400 states), so the pattern is refused rather than compiled loosely."""
+    from typedlm.grammar.schema.refusal import xgrammar_safe
+    from typedlm.grammar.schema.formats import BOUNDED_URI
+
+    assert not xgrammar_safe("(a([b]{0,500}c){0,1})") and xgrammar_safe("(a(/[b]{0,500}){0,1})")
+    assert xgrammar_safe("a[b]{0,500}c") and xgrammar_safe(BOUNDED_URI)
+    assert find_refusals({"type": "string", "pattern": "^a([b]{0,500}c)?$"})[0].keyword == "pattern"

@@ -168,7 +168,31 @@ def pattern_problem(p) -> str:
 
 def xgrammar_safe(rx: str) -> bool:
     """Whether xgrammar's own regex engine reads whole-match regex ``rx`` right. Measured: xgrammar
-    0.2.9 compiles "^(a|b|a{1,2})$" so that it accepts "ba" (an alternation beside a range)."""
+    0.2.9 compiles "^(a|b|a{1,2})$" so that it accepts "ba" (an alternation beside a range), and
+    "a([b]{0,500}c){0,1}" so that it accepts "ab" (a range above 128 followed by more in its group)."""
     ranges = any(m.group(2) is not None and m.group(3) != m.group(1)
                  for m in re.finditer(r"\{(\d+)(,(\d*))?\}", rx))
-    return not (ranges and "|" in rx)
+    return not (ranges and "|" in rx) and not _large_range_mid_group(rx)
+
+
+def _large_range_mid_group(rx: str) -> bool:
+    """A ``{m,n}`` counting past 128 inside a group with more after it in that group."""
+    depth, i, in_class = 0, 0, False
+    while i < len(rx):
+        c = rx[i]
+        if c == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+        elif c in "()":
+            depth += 1 if c == "(" else -1
+        elif c == "{":
+            m = re.match(r"\{(\d+)(?:,(\d*))?\}", rx[i:])
+            if m and max(int(m.group(1)), int(m.group(2) or 0)) > 128 and depth > 0 \
+                    and not rx.startswith(")", i + m.end()):
+                return True
+        i += 1
+    return False
