@@ -38,7 +38,7 @@ from ..errors import TypedLMError
 
 BLOCK = 16  # tokens per block
 GB = 1 << 30
-_TALLY: contextvars.ContextVar[list | None] = contextvars.ContextVar("typedlm_prefix_tally", default=None)
+_TALLY: contextvars.ContextVar[tuple] = contextvars.ContextVar("typedlm_prefix_tally", default=())
 
 
 def default_limit(device: torch.device) -> int:
@@ -144,8 +144,7 @@ class PrefixCache:
                 self.stats.cached_tokens += got.length
             else:
                 self.stats.misses += 1
-        seen = _TALLY.get()
-        if seen is not None:
+        for seen in _TALLY.get():
             seen.append((ids, got.length))
         return got
 
@@ -243,9 +242,10 @@ class PrefixCache:
 
 @contextlib.contextmanager
 def tally():
-    """Collect ``(ids, tokens reused)`` of every lookup made in this context (see the module docstring)."""
+    """Collect ``(ids, tokens reused)`` of every lookup made in this context (see the module docstring);
+    tallies nest (an outer one sees the lookups of an inner one too)."""
     seen: list = []
-    token = _TALLY.set(seen)
+    token = _TALLY.set((*_TALLY.get(), seen))
     try:
         yield seen
     finally:
