@@ -189,11 +189,17 @@ def probs(d):
     return {k: f["probabilities"] for k, f in d.to_dict()["fields"].items()}
 
 
+# Decisions on a cached prefix are not bit-identical: the cached KV and the rest of the prompt go through
+# transformers' attention with an explicit mask over past keys instead of one causal prefill; measured here
+# (fp32, tiny model): at most ~1.1e-6 in a probability.
+CACHED_PROB_TOL = 1e-5
+
+
 def assert_same(a, b):
     assert a.value_dict() == b.value_dict()
     for (k, pa), pb in zip(probs(a).items(), probs(b).values()):
         for o in pa:
-            assert abs(pa[o] - pb[o]) <= 1e-6, (k, o, pa[o], pb[o])
+            assert abs(pa[o] - pb[o]) <= CACHED_PROB_TOL, (k, o, pa[o], pb[o])
 
 
 @pytest.mark.parametrize("packing", ["packed", "fused", "expand"])
