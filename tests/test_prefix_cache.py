@@ -271,12 +271,12 @@ def test_server_usage_and_metrics(eng, cache):
         client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120)
         cache.clear()
         msgs = [[{"role": "system", "content": SYSTEM}, {"role": "user", "content": u}] for u in USERS[:2]]
-        a = client.chat.completions.create(model="m", messages=msgs[0], max_tokens=4, temperature=0)
-        b = client.chat.completions.create(model="m", messages=msgs[1], max_tokens=4, temperature=0)
+        a = client.chat.completions.create(model=eng.name, messages=msgs[0], max_tokens=4, temperature=0)
+        b = client.chat.completions.create(model=eng.name, messages=msgs[1], max_tokens=4, temperature=0)
         p0, p1 = (chat_ids(eng, u) for u in USERS[:2])
         assert a.usage.prompt_tokens_details.cached_tokens == 0  # (the warm-up prompt shares no block)
         assert b.usage.prompt_tokens_details.cached_tokens == whole_blocks(lcp(p0, p1)) > 0
-        r = client.responses.create(model="m", instructions=SYSTEM, input=USERS[1], max_output_tokens=4)
+        r = client.responses.create(model=eng.name, instructions=SYSTEM, input=USERS[1], max_output_tokens=4)
         assert r.usage.input_tokens_details.cached_tokens > 0
         body = {"schema": SCHEMA, "context": TICKETS[0], "prior": "none"}
         httpx.post(url + "/v1/decide", json=body, timeout=120).raise_for_status()
