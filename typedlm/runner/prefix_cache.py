@@ -118,13 +118,18 @@ class PrefixCache:
         """A new bound (0 turns the cache off and empties it); evicts down to it."""
         with self._lock:
             self.limit_bytes = int(limit_bytes)
+            if not self.enabled:
+                self._empty()
             self._evict_to(self.limit_bytes, keep=())
 
     def clear(self) -> None:
         with self._lock:
-            self._blocks.clear()
-            self._lru.clear()
-            self.stats.bytes = self.stats.blocks = 0
+            self._empty()
+
+    def _empty(self) -> None:
+        self._blocks.clear()
+        self._lru.clear()
+        self.stats.bytes = self.stats.blocks = 0
 
     # -- lookup ---------------------------------------------------------------------------------------
     def match(self, ids: list[int], limit: int | None = None) -> Match:
@@ -235,9 +240,7 @@ class PrefixCache:
         now = self._stamp_fn()
         if now != self._stamp:
             self._stamp = now
-            self._blocks.clear()
-            self._lru.clear()
-            self.stats.bytes = self.stats.blocks = 0
+            self._empty()
 
 
 @contextlib.contextmanager
