@@ -288,3 +288,13 @@ def test_server_usage_and_metrics(eng, cache):
         assert got["typedlm_prefix_cache_cached_tokens_total"] >= b.usage.prompt_tokens_details.cached_tokens
         assert got["typedlm_prefix_cache_bytes"] == cache.stats.bytes > 0
         assert "typedlm_prefix_cache_evictions_total" in got
+
+
+def test_serve_setting_from_flag_env_and_its_bad_value():
+    from typedlm.server.config import ConfigError, resolve_settings
+
+    assert resolve_settings({}, env={"TYPEDLM_PREFIX_CACHE_GB": "0.5"}).prefix_cache_gb == 0.5
+    assert resolve_settings({"prefix_cache_gb": 0.0}, env={}).prefix_cache_gb == 0.0
+    assert resolve_settings({}, env={}).prefix_cache_gb is None  # the device's default
+    with pytest.raises(ConfigError, match="prefix-cache-gb"):
+        resolve_settings({"prefix_cache_gb": -1.0}, env={})
