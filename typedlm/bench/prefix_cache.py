@@ -59,7 +59,8 @@ def run_bench(engine, *, preset: str, runs: int, many: int, system_tokens: int, 
     generate(prompt="Hello", engine=engine, max_tokens=2)  # the decode KV made (and its weights fused) once
     sysmsg = system_prompt(engine, system_tokens)
     users = [f"Question {i}: can you help me with my card?" for i in range(3 * runs)]
-    out = {"decide": {"off": [], "first": [], "later": [], "cached_prompt_tokens": []},
+    out = {"decide": {"off": [], "first": [], "later": [], "cached_prompt_tokens": [], "first_timings": [],
+                      "later_timings": []},
            "chat": {"off": [], "on": [], "cached_tokens": []}, "decide_many": {"off": [], "on": []}}
     d, c, m = out["decide"], out["chat"], out["decide_many"]
 
@@ -75,9 +76,12 @@ def run_bench(engine, *, preset: str, runs: int, many: int, system_tokens: int, 
         chunk = ctx[2 * runs + 2 * many * i:][:many]
         m["off"].append(_timed(engine, lambda: decide_many(schema, chunk, engine=engine))[0])
         cache.set_limit(limit)  # on, empty
-        d["first"].append(_timed(engine, lambda: decide(schema, ctx[2 * i], engine=engine))[0])
+        t, dec = _timed(engine, lambda: decide(schema, ctx[2 * i], engine=engine))
+        d["first"].append(t)
+        d["first_timings"].append(dec.timings)
         t, dec = _timed(engine, lambda: decide(schema, ctx[2 * i + 1], engine=engine))
         d["later"].append(t)
+        d["later_timings"].append(dec.timings)
         d["cached_prompt_tokens"].append(dec.usage["cached_prompt_tokens"])
         chat(users[3 * i + 1])  # warms the system prompt
         t, res = _timed(engine, lambda: chat(users[3 * i + 2]))
@@ -99,6 +103,10 @@ def run_bench(engine, *, preset: str, runs: int, many: int, system_tokens: int, 
             "prefix_cache_bytes": limit, **out, "summary": summary}
 
 
+def _part(timings: list[dict], key: str) -> float:
+    return statistics.median(t[key] for t in timings)
+
+
 def to_markdown(r: dict) -> str:
     med = statistics.median
     s, d, c = r["summary"], r["decide"], r["chat"]
@@ -110,6 +118,10 @@ def to_markdown(r: dict) -> str:
         f"| {med(d['off']):.3f} | {med(d['first']):.3f} / {med(d['later']):.3f} "
         f"(cached {med(d['cached_prompt_tokens']):.0f} tokens) | later/first {s['decide_later_over_first']:.2f} "
         f"| <= 0.35 |",
+        f"| decide, on: prefill / scoring of the first call, s | | {_part(d['first_timings'], 'prefill'):.3f} / "
+        f"{_part(d['first_timings'], 'scoring'):.3f} | | |",
+        f"| decide, on: prefill / scoring of a later call, s | | {_part(d['later_timings'], 'prefill'):.3f} / "
+        f"{_part(d['later_timings'], 'scoring'):.3f} | | |",
         f"| chat TTFT, {c['prompt_tokens']}-token prompt ({r['system_tokens']}-token system), s | {med(c['off']):.3f} "
         f"| {med(c['on']):.3f} (cached {med(c['cached_tokens']):.0f}) | {s['chat_ttft_on_over_off']:.2f} | <= 0.3 |",
         f"| decide_many x{r['many']}, field decisions/s | {s['many_field_decisions_per_s_off']:.1f} "
