@@ -13,6 +13,16 @@ def tiny():
     return tiny_engine()
 
 
+@pytest.fixture
+def no_prefix_cache(tiny):
+    """The tiny engine's prefix cache off for one test (tests that count or fail the forwards of a prefill)."""
+    cache = tiny.runner.prefix_cache
+    limit = cache.limit_bytes
+    cache.set_limit(0)
+    yield
+    cache.set_limit(limit)
+
+
 @pytest.fixture(scope="session")
 def real():
     """The embedded default model (SmolLM2-135M-Instruct). Use only in tests marked real_model."""

@@ -54,7 +54,7 @@ def test_shared_prefix_decide_many_equals_decide(tiny, preset, packing):
 
 
 @pytest.mark.parametrize("packing", ["packed", "fused"])
-def test_prefix_kv_is_computed_once(tiny, packing):
+def test_prefix_kv_is_computed_once(tiny, packing, no_prefix_cache):  # counts the prefix's forwards
     schema = presets.load("support_triage")["schema"]
     plan = plan_for(schema, tiny)
     ids = [prompt_ids(tiny, plan, c) for c in CONTEXTS]

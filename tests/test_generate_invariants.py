@@ -192,7 +192,7 @@ def test_result_keys(tiny):
     assert set(d) == {"text", "token_ids", "finish_reason", "usage", "timings", "constraint", "schema_valid",
                       "schema_errors", "error", "truncation_fallbacks", "reasoning", "reasoning_tokens",
                       "forced_tokens"}
-    assert set(d["usage"]) == {"prompt_tokens", "completion_tokens", "total_tokens"}
+    assert set(d["usage"]) == {"prompt_tokens", "completion_tokens", "total_tokens", "cached_tokens"}
     assert set(d["timings"]) == {"compile", "prefill", "decode", "total"}
     assert d["usage"]["completion_tokens"] == len(d["token_ids"])
     json.dumps(d)

@@ -22,6 +22,7 @@ from .bench import jsonschema_suite as bench_jsonschema_suite
 from .bench import schema_compile as bench_schema_compile
 from .bench import jump_forward as bench_jump_forward
 from .bench import mlx as bench_mlx
+from .bench import prefix_cache as bench_prefix_cache
 from .bench import trust as bench_trust
 from .cliutil import EXIT_INCOMPLETE, fail, print_json, read_json, read_text, user_errors
 from .errors import TypedLMError
@@ -214,7 +215,8 @@ def models_convert(ref: str = typer.Argument("default", help="default or a .gguf
 
 
 for _feature in (bench_grammar, bench_gen, bench_jump_forward, bench_mlx, bench_decide, bench_itl, bench_jsonschema_suite,
-                 bench_schema_compile, bench_trust, bench_scale, server_cli, decide_cli, eval_cli):
+                 bench_schema_compile, bench_trust, bench_scale, bench_prefix_cache, server_cli, decide_cli,
+                 eval_cli):
     _feature.register(app, bench_app)
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..engine import Engine
 from ..errors import TypedLMError
+from ..runner.prefix_cache import reused_by, tally
 from .batches import Scored, merged_usage, question_score, score_prompts
 from .depends import given_text, waves as dependency_waves
 from .joint import pins, solve_fields
@@ -130,7 +131,10 @@ def run(job: Job, *, engine: Engine | None = None, budget_bytes: int = DEFAULT_B
     for k, (wave, wplan) in enumerate(zip(job.waves, job.plans)):
         ids_k = list(job.prompts) if k == 0 else \
             [prompt_ids(engine, wplan, c, given_text(plan.schema, values[i], wave)) for i, c in enumerate(job.contexts)]
-        scored = score(wplan, ids_k)  # score
+        with tally() as seen:  # the prefix cache's lookups: tokens each prompt read from it
+            scored = score(wplan, ids_k)  # score
+        if k == 0:
+            cached = [reused_by(ids, seen) for ids in ids_k]
         where = [index[(q.field, q.kind, q.option)] for q in wplan.questions]
         logs = [neutral[j] for j in where] if neutral is not None else \
             mean_log_probs([s.scores for s in scored]) if opts.prior == "batch" else None
@@ -152,7 +156,8 @@ def run(job: Job, *, engine: Engine | None = None, budget_bytes: int = DEFAULT_B
         prefill_s, scoring_s = sum(r.prefill_s for r in runs[i]), sum(r.scoring_s for r in runs[i])
         timings = {"compile": compile_s, "prefill": prefill_s, "scoring": scoring_s,
                    "total": compile_s + prefill_s + scoring_s}
-        usage = {"prompt_tokens": len(ids), **merged_usage([r.stats.as_dict() for r in runs[i]])}
+        usage = {"prompt_tokens": len(ids), "cached_prompt_tokens": cached[i],
+                 **merged_usage([r.stats.as_dict() for r in runs[i]])}
         out.append(finish_decision(plan, fields, timings=timings, usage=usage, model=engine.name, prompt=record))
         compile_s = 0.0
     return out

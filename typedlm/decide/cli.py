@@ -55,7 +55,7 @@ def read_contexts(path: Path) -> list[tuple]:
     return out
 
 
-def _decide_file(sch, path: Path, output: Optional[Path], opts, *, model, device):
+def _decide_file(sch, path: Path, output: Optional[Path], opts, *, model, device, prefix_cache_gb=None):
     """--input: decide_many over the file in chunks, a progress bar on stderr, one JSON line per context
     (prior="batch": each chunk's own prior)."""
     import sys
@@ -64,13 +64,14 @@ def _decide_file(sch, path: Path, output: Optional[Path], opts, *, model, device
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from ..engine import load_engine
+    from ..runner.prefix_cache import configure
     from .api import decide_many
     from .prior import batch_chunks, check_mode
     from .records import decision_line
 
     items = read_contexts(path)
     check_mode(opts.prior, len(items))
-    engine = load_engine(model, device=device, progress=False)
+    engine = configure(load_engine(model, device=device, progress=False), prefix_cache_gb)
     sink = open(output, "w", encoding="utf-8") if output else sys.stdout
     try:
         with Progress(TextColumn("[bold]decide"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
@@ -113,6 +114,9 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         replicas: int = typer.Option(1, "--replicas", help="with --ray: model actors"),
         gpus_per_replica: float = typer.Option(0, "--gpus-per-replica", help="with --ray: GPUs per actor"),
         resume: bool = typer.Option(False, "--resume", help="with --ray: continue --output, skipping ids written"),
+        prefix_cache_gb: Optional[float] = typer.Option(None, "--prefix-cache-gb",
+                                                        help="KV of the schema's prompt prefix kept across --input "
+                                                             "chunks, in GB (0: off; default: the device's)"),
     ):
         """Decide every field of a schema about a context: one prefill, all candidates scored in batch."""
         from . import presets as presets_mod
@@ -137,7 +141,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                                          scoring=opts.scoring, allow_none_of_above=opts.allow_none_of_above,
                                          abstain_below_margin=opts.abstain_below_margin, prior=opts.prior,
                                          calibration=opts.calibration)
-                _decide_file(sch, input_file, output, opts, model=model, device=device)
+                _decide_file(sch, input_file, output, opts, model=model, device=device, prefix_cache_gb=prefix_cache_gb)
                 return
             if context is not None and context_file is not None:
                 fail("give only one of --context or --context-file")

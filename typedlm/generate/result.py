@@ -26,6 +26,7 @@ class GenerationResult:
     reasoning: str | None = None  # the text of the reasoning block (reasoning models), None without one
     reasoning_tokens: int = 0  # output tokens of the block, its end marker included
     forced_tokens: int = 0  # output tokens appended without sampling (jump-forward, forced end of reasoning)
+    cached_tokens: int = 0  # prompt tokens read from the prefix cache (not computed again)
 
     @property
     def completion_tokens(self) -> int:
@@ -34,7 +35,7 @@ class GenerationResult:
     @property
     def usage(self) -> dict:
         return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-                "total_tokens": self.prompt_tokens + self.completion_tokens}
+                "total_tokens": self.prompt_tokens + self.completion_tokens, "cached_tokens": self.cached_tokens}
 
     def json(self):
         """The text parsed as JSON (raises ValueError when it is not JSON)."""
@@ -84,4 +85,4 @@ def finish_result(seq: Sequence) -> GenerationResult:
                             constraint=c.kind if c else None, schema_valid=valid, schema_errors=errors,
                             error=seq.error, truncation_fallbacks=seq.truncation_fallbacks, reasoning=reasoning,
                             reasoning_tokens=len(seq.output_ids) - len(answer) if reasoning is not None else 0,
-                            forced_tokens=seq.forced_tokens)
+                            forced_tokens=seq.forced_tokens, cached_tokens=seq.cached_tokens)

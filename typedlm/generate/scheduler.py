@@ -345,6 +345,7 @@ class Scheduler:
             now = time.perf_counter()
             for i, r in enumerate(group):
                 self.sampler.admit(r.slot, r.seq)
+                r.seq.cached_tokens = self.kv.cached_tokens(r.slot)
                 r.next_logits = last[i]
                 r.seq.timings.prefill = now - t0
                 r.decode_t0 = now

@@ -75,6 +75,7 @@ class Sequence:
     stop_text_at: int | None = None  # char offset where a stop string began
     truncation_fallbacks: int = 0
     forced_tokens: int = 0  # appended without sampling (jump-forward, forced end of reasoning)
+    cached_tokens: int = 0  # prompt tokens read from the prefix cache at prefill
     timings: Timings = field(default_factory=Timings)
 
     @property

@@ -15,6 +15,9 @@ A backend (the torch runner's :class:`~typedlm.runner.static_kv.StaticKV` and
 * **Ownership and threads.** The cache belongs to the runner of one engine; a scheduler drives it from
   its engine thread. ``acquire``/``release`` may come from any thread; forwards of two schedulers
   that share one cache (the static cache is shared per engine) are serialized by the cache.
+* **Prefix cache** (the runner's :mod:`~typedlm.runner.prefix_cache`): ``prefill`` may start rows from a
+  cached prefix's KV (``past``, copied into each slot; ``ids`` are then the tokens after it); ``read`` copies
+  a slot's KV out for the cache to keep; ``cached_tokens(slot)`` says how many prompt tokens came from it.
 * ``partial_steps``: whether a step may cover a subset of the held slots (static slots: yes; the
   dynamic left-padded cache: no, every held slot steps together).
 """
@@ -43,8 +46,15 @@ class KVCache(Protocol):
 
     def release(self, slot: int) -> None: ...
 
-    def prefill(self, ids: torch.Tensor, slots: list[int]) -> torch.Tensor:
-        """Rows of one length into fresh slots -> logits ``[g, V]`` of their last position."""
+    def prefill(self, ids: torch.Tensor, slots: list[int], past: torch.Tensor | None = None) -> torch.Tensor:
+        """Rows of one length into fresh slots (after ``past``, a cached prefix's KV ``[layers, 2, kv_heads,
+        m, head_dim]``, when given) -> logits ``[g, V]`` of their last position."""
+
+    def read(self, slot: int, a: int, b: int) -> torch.Tensor:
+        """A copy of the KV of tokens ``[a, b)`` of ``slot``: ``[layers, 2, kv_heads, b - a, head_dim]``."""
+
+    def cached_tokens(self, slot: int) -> int:
+        """Prompt tokens of ``slot`` that its prefill read from the prefix cache."""
 
     def step(self, tokens: list[int], slots: list[int]) -> torch.Tensor:
         """One new token per row -> logits ``[n, V]`` (the CUDA-graph path where there is one)."""

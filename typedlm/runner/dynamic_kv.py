@@ -19,6 +19,7 @@ from typing import Callable
 import torch
 
 from ..errors import TypedLMError
+from .prefix_cache import to_hf
 from .slots import CompactingSlotCache, SlotPool
 
 
@@ -36,13 +37,21 @@ class DynamicKV(CompactingSlotCache):
         self.positions = torch.zeros(0, dtype=torch.long, device=device)
 
     # -- forwards ---------------------------------------------------------------------------------
-    def prefill(self, ids: torch.Tensor, slots: list[int]) -> torch.Tensor:
-        """Rows of one length, prefilled together without padding, then merged into the batch."""
+    def prefill(self, ids: torch.Tensor, slots: list[int], past: torch.Tensor | None = None) -> torch.Tensor:
+        """Rows of one length, prefilled together without padding (on ``past``, a cached prefix's KV
+        ``[layers, 2, kv_heads, m, head_dim]`` shared by the rows), then merged into the batch."""
         self._compact()
         kw = {"logits_to_keep": 1} if self.keeps_logits else {}
-        logits, cache = self._forward(ids, **kw)
-        self._add(cache, int(ids.shape[1]), slots)
+        logits, cache = self._forward(ids, to_hf(past, len(slots)) if past is not None else None, **kw)
+        self._add(cache, int(ids.shape[1]) + (0 if past is None else int(past.shape[3])), slots)
         return logits[:, -1].float()
+
+    def read(self, slot: int, a: int, b: int) -> torch.Tensor:
+        """KV of tokens ``[a, b)`` of ``slot`` -> ``[layers, 2, kv_heads, b - a, head_dim]`` (a copy)."""
+        self._compact()
+        r = self._rows([slot])[0]
+        cols = self.mask[r].nonzero()[a:b, 0]
+        return torch.stack([torch.stack((lay.keys[r][:, cols], lay.values[r][:, cols])) for lay in _layers(self.cache)])
 
     def step(self, tokens: list[int], slots: list[int]) -> torch.Tensor:
         return self.extend([[t] for t in tokens], slots)

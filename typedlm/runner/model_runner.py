@@ -34,6 +34,8 @@ from ..errors import TypedLMError
 from .contract import KVCache
 from .dynamic_kv import DynamicKV
 from .invariant import mode as invariant
+from .prefix_cache import PrefixCache, default_limit
+from .prefix_reuse import cached_pass, prefill_prompt, prefill_rows, store_pass, weights_stamp
 from .static_kv import StaticKV, unsupported
 
 
@@ -68,6 +70,8 @@ class ModelRunner:
     def invariant(self) -> bool:
         """Scoring passes are batch-invariant: a row's logits are the same bits whatever shares its pass."""
         return self.invariant_reason is None
+        # token prefix -> KV across requests, for prefill and decisions (runner/prefix_reuse.py)
+        self.prefix_cache = PrefixCache(default_limit(device), stamp=lambda: weights_stamp(model))
 
     # -- the model call -------------------------------------------------------------------------------
     def forward(self, input_ids: torch.Tensor, cache=None, **kwargs):
@@ -118,8 +122,9 @@ class ModelRunner:
         return self._static
 
     def prefill(self, kv: KVCache, prompts: list[list[int]], slots: list[int]) -> torch.Tensor:
-        """Prompts of one length into fresh slots -> float32 logits ``[g, V]`` of their last token."""
-        return kv.prefill(torch.tensor(prompts, device=self.device), slots)
+        """Prompts of one length into fresh slots -> float32 logits ``[g, V]`` of their last token; each row
+        starts from its cached prefix (``kv.cached_tokens(slot)`` tokens) and stores its new blocks."""
+        return prefill_rows(self.prefix_cache, kv, prompts, slots, self.device)
 
     def run(self, kv: KVCache, feeds: list[list[int]], slots: list[int], every: bool = False) -> torch.Tensor:
         """Each row's new tokens into its slot -> float32 logits ``[n, V]`` after each row's last token, or
@@ -135,20 +140,20 @@ class ModelRunner:
     # -- scoring (decisions) -----------------------------------------------------------------------------
     @torch.inference_mode()
     def prefill_prefix(self, ids: list[int]):
-        """One forward over a prompt -> its KV cache (no logits needed: rows start with a cue)."""
+        """A prompt -> its KV cache (no logits needed: rows start with a cue); its cached prefix is read from
+        the prefix cache, the rest computed and stored."""
         if len(ids) >= self.max_context:
             raise TypedLMError(f"decision prompt has {len(ids)} tokens; the model's context is {self.max_context}")
         with self._scoring():
-            _, cache = self.forward(torch.tensor([ids], device=self.device), **self._keep(1))
-        return cache
+            return prefill_prompt(self, ids)
 
     @torch.inference_mode()
     def prefill_prefixes(self, ids_list: list[list[int]]) -> list:
         """Several prompts in one right-padded forward -> one prefix cache per prompt (views, cut to its length)."""
         from transformers import DynamicCache
 
-        if len(ids_list) == 1:
-            return [self.prefill_prefix(ids_list[0])]
+        if len(ids_list) == 1 or self.prefix_cache.enabled:  # one by one: each on its cached prefix
+            return [self.prefill_prefix(ids) for ids in ids_list]
         n = max(len(i) for i in ids_list)
         ids = torch.zeros(len(ids_list), n, dtype=torch.long)
         att = torch.zeros(len(ids_list), n, dtype=torch.long)
@@ -167,22 +172,31 @@ class ModelRunner:
         per-token ``positions`` and ``allow`` (``[Q, K]`` bool: query i may see key j; keys are the prefix's
         then this pass's tokens) -> (logits ``[len(read), V]`` at the pass positions ``read``, the cache cut
         back to ``keep`` tokens: the prefix's length by default; None when ``prefix`` is None and ``keep`` is
-        not given)."""
+        not given). ``keep`` without a prefix: the pass starts with a ``keep``-token prompt (causal, positions
+        0..keep-1), read from and stored into the prefix cache."""
+        with self._scoring():  # the prefix cache's lookups too: invariant KV is kept apart
+            return self._score(ids, prefix, positions, allow, read, keep)
+
+    def _score(self, ids, prefix, positions, allow, read, keep):
         dev = self.device
+        prompt = ids[:keep] if prefix is None and keep else None
+        if prompt is not None:
+            prefix, ids, positions, allow, read = cached_pass(self.prefix_cache, ids, positions, allow, read, keep)
         cut = keep if keep is not None else (prefix_length(prefix) if prefix is not None else None)
         read_t = torch.tensor(read, device=dev)
         try:
-            with self._scoring():
-                logits, cache = self.forward(torch.tensor([ids], device=dev), prefix,
-                                             position_ids=torch.tensor([positions], device=dev),
-                                             attention_mask=self._additive(allow), **self._keep(read_t))
+            logits, cache = self.forward(torch.tensor([ids], device=dev), prefix,
+                                         position_ids=torch.tensor([positions], device=dev),
+                                         attention_mask=self._additive(allow), **self._keep(read_t))
             logits = logits[0] if self.keeps_logits else logits[0, read_t]
         finally:
             if prefix is not None:
                 truncate(prefix, cut)
         if prefix is None and cut is not None:
             truncate(cache, cut)
-            return logits, cache
+            prefix = cache
+        if prompt is not None:
+            store_pass(self.prefix_cache, prompt, prefix)
         return logits, prefix
 
     @torch.inference_mode()

@@ -62,6 +62,14 @@ class SlotCache:
         """Slots held by rows."""
         return self.slots.held
 
+    def note_cached(self, slot: int, n: int) -> None:
+        """``n`` tokens of the slot's prompt came from the prefix cache (set at its prefill)."""
+        self.__dict__.setdefault("_cached", {})[slot] = n
+
+    def cached_tokens(self, slot: int) -> int:
+        """Tokens of the slot's prompt read from the prefix cache (0: none, or a backend without one)."""
+        return self.__dict__.get("_cached", {}).get(slot, 0)
+
 
 class CompactingSlotCache(SlotCache):
     """A cache whose rows sit in ``order`` (the slot of each batch row) and are dropped lazily: ``release``

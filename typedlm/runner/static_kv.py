@@ -103,14 +103,26 @@ class StaticKV(SlotCache):
 
     # -- forwards ---------------------------------------------------------------------------------
     @torch.inference_mode()
-    def prefill(self, ids: torch.Tensor, slots: list[int]) -> torch.Tensor:
+    def prefill(self, ids: torch.Tensor, slots: list[int], past: torch.Tensor | None = None) -> torch.Tensor:
+        """``past`` (a cached prefix's KV ``[layers, 2, kv_heads, m, head_dim]``): copied into every row's slot
+        first; ``ids`` are then the tokens after it."""
         g, t = ids.shape
-        if t > self.max_len:
-            raise TypedLMError(f"prompt of {t} tokens is longer than the static KV ({self.max_len}; TYPEDLM_KV_LEN)")
+        m = 0 if past is None else int(past.shape[3])
+        if m + t > self.max_len:
+            raise TypedLMError(f"prompt of {m + t} tokens is longer than the static KV ({self.max_len}; TYPEDLM_KV_LEN)")
         with self._lock:
             for s in slots:
-                self.length[s] = 0
+                self.length[s] = m
+            if m:
+                slot_t = device_tensor(slots, self.dev)
+                for i in range(len(self.layers)):
+                    self.k[i][slot_t, :, :m] = past[i, 0]
+                    self.v[i][slot_t, :, :m] = past[i, 1]
             return self._extend(ids, slots, [t] * g)
+
+    def read(self, slot: int, a: int, b: int) -> torch.Tensor:
+        """KV of tokens ``[a, b)`` of ``slot`` -> ``[layers, 2, kv_heads, b - a, head_dim]`` (a copy)."""
+        return torch.stack([torch.stack((k[slot, :, a:b], v[slot, :, a:b])) for k, v in zip(self.k, self.v)])
 
     @torch.inference_mode()
     def step(self, tokens: list[int], slots: list[int]) -> torch.Tensor:

@@ -47,6 +47,10 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         decide_mode: str = typer.Option(D["decide_mode"], "--decide-mode",
                                         help="how /v1/decide shares the engine with streams: auto | interleaved "
                                              "(between decode steps) | parallel (own thread; CPU) | exclusive"),
+        prefix_cache_gb: Optional[float] = typer.Option(None, "--prefix-cache-gb",
+                                                        help="KV of prompt prefixes kept across requests, in GB "
+                                                             "(0: off; default 10% of a GPU's memory, max 16, "
+                                                             "1 on the CPU)"),
         threads: Optional[int] = typer.Option(None, "--threads",
                                               help="torch intra-op threads (CPU); fewer than the cores leaves "
                                                    "one for parallel decide"),
@@ -88,6 +92,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
 
             torch.set_num_threads(s.threads)
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        app = create_app(lambda: load_engine(s.model, device=s.device, dtype=s.dtype, progress=True,
-                                                 backend=s.backend), server_config)
+        from ..runner.prefix_cache import configure
+
+        app = create_app(lambda: configure(load_engine(s.model, device=s.device, dtype=s.dtype, progress=True,
+                                                       backend=s.backend), s.prefix_cache_gb), server_config)
         uvicorn.run(app, host=s.host, port=s.port, log_level=s.log_level, log_config=uvicorn_log_config(s.log_level))

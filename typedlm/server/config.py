@@ -48,6 +48,7 @@ class ServeSettings(BaseModel):
     jump_forward: bool = False
     decide_mode: Literal["auto", "interleaved", "parallel", "exclusive"] = "auto"
     threads: int | None = Field(None, ge=1)
+    prefix_cache_gb: float | None = Field(None, ge=0)  # None: the device's default (runner/prefix_cache.py)
 
     @property
     def url(self) -> str:

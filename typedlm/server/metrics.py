@@ -32,6 +32,7 @@ class Metrics:
         self.ready = Gauge("typedlm_ready", "1 once the model is loaded and warmed", registry=r)
         self.ready.set_function(lambda: 1.0 if state.ready else 0.0)
         r.register(_GrammarCacheCollector(state))
+        r.register(_PrefixCacheCollector(state))
 
     def count_request(self, path: str, status: int) -> None:
         self.requests.labels(path if path in KNOWN_PATHS else "other", str(status)).inc()
@@ -58,6 +59,31 @@ class _GrammarCacheCollector:
         secs.add_metric([], stats.compile_seconds if stats else 0.0)
         entries.add_metric([], stats.entries if stats else 0)
         yield from (hits, misses, secs, entries)
+
+    def describe(self):
+        return []
+
+
+class _PrefixCacheCollector:
+    """Reads the runner's ``prefix_cache.stats`` at scrape time (zeros on a backend without one)."""
+
+    def __init__(self, state):
+        self.state = state
+
+    def collect(self):
+        eng = self.state.engine_or_none
+        cache = getattr(eng.runner, "prefix_cache", None) if eng is not None else None
+        st = cache.stats if cache is not None else None
+        for name, kind, text, key in (
+                ("typedlm_prefix_cache_hits", CounterMetricFamily, "prompt prefills that reused cached KV", "hits"),
+                ("typedlm_prefix_cache_misses", CounterMetricFamily, "prompt prefills with nothing cached", "misses"),
+                ("typedlm_prefix_cache_cached_tokens", CounterMetricFamily, "prompt tokens read from the prefix "
+                 "cache instead of computed", "cached_tokens"),
+                ("typedlm_prefix_cache_evictions", CounterMetricFamily, "KV blocks evicted (LRU)", "evictions"),
+                ("typedlm_prefix_cache_bytes", GaugeMetricFamily, "bytes of KV held by the prefix cache", "bytes")):
+            m = kind(name, text)
+            m.add_metric([], getattr(st, key) if st else 0)
+            yield m
 
     def describe(self):
         return []

@@ -280,6 +280,7 @@ def response_object(body: ResponsesRequest, rid: str, created: int, *, status: s
 def responses_usage(results) -> dict:
     prompt = results[0].prompt_tokens if results else 0
     out = sum(r.completion_tokens for r in results)
-    return {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": out,
+    cached = results[0].cached_tokens if results else 0
+    return {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": cached}, "output_tokens": out,
             "output_tokens_details": {"reasoning_tokens": sum(r.reasoning_tokens for r in results)},
             "total_tokens": prompt + out}

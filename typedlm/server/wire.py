@@ -17,10 +17,12 @@ def notice(job, results) -> dict:
 
 def usage(results) -> dict:
     """OpenAI usage; ``completion_tokens_details.reasoning_tokens`` for reasoning models and typedlm's
-    ``forced_tokens`` (appended without sampling: jump-forward, forced end of reasoning) when any."""
+    ``forced_tokens`` (appended without sampling: jump-forward, forced end of reasoning) when any;
+    ``prompt_tokens_details.cached_tokens``: prompt tokens read from the prefix cache (as OpenAI and vLLM)."""
     prompt = results[0].prompt_tokens if results else 0
     completion = sum(r.completion_tokens for r in results)
-    out = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    out = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+           "prompt_tokens_details": {"cached_tokens": results[0].cached_tokens if results else 0}}
     if any(r.reasoning is not None for r in results):
         out["completion_tokens_details"] = {"reasoning_tokens": sum(r.reasoning_tokens for r in results)}
     forced = sum(r.forced_tokens for r in results)

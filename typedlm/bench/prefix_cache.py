@@ -1,0 +1,179 @@
+"""``typedlm bench prefix-cache``: the prefix cache on vs off (runner/prefix_cache.py).
+
+* **decide**: a decision on the preset's schema with a ~100-token context; with the cache, the first call
+  after emptying it (a miss) and a later call on another context (the plan prefix read from the cache);
+  without it, every call. Target: later / first <= 0.35 (only the context's prefill and the scoring left).
+* **chat TTFT**: a chat whose ~``--system-tokens`` system prompt is shared, one token generated; with the
+  cache warm vs without. Target: <= 0.3x uncached.
+* **decide_many**: ``--many`` contexts per call, field decisions/s, cache warm vs off.
+
+Each repetition runs both modes back to back (off, then on), so a loaded machine slows both alike; the
+neutral prior is computed once before any timing (it is cached per engine in both modes).
+
+CPU (default model):   typedlm bench prefix-cache
+GPU (random 7B-class): typedlm bench prefix-cache --arch qwen2.5-7b --device cuda
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def _timed(engine, fn):
+    engine.sync()
+    t0 = time.perf_counter()
+    out = fn()
+    engine.sync()
+    return time.perf_counter() - t0, out
+
+
+def system_prompt(engine, tokens: int) -> str:
+    """A system prompt of about ``tokens`` tokens (the bundled presets' example texts, repeated)."""
+    from ..decide import presets
+
+    pool = " ".join(e.replace("\n", " ") for name in presets.names() for e in presets.load(name)["examples"])
+    text = "You are the support assistant of a bank. Policies and past cases follow.\n"
+    while len(engine.tokenizer.encode(text)) < tokens:
+        text += pool
+    ids = engine.tokenizer.encode(text)[:tokens]
+    return engine.tokenizer.decode(ids)
+
+
+def run_bench(engine, *, preset: str, runs: int, many: int, system_tokens: int, progress=lambda m: None) -> dict:
+    from ..decide import decide, decide_many, presets
+    from ..generate.api import generate
+    from .decide import contexts
+
+    cache = engine.runner.prefix_cache
+    limit = cache.limit_bytes or (1 << 30)
+    schema = presets.load(preset)["schema"]
+    ctx = contexts(engine, 2 * runs + 2 * many * runs + 1, tokens=100, seed=7)
+    progress("neutral prior + warm-up")
+    decide(schema, ctx[-1], engine=engine)  # the neutral prior, computed once (cached per engine in both modes)
+    generate(prompt="Hello", engine=engine, max_tokens=2)  # the decode KV made (and its weights fused) once
+    sysmsg = system_prompt(engine, system_tokens)
+    users = [f"Question {i}: can you help me with my card?" for i in range(3 * runs)]
+    out = {"decide": {"off": [], "first": [], "later": [], "cached_prompt_tokens": [], "first_timings": [],
+                      "later_timings": []},
+           "chat": {"off": [], "on": [], "cached_tokens": []}, "decide_many": {"off": [], "on": []}}
+    d, c, m = out["decide"], out["chat"], out["decide_many"]
+
+    def chat(u):
+        return generate(messages=[{"role": "system", "content": sysmsg}, {"role": "user", "content": u}],
+                        engine=engine, max_tokens=1, temperature=0.0)
+
+    for i in range(runs):
+        progress(f"repetition {i + 1}/{runs}")
+        cache.set_limit(0)  # off (and empty)
+        d["off"].append(_timed(engine, lambda: decide(schema, ctx[2 * i], engine=engine))[0])
+        c["off"].append(_timed(engine, lambda: chat(users[3 * i]))[0])
+        chunk = ctx[2 * runs + 2 * many * i:][:many]
+        m["off"].append(_timed(engine, lambda: decide_many(schema, chunk, engine=engine))[0])
+        cache.set_limit(limit)  # on, empty
+        t, dec = _timed(engine, lambda: decide(schema, ctx[2 * i], engine=engine))
+        d["first"].append(t)
+        d["first_timings"].append(dec.timings)
+        t, dec = _timed(engine, lambda: decide(schema, ctx[2 * i + 1], engine=engine))
+        d["later"].append(t)
+        d["later_timings"].append(dec.timings)
+        d["cached_prompt_tokens"].append(dec.usage["cached_prompt_tokens"])
+        chat(users[3 * i + 1])  # warms the system prompt
+        t, res = _timed(engine, lambda: chat(users[3 * i + 2]))
+        c["on"].append(t)
+        c["cached_tokens"].append(res.cached_tokens)
+        chunk = ctx[2 * runs + 2 * many * i + many:][:many]
+        m["on"].append(_timed(engine, lambda: decide_many(schema, chunk, engine=engine))[0])
+    fields = len(schema.fields)
+    med = statistics.median
+    d["prompt_tokens"] = dec.usage["prompt_tokens"]
+    c["prompt_tokens"] = res.prompt_tokens
+    summary = {"decide_later_over_first": med(d["later"]) / med(d["first"]),
+               "decide_later_over_off": med(d["later"]) / med(d["off"]),
+               "chat_ttft_on_over_off": med(c["on"]) / med(c["off"]),
+               "many_field_decisions_per_s_off": many * fields / med(m["off"]),
+               "many_field_decisions_per_s_on": many * fields / med(m["on"])}
+    return {"model": engine.name, "device": str(engine.device), "dtype": str(engine.dtype).replace("torch.", ""),
+            "preset": preset, "fields": fields, "runs": runs, "many": many, "system_tokens": system_tokens,
+            "prefix_cache_bytes": limit, **out, "summary": summary}
+
+
+def _part(timings: list[dict], key: str) -> float:
+    return statistics.median(t[key] for t in timings)
+
+
+def to_markdown(r: dict) -> str:
+    med = statistics.median
+    s, d, c = r["summary"], r["decide"], r["chat"]
+    return "\n".join([
+        f"# bench prefix-cache: {r['model']} on {r.get('machine', r['device'])} ({r['dtype']})", "",
+        f"`{r.get('command', '')}`: {r['runs']} repetitions, each off then on; medians.", "",
+        "| measurement | cache off | cache on | ratio | target |", "|---|---|---|---|---|",
+        f"| decide, {r['preset']} ({r['fields']} fields, {d['prompt_tokens']} prompt tokens): first / later call, s "
+        f"| {med(d['off']):.3f} | {med(d['first']):.3f} / {med(d['later']):.3f} "
+        f"(cached {med(d['cached_prompt_tokens']):.0f} tokens) | later/first {s['decide_later_over_first']:.2f} "
+        f"| <= 0.35 |",
+        f"| decide, on: prefill / scoring of the first call, s | | {_part(d['first_timings'], 'prefill'):.3f} / "
+        f"{_part(d['first_timings'], 'scoring'):.3f} | | |",
+        f"| decide, on: prefill / scoring of a later call, s | | {_part(d['later_timings'], 'prefill'):.3f} / "
+        f"{_part(d['later_timings'], 'scoring'):.3f} | | |",
+        f"| chat TTFT, {c['prompt_tokens']}-token prompt ({r['system_tokens']}-token system), s | {med(c['off']):.3f} "
+        f"| {med(c['on']):.3f} (cached {med(c['cached_tokens']):.0f}) | {s['chat_ttft_on_over_off']:.2f} | <= 0.3 |",
+        f"| decide_many x{r['many']}, field decisions/s | {s['many_field_decisions_per_s_off']:.1f} "
+        f"| {s['many_field_decisions_per_s_on']:.1f} (warm) "
+        f"| {s['many_field_decisions_per_s_on'] / s['many_field_decisions_per_s_off']:.2f}x | |", ""])
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    @bench_app.command("prefix-cache")
+    def bench_prefix_cache(
+        model: str = typer.Option("default", "--model", "-m", help="model reference (ignored with --arch)"),
+        arch: Optional[str] = typer.Option(None, "--arch", help="random-weight real architecture, e.g. qwen2.5-7b"),
+        device: str = typer.Option("auto", "--device"),
+        preset: str = typer.Option("support_triage", "--preset"),
+        runs: int = typer.Option(3, "--runs", help="repetitions (each: off, then on)"),
+        many: int = typer.Option(16, "--many", help="contexts per decide_many call"),
+        system_tokens: int = typer.Option(1000, "--system-tokens", help="shared chat system prompt, tokens"),
+        prefix_cache_gb: Optional[float] = typer.Option(None, "--prefix-cache-gb", help="cache size when on"),
+        out: Optional[Path] = typer.Option(None, "--out", help="write JSON here (and .md beside it)"),
+        machine: Optional[str] = typer.Option(None, "--machine", help="machine description for the report"),
+    ):
+        """The prefix cache on vs off: decide first vs later calls, chat TTFT with a shared system prompt,
+        decide_many throughput warm."""
+        import shlex
+        import sys
+
+        from ..cliutil import print_json, user_errors
+        from ..engine import load_engine, pick_device
+        from ..runner.prefix_cache import configure
+        from .decide import _machine
+
+        with user_errors():
+            if arch:
+                from .models import ARCHS, random_engine
+
+                if arch not in ARCHS:
+                    raise ValueError(f"unknown --arch {arch!r}: choose one of {sorted(ARCHS)}")
+                engine = random_engine(arch, device=str(pick_device(device)))
+            else:
+                engine = load_engine(model, device=device, progress=False)
+            configure(engine, prefix_cache_gb)
+            if not engine.runner.prefix_cache.enabled:
+                raise ValueError("--prefix-cache-gb 0: nothing to compare")
+            r = run_bench(engine, preset=preset, runs=runs, many=many, system_tokens=system_tokens,
+                          progress=lambda m: typer.echo(m, err=True))
+        r["machine"] = machine or _machine(engine)
+        args = sys.argv[sys.argv.index("prefix-cache") + 1:] if "prefix-cache" in sys.argv else []
+        r["command"] = ("typedlm bench prefix-cache " + shlex.join(args)).strip()
+        print_json(r)
+        md = to_markdown(r)
+        typer.echo(md, err=True)
+        if out:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(r, indent=2, ensure_ascii=False) + "\n")
+            out.with_suffix(".md").write_text(md)

@@ -1,0 +1,70 @@
+"""How the torch runner's prefills go through its :class:`~typedlm.runner.prefix_cache.PrefixCache`.
+
+* **Generation** (:func:`prefill_rows`): each prompt's longest cached prefix (whole blocks, at least one
+  token left to compute: the row needs the logits of its last token) is copied into the row's slot and only
+  the rest is prefilled (rows with the same cached prefix together); then the row's new whole blocks are
+  stored, read back from its slot. The slot remembers how many tokens came from the cache
+  (``kv.cached_tokens(slot)``: ``usage.prompt_tokens_details.cached_tokens``).
+* **Decisions** (:func:`prefill_prompt`, :func:`cached_pass` + :func:`store_pass`): the prompt prefix is
+  looked up the same way and the KV a decision computes for it is stored. A decision prompt puts the plan's
+  instructions and questions before the context, so after the first call on a schema every call reads
+  that part from the cache and computes only its context.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .prefix_cache import PrefixCache, from_hf, to_hf
+
+
+def weights_stamp(model) -> int:
+    """Changes when any weight is replaced or written in place (storage pointer, version counter)."""
+    return hash(tuple((p.data_ptr(), p._version) for p in model.parameters()))
+
+
+def prefill_rows(cache: PrefixCache, kv, prompts: list[list[int]], slots: list[int], device) -> torch.Tensor:
+    """Prompts of one length into fresh slots, each on its cached prefix -> float32 logits ``[g, V]``."""
+    hits = [cache.match(p, limit=len(p) - 1) for p in prompts]
+    groups: dict[int, list[int]] = {}
+    for i, h in enumerate(hits):
+        groups.setdefault(id(h.block), []).append(i)  # the same last block: the same cached prefix
+    out: list = [None] * len(prompts)
+    for rows in groups.values():
+        h = hits[rows[0]]
+        ids = torch.tensor([prompts[i][h.length:] for i in rows], device=device)
+        logits = kv.prefill(ids, [slots[i] for i in rows], past=h.kv())
+        for j, i in enumerate(rows):
+            out[i] = logits[j]
+    for p, s, h in zip(prompts, slots, hits):
+        kv.note_cached(s, h.length)
+        cache.insert(p, lambda a, b, s=s: kv.read(s, a, b))
+    return torch.stack(out)
+
+
+def prefill_prompt(runner, ids: list[int]):
+    """A decision prompt's KV (a transformers cache): its cached prefix, the rest computed; stored."""
+    cache = runner.prefix_cache
+    hit = cache.match(ids)
+    past = to_hf(hit.kv()) if hit.length else None
+    if hit.length < len(ids):
+        _, past = runner.forward(torch.tensor([ids[hit.length:]], device=runner.device), past, **runner._keep(1))
+    cache.insert(ids, lambda a, b: from_hf(past, 0, a, b))
+    return past
+
+
+def cached_pass(cache: PrefixCache, ids: list[int], positions: list[int], allow: torch.Tensor, read: list[int],
+                keep: int):
+    """A scoring pass that starts with a ``keep``-token prompt (causal, positions 0..keep-1) and has no prefix
+    cache yet: its cached part -> (prefix cache or None, ids, positions, allow, read) for the rest of the pass
+    (the same keys: the cached tokens then the pass's own)."""
+    hit = cache.match(ids[:keep], limit=min([keep, *read]))
+    m = hit.length
+    if not m:
+        return None, ids, positions, allow, read
+    return to_hf(hit.kv()), ids[m:], positions[m:], allow[m:], [r - m for r in read]
+
+
+def store_pass(cache: PrefixCache, prompt: list[int], kv) -> None:
+    """Store the prompt's KV a scoring pass left (``kv``: a transformers cache of exactly that prompt)."""
+    cache.insert(prompt, lambda a, b: from_hf(kv, 0, a, b))
