@@ -51,6 +51,8 @@ class ModelRunner:
         self.kv_len = min(max_context, int(os.environ.get("TYPEDLM_KV_LEN", "4096")))
         self._static: StaticKV | None = None
         self._lock = threading.Lock()
+        # token prefix -> KV across requests, for prefill and decisions (runner/prefix_reuse.py)
+        self.prefix_cache = PrefixCache(default_limit(device), stamp=lambda: weights_stamp(model))
         self.invariant_reason: str | None = None  # None: scoring is batch-invariant; else why not
         env = os.environ.get("TYPEDLM_BATCH_INVARIANT", "")
         if env == "0" or (not env and device.type != "cpu"):
@@ -70,8 +72,6 @@ class ModelRunner:
     def invariant(self) -> bool:
         """Scoring passes are batch-invariant: a row's logits are the same bits whatever shares its pass."""
         return self.invariant_reason is None
-        # token prefix -> KV across requests, for prefill and decisions (runner/prefix_reuse.py)
-        self.prefix_cache = PrefixCache(default_limit(device), stamp=lambda: weights_stamp(model))
 
     # -- the model call -------------------------------------------------------------------------------
     def forward(self, input_ids: torch.Tensor, cache=None, **kwargs):
