@@ -49,8 +49,7 @@ class MLXKV(CompactingSlotCache):
         if len(rows[0]) > self.max_len:
             raise TypedLMError(f"prompt of {len(rows[0])} tokens is longer than the context ({self.max_len})")
         self._compact()
-        logits, cache = self.runner.forward(mx.array(rows), self.runner.batch_cache(len(rows)),
-                                            pick=lambda lg: lg[:, -1])
+        logits, cache = self.runner.last_logits(mx.array(rows), self.runner.batch_cache(len(rows)))
         if self.cache is None:
             self.cache = cache
         else:
