@@ -16,6 +16,7 @@ from typedlm.errors import ModelLoadError, TypedLMError  # noqa: E402
 from typedlm.generate import SamplingParams, build_sequence  # noqa: E402
 from typedlm.generate.scheduler import run_batch  # noqa: E402
 from typedlm.grammar import make_constraint  # noqa: E402
+from typedlm.runner.mlx_kv import to_torch  # noqa: E402
 
 from test_batching import PROMPTS, check_valid, constraints  # noqa: E402
 from test_decide import CTX, SCHEMA, _max_diff  # noqa: E402
@@ -92,7 +93,7 @@ def test_jump_forward_on_mlx_equals_its_run_without_and_torch(mlx_tiny, tiny):
 
 def _one_row(engine, ids):
     kv = engine.runner.decode_cache(1)
-    return engine.runner.prefill(kv, [ids], [kv.acquire()])[0]
+    return to_torch(engine.runner.prefill(kv, [ids], [kv.acquire()])[0])
 
 
 def test_kv_contract_extend_truncate_release(mlx_tiny):
@@ -110,8 +111,8 @@ def test_kv_contract_extend_truncate_release(mlx_tiny):
     kv.truncate([2, 0, 1], [a, b, c])
     ta, tc = ta[:-2], tc[:-1]
     kv.release(b)
-    out = r.run(kv, [[30], [31]], [c, a])
-    assert out.dtype == torch.float32 and out.shape == (2, mlx_tiny.model_vocab_size)
+    out = to_torch(r.run(kv, [[30], [31]], [c, a]))
+    assert out.shape == (2, mlx_tiny.model_vocab_size)
     for got, ids in ((out[0], tc + [30]), (out[1], ta + [31])):
         torch.testing.assert_close(got, _one_row(mlx_tiny, ids), atol=1e-4, rtol=1e-4)
     with pytest.raises(TypedLMError, match="every held row"):

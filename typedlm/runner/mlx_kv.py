@@ -12,8 +12,8 @@ columns of row ``i`` are masked, its RoPE offset is its own length). Every held 
   jump-forward and draft rejection need);
 * ``release`` marks a row; the next forward drops released rows with mlx-lm's ``filter``.
 
-Logits come back as float32 torch CPU tensors (a numpy copy): the scheduler, sampler and grammar masks
-run unchanged on them (the first version's limit: one ``[n, V]`` copy per step).
+Logits stay MLX arrays (``[n, V]``, the model's dtype): the scheduler hands them to the MLX sampler
+(:mod:`typedlm.generate.mlx_sampler`), which copies back only the chosen ids.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class MLXKV(CompactingSlotCache):
         self.cache: list | None = None  # one mlx-lm BatchKVCache per layer, or None while empty
 
     # -- forwards ---------------------------------------------------------------------------------
-    def prefill(self, ids, slots: list[int]) -> torch.Tensor:
+    def prefill(self, ids, slots: list[int]) -> mx.array:
         rows = ids.tolist() if hasattr(ids, "tolist") else [list(r) for r in ids]
         if len(rows[0]) > self.max_len:
             raise TypedLMError(f"prompt of {len(rows[0])} tokens is longer than the context ({self.max_len})")
@@ -58,12 +58,12 @@ class MLXKV(CompactingSlotCache):
         self.order += slots
         for s in slots:
             self.length[s] = len(rows[0])
-        return to_torch(logits)
+        return logits
 
-    def step(self, tokens: list[int], slots: list[int]) -> torch.Tensor:
+    def step(self, tokens: list[int], slots: list[int]) -> mx.array:
         return self.extend([[t] for t in tokens], slots)
 
-    def extend(self, tokens: list[list[int]], slots: list[int], every: bool = False) -> torch.Tensor:
+    def extend(self, tokens: list[list[int]], slots: list[int], every: bool = False) -> mx.array:
         self._compact()
         rows = self._rows(slots)
         if sorted(rows) != list(range(len(self.order))):
@@ -86,7 +86,7 @@ class MLXKV(CompactingSlotCache):
             self._finalize()
         for s, t in zip(slots, tokens):
             self.length[s] += len(t)
-        return to_torch(logits)
+        return logits
 
     def truncate(self, drop: list[int], slots: list[int]) -> None:
         """The last ``drop[i]`` columns of each row roll to its front and become masked left padding."""

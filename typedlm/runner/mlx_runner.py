@@ -1,9 +1,9 @@
 """MLXRunner: the :class:`~typedlm.runner.model_runner.ModelRunner` contract on Apple's MLX.
 
 mlx-lm's model code, loader and KV caches (``KVCache`` per layer for prefixes, ``BatchKVCache`` per
-layer for decode: :class:`~typedlm.runner.mlx_kv.MLXKV`); no architecture is written here. Logits come
-back as float32 torch CPU tensors (one numpy copy), so the scheduler, sampler, grammar masks and
-decision scoring run unchanged.
+layer for decode: :class:`~typedlm.runner.mlx_kv.MLXKV`); no architecture is written here. Decode logits
+stay MLX arrays (the MLX sampler reads them on the device); scoring logits come back as float32 torch CPU
+tensors (one numpy copy), so decision scoring runs unchanged.
 
 Scoring: mlx-lm's model call takes a cache but neither an attention mask nor position ids (RoPE
 positions are the cache offset + the token's index). ``score_expand`` (rows as a batch on a broadcast
@@ -132,10 +132,10 @@ class MLXRunner:
     def static_reason(self) -> str:
         return "the MLX backend decodes on mlx-lm's batch cache"
 
-    def prefill(self, kv: MLXKV, prompts: list[list[int]], slots: list[int]) -> torch.Tensor:
+    def prefill(self, kv: MLXKV, prompts: list[list[int]], slots: list[int]) -> mx.array:
         return kv.prefill(prompts, slots)
 
-    def run(self, kv: MLXKV, feeds: list[list[int]], slots: list[int], every: bool = False) -> torch.Tensor:
+    def run(self, kv: MLXKV, feeds: list[list[int]], slots: list[int], every: bool = False) -> mx.array:
         if every or any(len(f) != 1 for f in feeds):
             return kv.extend(feeds, slots, every)
         return kv.step([f[0] for f in feeds], slots)
