@@ -239,3 +239,85 @@ def test_mlx_sampled_grammar_rows_equal_the_torch_backend(mlx_tiny, tiny):
             check_valid(c, a.text)
     r = generate("x", engine=mlx_tiny, regex=r"[0-9]{4}", top_k=1, seed=0, temperature=1.0)
     assert re.fullmatch(r"[0-9]{4}", r.text) and r.truncation_fallbacks >= 1
+
+
+# -- stop strings, logprobs, tools and reasoning through the server on MLX ---------------------------------
+@pytest.fixture(scope="module")
+def mlx_client(mlx_tiny):
+    import openai
+
+    from typedlm.server.app import create_app
+    from typedlm.server.state import ServerConfig
+    from typedlm.server.testing import live_server
+
+    with live_server(create_app(mlx_tiny, ServerConfig(max_batch=4, max_queue=8, max_tokens_cap=200))) as url:
+        yield openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=180)
+
+
+def test_stop_strings_and_logprobs_on_mlx_equal_torch(mlx_client, mlx_tiny, tiny, tiny_url):
+    """A stop string cuts the text (streamed too); logprobs of the chosen tokens and the top-3 alternatives
+    equal the torch backend's on the same weights (tolerance 1e-3 nats)."""
+    import openai
+
+    from typedlm.generate import generate
+
+    assert generate("x", engine=mlx_tiny, choice=["hello world, again"], stop=["o w"]).text == "hell"
+    msg = [{"role": "user", "content": "Say hello."}]
+    kw = dict(messages=msg, max_tokens=12, seed=3, temperature=0.9, top_p=0.9, logprobs=True, top_logprobs=3)
+    torch_client = openai.OpenAI(base_url=tiny_url + "/v1", api_key="unused", max_retries=0, timeout=180)
+    ours, ref = (c.chat.completions.create(model=e.name, **kw).choices[0]
+                 for c, e in ((mlx_client, mlx_tiny), (torch_client, tiny)))
+    assert ours.message.content == ref.message.content
+    for a, b in zip(ours.logprobs.content, ref.logprobs.content, strict=True):
+        assert a.token == b.token and abs(a.logprob - b.logprob) < 1e-3
+        assert [t.token for t in a.top_logprobs] == [t.token for t in b.top_logprobs]
+        assert all(abs(x.logprob - y.logprob) < 1e-3 for x, y in zip(a.top_logprobs, b.top_logprobs))
+    stop = dict(model=mlx_tiny.name, messages=msg, max_tokens=40, seed=0, extra_body={"guided_choice": ["hello world, again"]},
+                stop=["o w"])
+    assert mlx_client.chat.completions.create(**stop).choices[0].message.content == "hell"
+    streamed = "".join(ch.choices[0].delta.content or "" for ch in mlx_client.chat.completions.create(**stop, stream=True)
+                       if ch.choices)
+    assert streamed == "hell"
+
+
+def test_a_required_tool_call_on_mlx_equals_torch(mlx_client, mlx_tiny, tiny, tiny_url):
+    import openai
+
+    from test_tools import MSG, SCHEMAS, TOOLS
+
+    kw = dict(messages=MSG, tools=TOOLS, tool_choice="required", parallel_tool_calls=False, max_tokens=120, seed=1)
+    torch_client = openai.OpenAI(base_url=tiny_url + "/v1", api_key="unused", max_retries=0, timeout=180)
+    ours, ref = (c.chat.completions.create(model=e.name, **kw).choices[0]
+                 for c, e in ((mlx_client, mlx_tiny), (torch_client, tiny)))
+    assert ours.finish_reason == "tool_calls" and len(ours.message.tool_calls) == 1
+    call = ours.message.tool_calls[0].function
+    jsonschema.validate(json.loads(call.arguments), SCHEMAS[call.name])
+    assert (call.name, call.arguments) == (ref.message.tool_calls[0].function.name,
+                                           ref.message.tool_calls[0].function.arguments)
+
+
+def test_reasoning_budget_then_the_grammar_on_mlx(tmp_path):
+    """A Qwen3-style tiny model saved and loaded on MLX: the budget forces ``</think>``, the schema applies
+    after it (``logit_bias`` takes the torch pipeline, the rest the device one)."""
+    import openai
+
+    from typedlm.server.app import create_app
+    from typedlm.server.state import ServerConfig
+    from typedlm.server.testing import live_server
+    from typedlm.testing import save_tiny, tiny_reasoning_engine
+
+    from test_reasoning import MSG, POINT, RF
+
+    eng = load_engine(save_tiny(tmp_path / "reasoning", tiny_reasoning_engine()), backend="mlx", progress=False)
+    end = str(eng.reasoning.end_ids[0])
+    with live_server(create_app(eng, ServerConfig(max_batch=2, max_tokens_cap=200))) as url:
+        client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=180)
+        r = client.chat.completions.create(model=eng.name, messages=MSG, response_format=RF, max_tokens=200, seed=0,
+                                           logit_bias={end: -100}, extra_body={"max_reasoning_tokens": 12})
+        free = client.chat.completions.create(model=eng.name, messages=MSG, response_format=RF, max_tokens=200,
+                                              seed=0, extra_body={"max_reasoning_tokens": 8})
+    msg = r.choices[0].message
+    assert msg.model_extra["reasoning_content"] and r.usage.completion_tokens_details.reasoning_tokens == 13
+    jsonschema.validate(json.loads(msg.content), POINT)
+    assert free.usage.completion_tokens_details.reasoning_tokens <= 9
+    jsonschema.validate(json.loads(free.choices[0].message.content), POINT)
