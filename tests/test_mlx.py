@@ -321,3 +321,33 @@ def test_reasoning_budget_then_the_grammar_on_mlx(tmp_path):
     jsonschema.validate(json.loads(msg.content), POINT)
     assert free.usage.completion_tokens_details.reasoning_tokens <= 9
     jsonschema.validate(json.loads(free.choices[0].message.content), POINT)
+
+
+# -- --backend on the CLIs, torch-only uses of engine.model ----------------------------------------------
+def test_decide_cli_with_backend_mlx_equals_the_api(mlx_tiny, tiny_dir, tmp_path):
+    from typer.testing import CliRunner
+
+    from typedlm.cli import app
+
+    path = tmp_path / "schema.json"
+    path.write_text(json.dumps(SCHEMA))
+    r = CliRunner().invoke(app, ["decide", "--schema", str(path), "--model", str(tiny_dir), "--backend", "mlx", "--context", CTX,
+                                 "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["value"] == decide(SCHEMA, CTX, engine=mlx_tiny).value_dict()
+    bad = CliRunner().invoke(app, ["decide", "--schema", str(path), "--model", str(tiny_dir), "--backend", "jax", "--context", CTX])
+    assert bad.exit_code == 2 and "bad backend 'jax'" in bad.stderr
+
+
+def test_torch_only_uses_of_the_model_refuse_or_work_on_mlx(mlx_tiny, tiny, tmp_path):
+    """``save_tiny`` and the HF generate baseline refuse an MLX engine by name; eval's model hash works on both
+    backends (and differs between them: dtype names are the framework's)."""
+    from typedlm.bench.gen import run_hf
+    from typedlm.eval.cli import model_sha256
+    from typedlm.testing import save_tiny
+
+    with pytest.raises(TypedLMError, match="runs on mlx"):
+        save_tiny(tmp_path / "x", mlx_tiny)
+    assert "torch backend" in run_hf(mlx_tiny, [1, 2, 3], 1, 2, None)["error"]
+    digest = model_sha256(mlx_tiny)
+    assert len(digest) == 64 and digest == model_sha256(mlx_tiny) != model_sha256(tiny)
