@@ -81,7 +81,8 @@ class MLXKV(CompactingSlotCache):
         take = mx.array(rows)  # batch rows in the caller's order
         last = mx.array([k - 1 - pad[r] for r in rows])
         pick = (lambda lg: lg[take]) if every else (lambda lg: lg[take, last])
-        logits, _ = self.runner.forward(mx.array([t + [0] * p for t, p in zip(by_row, pad)]), self.cache, pick=pick)
+        logits, _ = self.runner.forward(mx.array([t + [0] * p for t, p in zip(by_row, pad)]), self.cache, pick=pick,
+                                        wait=False)
         if max(pad):
             self._finalize()
         for s, t in zip(slots, tokens):

@@ -71,18 +71,20 @@ class MLXRunner:
         self._lock = threading.RLock()
 
     # -- the model call -------------------------------------------------------------------------------
-    def forward(self, input_ids: mx.array, cache=None, pick: Callable | None = None, **kwargs):
+    def forward(self, input_ids: mx.array, cache=None, pick: Callable | None = None, wait: bool = True, **kwargs):
         """One model call -> (logits ``[B, T, V]``, or ``pick(logits)`` evaluated, or None with
         ``pick=NO_LOGITS``: only the cache is evaluated; the cache, a new one if None). MLX is lazy but does
         not push a slice through a matmul: ``pick`` shrinks what comes back, not the lm_head's work, so a
-        prefill feeds its prompt in two calls (:meth:`last_logits`)."""
+        prefill feeds its prompt in two calls (:meth:`last_logits`). ``wait=False`` (decode steps) queues the
+        work (``mx.async_eval``) and returns at once: the host fills grammar masks while it runs, and the
+        sampler's one ``.tolist()`` waits (mlx-lm's own decode loop overlaps the same way)."""
         if kwargs:
             raise TypedLMError(f"the MLX model call takes no {sorted(kwargs)}")
         cache = cache if cache is not None else self.new_cache()
         with self._lock:
             logits = self.model(input_ids, cache=cache)
             logits = None if pick is NO_LOGITS else pick(logits) if pick is not None else logits
-            mx.eval([c.state for c in cache], *([] if logits is None else [logits]))
+            (mx.eval if wait else mx.async_eval)([c.state for c in cache], *([] if logits is None else [logits]))
         return logits, cache
 
     def last_logits(self, input_ids: mx.array, cache=None):
