@@ -129,3 +129,22 @@ def test_cli_on_the_default_model(tmp_path):
     assert re.fullmatch(r"[A-Z]{3}-\d{4}\n", r.stdout)
     r = run("generate", "--choice", "positive", "--choice", "negative", "Sentiment of: I love it!")
     assert r.stdout.strip() in ("positive", "negative")
+
+
+def test_every_command_that_loads_a_model_takes_backend():
+    """``--model`` means a model load, so ``--backend`` sits beside it (``validate`` reads only a tokenizer;
+    ``bench mlx`` runs both backends by design; ``bench jump-forward`` loads the default model)."""
+    import typer
+
+    def walk(c, path=()):
+        if hasattr(c, "commands"):  # a group (typer's own class)
+            for name, sub in c.commands.items():
+                yield from walk(sub, path + (name,))
+        else:
+            yield " ".join(path), {o for p in c.params for o in getattr(p, "opts", [])}
+
+    commands = dict(walk(typer.main.get_command(app)))
+    loads = {n for n, opts in commands.items() if "--model" in opts} - {"validate", "bench mlx"}
+    assert {"generate", "serve", "decide", "calibrate", "eval", "bench decide", "bench itl", "bench trust"} <= loads
+    assert all("--backend" in commands[n] for n in loads | {"bench jump-forward"}), \
+        [n for n in loads if "--backend" not in commands[n]]

@@ -16,6 +16,7 @@ from typedlm.errors import ModelLoadError, TypedLMError  # noqa: E402
 from typedlm.generate import SamplingParams, build_sequence  # noqa: E402
 from typedlm.generate.scheduler import run_batch  # noqa: E402
 from typedlm.grammar import make_constraint  # noqa: E402
+from typedlm.runner.mlx_kv import to_torch  # noqa: E402
 
 from test_batching import PROMPTS, check_valid, constraints  # noqa: E402
 from test_decide import CTX, SCHEMA, _max_diff  # noqa: E402
@@ -92,7 +93,7 @@ def test_jump_forward_on_mlx_equals_its_run_without_and_torch(mlx_tiny, tiny):
 
 def _one_row(engine, ids):
     kv = engine.runner.decode_cache(1)
-    return engine.runner.prefill(kv, [ids], [kv.acquire()])[0]
+    return to_torch(engine.runner.prefill(kv, [ids], [kv.acquire()])[0])
 
 
 def test_kv_contract_extend_truncate_release(mlx_tiny):
@@ -110,8 +111,8 @@ def test_kv_contract_extend_truncate_release(mlx_tiny):
     kv.truncate([2, 0, 1], [a, b, c])
     ta, tc = ta[:-2], tc[:-1]
     kv.release(b)
-    out = r.run(kv, [[30], [31]], [c, a])
-    assert out.dtype == torch.float32 and out.shape == (2, mlx_tiny.model_vocab_size)
+    out = to_torch(r.run(kv, [[30], [31]], [c, a]))
+    assert out.shape == (2, mlx_tiny.model_vocab_size)
     for got, ids in ((out[0], tc + [30]), (out[1], ta + [31])):
         torch.testing.assert_close(got, _one_row(mlx_tiny, ids), atol=1e-4, rtol=1e-4)
     with pytest.raises(TypedLMError, match="every held row"):
@@ -186,3 +187,167 @@ def test_the_base_package_does_not_import_mlx():
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mlx', 'mlx_lm')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+# -- the MLX sampler (the logits pipeline on the device) ---------------------------------------------------
+def test_mlx_sampler_equals_the_per_row_reference():
+    """MLXSampler over 12 steps in scattered slots: greedy rows token for token, seeded rows (temperature,
+    top-k, top-p) draw what the torch reference draws from the same generator; rows with a penalty or a
+    logit_bias take the torch pipeline inside the same sampler."""
+    import mlx.core as mx
+
+    from typedlm.generate.mlx_sampler import MLXSampler, torch_only
+
+    from reference_loop import select
+    from test_sampling import PARAMS, TOK_V, V, _seq
+
+    slots = [6, 0, 3, 1, 7, 2, 5, 8, 4]
+    for rows in ([p for p in PARAMS if not torch_only(p)], PARAMS):
+        torch.manual_seed(0)
+        logits = torch.randn(12, len(rows), V) * 3
+        sampler = MLXSampler(max_batch=9, vocab_size=V, tokenizer_vocab_size=TOK_V, device=torch.device("cpu"))
+        seqs = [_seq(p, prompt=(5 + i, 7, 11)) for i, p in enumerate(rows)]
+        refs = [_seq(p, prompt=(5 + i, 7, 11)) for i, p in enumerate(rows)]
+        for s, seq in zip(slots, seqs):
+            sampler.admit(s, seq)
+        for step in range(12):
+            drawn = sampler.sample(mx.array(logits[step].numpy()), seqs, slots[: len(rows)])
+            assert isinstance(drawn, mx.array) == (rows is not PARAMS)  # the device path unless a row needs torch
+            toks = sampler.finish(drawn, seqs)
+            for i, (seq, ref, t) in enumerate(zip(seqs, refs, toks)):
+                assert t == select(ref, logits[step, i].clone()) and t < TOK_V, (step, rows[i])
+                seq.output_ids.append(t)
+                ref.output_ids.append(t)
+
+
+def test_mlx_sampled_grammar_rows_equal_the_torch_backend(mlx_tiny, tiny):
+    """Seeded sampling (temperature, top-k, top-p) under grammars on the device: the same tokens as the torch
+    backend on the same fp32 weights, valid; a top-k that removes every allowed id falls back to the grammar."""
+    import re
+
+    from typedlm.generate import generate
+
+    cs = constraints()
+    samples = [SamplingParams(max_tokens=60, temperature=t, top_k=k, top_p=p, seed=i)
+               for i, (t, k, p) in enumerate([(0.8, 0, 1.0), (1.3, 20, 1.0), (1.0, 0, 0.7), (0.6, 50, 0.9)] * 3)]
+    ours, ref = ([build_sequence(e, e.encode_prompt(prompt=p), sp, c) for p, c, sp in zip(PROMPTS, cs, samples)]
+                 for e in (mlx_tiny, tiny))
+    ours, ref = run_batch(mlx_tiny, ours, max_batch=4), run_batch(tiny, ref, max_batch=4)
+    for a, b, c in zip(ours, ref, cs):
+        assert a.token_ids == b.token_ids and a.finish_reason == b.finish_reason
+        if a.finish_reason == "stop":
+            check_valid(c, a.text)
+    r = generate("x", engine=mlx_tiny, regex=r"[0-9]{4}", top_k=1, seed=0, temperature=1.0)
+    assert re.fullmatch(r"[0-9]{4}", r.text) and r.truncation_fallbacks >= 1
+
+
+# -- stop strings, logprobs, tools and reasoning through the server on MLX ---------------------------------
+@pytest.fixture(scope="module")
+def mlx_client(mlx_tiny):
+    import openai
+
+    from typedlm.server.app import create_app
+    from typedlm.server.state import ServerConfig
+    from typedlm.server.testing import live_server
+
+    with live_server(create_app(mlx_tiny, ServerConfig(max_batch=4, max_queue=8, max_tokens_cap=200))) as url:
+        yield openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=180)
+
+
+def test_stop_strings_and_logprobs_on_mlx_equal_torch(mlx_client, mlx_tiny, tiny, tiny_url):
+    """A stop string cuts the text (streamed too); logprobs of the chosen tokens and the top-3 alternatives
+    equal the torch backend's on the same weights (tolerance 1e-3 nats)."""
+    import openai
+
+    from typedlm.generate import generate
+
+    assert generate("x", engine=mlx_tiny, choice=["hello world, again"], stop=["o w"]).text == "hell"
+    msg = [{"role": "user", "content": "Say hello."}]
+    kw = dict(messages=msg, max_tokens=12, seed=3, temperature=0.9, top_p=0.9, logprobs=True, top_logprobs=3)
+    torch_client = openai.OpenAI(base_url=tiny_url + "/v1", api_key="unused", max_retries=0, timeout=180)
+    ours, ref = (c.chat.completions.create(model=e.name, **kw).choices[0]
+                 for c, e in ((mlx_client, mlx_tiny), (torch_client, tiny)))
+    assert ours.message.content == ref.message.content
+    for a, b in zip(ours.logprobs.content, ref.logprobs.content, strict=True):
+        assert a.token == b.token and abs(a.logprob - b.logprob) < 1e-3
+        assert [t.token for t in a.top_logprobs] == [t.token for t in b.top_logprobs]
+        assert all(abs(x.logprob - y.logprob) < 1e-3 for x, y in zip(a.top_logprobs, b.top_logprobs))
+    stop = dict(model=mlx_tiny.name, messages=msg, max_tokens=40, seed=0, extra_body={"guided_choice": ["hello world, again"]},
+                stop=["o w"])
+    assert mlx_client.chat.completions.create(**stop).choices[0].message.content == "hell"
+    streamed = "".join(ch.choices[0].delta.content or "" for ch in mlx_client.chat.completions.create(**stop, stream=True)
+                       if ch.choices)
+    assert streamed == "hell"
+
+
+def test_a_required_tool_call_on_mlx_equals_torch(mlx_client, mlx_tiny, tiny, tiny_url):
+    import openai
+
+    from test_tools import MSG, SCHEMAS, TOOLS
+
+    kw = dict(messages=MSG, tools=TOOLS, tool_choice="required", parallel_tool_calls=False, max_tokens=120, seed=1)
+    torch_client = openai.OpenAI(base_url=tiny_url + "/v1", api_key="unused", max_retries=0, timeout=180)
+    ours, ref = (c.chat.completions.create(model=e.name, **kw).choices[0]
+                 for c, e in ((mlx_client, mlx_tiny), (torch_client, tiny)))
+    assert ours.finish_reason == "tool_calls" and len(ours.message.tool_calls) == 1
+    call = ours.message.tool_calls[0].function
+    jsonschema.validate(json.loads(call.arguments), SCHEMAS[call.name])
+    assert (call.name, call.arguments) == (ref.message.tool_calls[0].function.name,
+                                           ref.message.tool_calls[0].function.arguments)
+
+
+def test_reasoning_budget_then_the_grammar_on_mlx(tmp_path):
+    """A Qwen3-style tiny model saved and loaded on MLX: the budget forces ``</think>``, the schema applies
+    after it (``logit_bias`` takes the torch pipeline, the rest the device one)."""
+    import openai
+
+    from typedlm.server.app import create_app
+    from typedlm.server.state import ServerConfig
+    from typedlm.server.testing import live_server
+    from typedlm.testing import save_tiny, tiny_reasoning_engine
+
+    from test_reasoning import MSG, POINT, RF
+
+    eng = load_engine(save_tiny(tmp_path / "reasoning", tiny_reasoning_engine()), backend="mlx", progress=False)
+    end = str(eng.reasoning.end_ids[0])
+    with live_server(create_app(eng, ServerConfig(max_batch=2, max_tokens_cap=200))) as url:
+        client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=180)
+        r = client.chat.completions.create(model=eng.name, messages=MSG, response_format=RF, max_tokens=200, seed=0,
+                                           logit_bias={end: -100}, extra_body={"max_reasoning_tokens": 12})
+        free = client.chat.completions.create(model=eng.name, messages=MSG, response_format=RF, max_tokens=200,
+                                              seed=0, extra_body={"max_reasoning_tokens": 8})
+    msg = r.choices[0].message
+    assert msg.model_extra["reasoning_content"] and r.usage.completion_tokens_details.reasoning_tokens == 13
+    jsonschema.validate(json.loads(msg.content), POINT)
+    assert free.usage.completion_tokens_details.reasoning_tokens <= 9
+    jsonschema.validate(json.loads(free.choices[0].message.content), POINT)
+
+
+# -- --backend on the CLIs, torch-only uses of engine.model ----------------------------------------------
+def test_decide_cli_with_backend_mlx_equals_the_api(mlx_tiny, tiny_dir, tmp_path):
+    from typer.testing import CliRunner
+
+    from typedlm.cli import app
+
+    path = tmp_path / "schema.json"
+    path.write_text(json.dumps(SCHEMA))
+    r = CliRunner().invoke(app, ["decide", "--schema", str(path), "--model", str(tiny_dir), "--backend", "mlx", "--context", CTX,
+                                 "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["value"] == decide(SCHEMA, CTX, engine=mlx_tiny).value_dict()
+    bad = CliRunner().invoke(app, ["decide", "--schema", str(path), "--model", str(tiny_dir), "--backend", "jax", "--context", CTX])
+    assert bad.exit_code == 2 and "bad backend 'jax'" in bad.stderr
+
+
+def test_torch_only_uses_of_the_model_refuse_or_work_on_mlx(mlx_tiny, tiny, tmp_path):
+    """``save_tiny`` and the HF generate baseline refuse an MLX engine by name; eval's model hash works on both
+    backends (and differs between them: dtype names are the framework's)."""
+    from typedlm.bench.gen import run_hf
+    from typedlm.eval.cli import model_sha256
+    from typedlm.testing import save_tiny
+
+    with pytest.raises(TypedLMError, match="runs on mlx"):
+        save_tiny(tmp_path / "x", mlx_tiny)
+    assert "torch backend" in run_hf(mlx_tiny, [1, 2, 3], 1, 2, None)["error"]
+    digest = model_sha256(mlx_tiny)
+    assert len(digest) == 64 and digest == model_sha256(mlx_tiny) != model_sha256(tiny)

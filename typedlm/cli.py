@@ -24,7 +24,7 @@ from .bench import jump_forward as bench_jump_forward
 from .bench import mlx as bench_mlx
 from .bench import prefix_cache as bench_prefix_cache
 from .bench import trust as bench_trust
-from .cliutil import EXIT_INCOMPLETE, fail, print_json, read_json, read_text, user_errors
+from .cliutil import EXIT_INCOMPLETE, backend_option, fail, print_json, read_json, read_text, user_errors
 from .errors import TypedLMError
 from .decide import cli as decide_cli
 from .eval import cli as eval_cli
@@ -75,8 +75,7 @@ def generate(
     compact: bool = typer.Option(False, "--compact", help="JSON without whitespace (any_whitespace off)"),
     lenient: bool = typer.Option(False, "--lenient", help="compile schemas with unenforced keywords anyway"),
     device: str = typer.Option("auto", "--device"),
-    backend: Optional[str] = typer.Option(None, "--backend", help="auto | torch | mlx (default: TYPEDLM_BACKEND, "
-                                                                  "else auto: MLX on Apple Silicon)"),
+    backend: Optional[str] = backend_option(),
     as_json: bool = typer.Option(False, "--json", help="print the whole result as JSON"),
 ):
     """Generate under one constraint; prints only the text (stats go to stderr)."""

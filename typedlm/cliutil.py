@@ -18,6 +18,12 @@ EXIT_BAD_INPUT = 2
 EXIT_INCOMPLETE = 3
 
 
+def backend_option():
+    """``--backend`` of every command that loads a model (``load_engine(backend=...)``)."""
+    return typer.Option(None, "--backend", help="auto | torch | mlx (default: TYPEDLM_BACKEND, else auto: MLX on "
+                                                "Apple Silicon when mlx-lm is installed)")
+
+
 def fail(reason: str) -> "typer.Exit":
     """Print a one-line reason to stderr and exit 2 (bad input)."""
     typer.echo(f"error: {' '.join(str(reason).split())}", err=True)

@@ -10,6 +10,7 @@ import torch
 
 from . import models
 from .engine import Engine, engine_from_model
+from .errors import TypedLMError
 
 # ids the tiny model's lm_head has beyond the tokenizer (padded vocabularies exist: Qwen, Llama-3)
 PAD_ROWS = 64
@@ -48,6 +49,8 @@ def tiny_engine(*, seed: int = 0, **kw) -> Engine:
 def save_tiny(directory, engine: Engine | None = None) -> str:
     """Write the tiny model as a HF directory (what ``--model DIR`` loads); returns the directory."""
     engine = engine or tiny_engine()
+    if engine.backend != "torch":
+        raise TypedLMError(f"save_tiny writes a torch engine's model (this engine runs on {engine.backend})")
     engine.model.save_pretrained(directory)
     engine.tokenizer.save_pretrained(directory)
     return str(directory)

@@ -17,6 +17,8 @@ from typing import Optional
 
 import typer
 
+from ..cliutil import backend_option
+
 
 def _p50(xs: list[float]) -> float:
     return statistics.median(xs)
@@ -288,6 +290,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         model: str = typer.Option("default", "--model", "-m", help="model reference (ignored with --arch)"),
         arch: Optional[str] = typer.Option(None, "--arch", help="random-weight real architecture, e.g. qwen2.5-7b"),
         device: str = typer.Option("auto", "--device"),
+        backend: Optional[str] = backend_option(),
         preset: str = typer.Option("support_triage", "--preset"),
         runs: int = typer.Option(5, "--runs"),
         naive_runs: int = typer.Option(2, "--naive-runs"),
@@ -313,7 +316,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                     raise ValueError(f"unknown --arch {arch!r}: choose one of {sorted(ARCHS)}")
                 engine = random_engine(arch, device=str(pick_device(device)))
             else:
-                engine = load_engine(model, device=device, progress=False)
+                engine = load_engine(model, device=device, backend=backend, progress=False)
             sizes = [int(x) for x in many.split(",") if x.strip()]
             if any(n < 1 for n in sizes):
                 raise ValueError(f"--many takes positive batch sizes, got {many!r}")

@@ -89,6 +89,8 @@ def run_hf_static(engine, ids: list[int], batch: int, max_tokens: int, constrain
 def run_hf(engine, ids: list[int], batch: int, max_tokens: int, constraint, **extra) -> dict:
     import torch
 
+    if engine.backend != "torch":
+        return {"error": f"HF generate baselines need the torch backend (this engine runs on {engine.backend})"}
     model = engine.model
     input_ids = torch.tensor([ids] * batch, device=engine.device)
     kwargs = dict(max_new_tokens=max_tokens, do_sample=False, pad_token_id=engine.tokenizer.pad_token_id

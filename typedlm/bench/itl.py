@@ -29,6 +29,8 @@ from typing import Optional
 
 import typer
 
+from ..cliutil import backend_option
+
 from .grammar import _pct
 
 MODES = ("alone", "interleaved", "parallel", "exclusive")
@@ -159,6 +161,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     def itl(
         model: str = typer.Option("tiny", "--model", "-m", help="tiny (random-weight test model) | default | HF dir"),
         device: str = typer.Option("cpu", "--device"),
+        backend: Optional[str] = backend_option(),
         streams: int = typer.Option(4, "--streams"),
         max_tokens: int = typer.Option(64, "--max-tokens"),
         decide_clients: int = typer.Option(1, "--decide-clients"),
@@ -192,7 +195,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             else:
                 from ..engine import load_engine
 
-                engine = load_engine(model, device=device, progress=False)
+                engine = load_engine(model, device=device, backend=backend, progress=False)
             res = bench_itl(engine, modes=modes, streams=streams, max_tokens=max_tokens, decide_clients=decide_clients,
                             preset=preset, chunk_tokens=chunk_tokens, chunk_rows=chunk_rows,
                             progress=lambda m: typer.echo(f"... {m}", err=True))

@@ -23,7 +23,7 @@ from typing import Optional
 
 import typer
 
-from ..cliutil import fail, print_json, user_errors
+from ..cliutil import backend_option, fail, print_json, user_errors
 
 PROMPT = "Fill in the customer record for Ada Lovelace, London, as JSON."
 _ADDRESS = {"type": "object", "properties": {
@@ -130,6 +130,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     def jump_forward(
         arch: str = typer.Option("tiny", "--arch", help="tiny | qwen2.5-0.5b | qwen2.5-7b | default (SmolLM2)"),
         device: str = typer.Option("auto", "--device"),
+        backend: Optional[str] = backend_option(),
         dtype: Optional[str] = typer.Option(None, "--dtype", help="default: bf16 on cuda, fp32 on cpu"),
         batch: Optional[list[int]] = typer.Option(None, "--batch", help="batch sizes (repeatable; default 1)"),
         max_tokens: int = typer.Option(400, "--max-tokens"),
@@ -146,7 +147,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             if arch == "default":
                 from ..engine import load_engine
 
-                engine = load_engine("default", device=device, dtype=dtype, progress=False)
+                engine = load_engine("default", device=device, dtype=dtype, backend=backend, progress=False)
             else:
                 engine = load_subject(arch, device, dtype)
             res = bench(engine, batches=batches, max_tokens=max_tokens, repeats=repeats,

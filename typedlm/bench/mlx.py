@@ -2,7 +2,8 @@
 in one run on one model (issue 19's targets).
 
 Rows (greedy, one prompt repeated ``batch`` times, ``max_tokens`` each; tok/s = generated tokens / wall of
-the whole call, prefill included, for every row alike):
+the whole call, prefill included, for every row alike; ``--repeat`` runs them in turn, ratios are medians of
+the per-run pairs):
   * ``mlx-lm``        mlx-lm's ``stream_generate`` (batch 1) / ``batch_generate`` (batch > 1), free text
   * ``typedlm-mlx``   typedlm's scheduler on the MLX runner, free text and JSON Schema
   * ``typedlm-torch`` the same on the torch backend, free text
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import statistics
 import time
 from pathlib import Path
 from typing import Optional
@@ -67,7 +69,8 @@ def run_mlx_lm(model, tokenizer, ids: list[int], batch: int, max_tokens: int) ->
     return {"wall_s": round(wall, 3), "tokens": tokens, "tok_s": round(tokens / wall, 2)}
 
 
-def bench_mlx(model: str, batches: tuple[int, ...], max_tokens: int, torch_too: bool, progress) -> dict:
+def bench_mlx(model: str, batches: tuple[int, ...], max_tokens: int, torch_too: bool, progress,
+              repeat: int = 1) -> dict:
     from mlx_lm import load as mlx_load
 
     from ..decide import decide
@@ -80,10 +83,12 @@ def bench_mlx(model: str, batches: tuple[int, ...], max_tokens: int, torch_too: 
     run_typedlm(eng, ids, 1, 4)  # warm-up
     run_mlx_lm(ref_model, ref_tok, ids, 1, 4)
     for b in batches:
-        progress(f"batch {b}")
-        rows.append({"impl": "mlx-lm", "kind": "free", "batch": b, **run_mlx_lm(ref_model, ref_tok, ids, b, max_tokens)})
-        rows.append({"impl": "typedlm-mlx", "kind": "free", "batch": b, **run_typedlm(eng, ids, b, max_tokens)})
-        rows.append({"impl": "typedlm-mlx", "kind": "json", "batch": b, **run_typedlm(eng, ids, b, max_tokens, SCHEMA)})
+        for rep in range(repeat):  # A B A B: each ratio is taken pair by pair (the machine's speed drifts)
+            progress(f"batch {b} run {rep + 1}/{repeat}")
+            for impl, kind, fn in (("mlx-lm", "free", lambda: run_mlx_lm(ref_model, ref_tok, ids, b, max_tokens)),
+                                   ("typedlm-mlx", "free", lambda: run_typedlm(eng, ids, b, max_tokens)),
+                                   ("typedlm-mlx", "json", lambda: run_typedlm(eng, ids, b, max_tokens, SCHEMA))):
+                rows.append({"impl": impl, "kind": kind, "batch": b, "run": rep, **fn()})
     if torch_too:
         te = load_engine(model, backend="torch", progress=False)
         run_typedlm(te, ids, 1, 4)
@@ -92,11 +97,13 @@ def bench_mlx(model: str, batches: tuple[int, ...], max_tokens: int, torch_too: 
             rows.append({"impl": "typedlm-torch", "kind": "free", "batch": b, **run_typedlm(te, ids, b, max_tokens)})
     decide(DECIDE_SCHEMA, DECIDE_CTX, engine=eng)  # warm-up (plan compile)
     wall, d = _timed(lambda: decide(DECIDE_SCHEMA, DECIDE_CTX, engine=eng))
-    by = {(r["impl"], r["kind"], r["batch"]): r["tok_s"] for r in rows}
+    by = {(r["impl"], r["kind"], r["batch"], r.get("run", 0)): r["tok_s"] for r in rows}
     ratios = {}
     for b in batches:
-        ratios[f"mlx_over_mlx_lm_b{b}"] = round(by[("typedlm-mlx", "free", b)] / by[("mlx-lm", "free", b)], 3)
-        ratios[f"json_over_free_b{b}"] = round(by[("typedlm-mlx", "json", b)] / by[("typedlm-mlx", "free", b)], 3)
+        pairs = [(by[("typedlm-mlx", "free", b, i)], by[("mlx-lm", "free", b, i)], by[("typedlm-mlx", "json", b, i)])
+                 for i in range(repeat)]
+        ratios[f"mlx_over_mlx_lm_b{b}"] = round(statistics.median(f / ref for f, ref, _ in pairs), 3)
+        ratios[f"json_over_free_b{b}"] = round(statistics.median(j / f for f, _, j in pairs), 3)
     ratios["decide_over_prefill"] = round(wall / d.timings["prefill"], 3)
     import mlx.core as mx
     import mlx_lm
@@ -118,16 +125,17 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         batch: Optional[list[int]] = typer.Option(None, "--batch", help="batch sizes (repeatable; default 1, 8)"),
         max_tokens: int = typer.Option(64, "--max-tokens"),
         torch_too: bool = typer.Option(True, "--torch/--no-torch", help="also the torch backend on the same model"),
+        repeat: int = typer.Option(1, "--repeat", help="runs per batch size, mlx-lm and typedlm in turn (ratios: median of pairs)"),
         out: Optional[Path] = typer.Option(None, "--json", help="write the results JSON here"),
     ):
         """The MLX backend vs mlx-lm's own generate / batch_generate vs the torch backend (one run)."""
         batches = tuple(batch or (1, 8))
-        if any(b < 1 for b in batches) or max_tokens < 1:
-            fail("--batch and --max-tokens must be >= 1")
+        if any(b < 1 for b in batches) or max_tokens < 1 or repeat < 1:
+            fail("--batch, --max-tokens and --repeat must be >= 1")
         with user_errors():
-            res = bench_mlx(model, batches, max_tokens, torch_too, lambda m: typer.echo(f"... {m}", err=True))
+            res = bench_mlx(model, batches, max_tokens, torch_too, lambda m: typer.echo(f"... {m}", err=True), repeat)
         res["command"] = "typedlm bench mlx " + " ".join(
-            [f"--model {model}"] + [f"--batch {b}" for b in batches] + [f"--max-tokens {max_tokens}"]
+            [f"--model {model}"] + [f"--batch {b}" for b in batches] + [f"--max-tokens {max_tokens}", f"--repeat {repeat}"]
             + ([] if torch_too else ["--no-torch"]))
         text = json.dumps(res, indent=2)
         if out:

@@ -24,7 +24,7 @@ from typing import Optional
 
 import typer
 
-from ..cliutil import fail, user_errors
+from ..cliutil import backend_option, fail, user_errors
 
 VARIANTS = ("none", "neutral", "batch")
 
@@ -109,6 +109,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         batch: int = typer.Option(32, "--batch", help="contexts per decide_many call for prior='batch'"),
         model: str = typer.Option("default", "--model", "-m"),
         device: str = typer.Option("auto", "--device"),
+        backend: Optional[str] = backend_option(),
         bootstrap: int = typer.Option(1000, "--bootstrap"),
         reuse: Optional[Path] = typer.Option(None, "--reuse", help="folder of `typedlm eval` runs (eval-<dataset>/): "
                                              "cases they scored with the same prompt are not scored again"),
@@ -123,7 +124,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             fail("--data is empty")
         fits, tests = _limits(fit_limit, names, "--fit-limit"), _limits(test_limit, names, "--test-limit")
         with user_errors():
-            engine = load_engine(model, device=device, progress=False)
+            engine = load_engine(model, device=device, backend=backend, progress=False)
             sums, folders = [], []
             for n in names:
                 name, cases = load_cases(n)

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from ..cliutil import fail, print_json, read_json, read_text, user_errors
+from ..cliutil import backend_option, fail, print_json, read_json, read_text, user_errors
 
 
 def _schema_from(schema: Optional[Path], preset: Optional[str]):
@@ -55,7 +55,7 @@ def read_contexts(path: Path) -> list[tuple]:
     return out
 
 
-def _decide_file(sch, path: Path, output: Optional[Path], opts, *, model, device, prefix_cache_gb=None):
+def _decide_file(sch, path: Path, output: Optional[Path], opts, *, model, device, backend, prefix_cache_gb=None):
     """--input: decide_many over the file in chunks, a progress bar on stderr, one JSON line per context
     (prior="batch": each chunk's own prior)."""
     import sys
@@ -71,7 +71,7 @@ def _decide_file(sch, path: Path, output: Optional[Path], opts, *, model, device
 
     items = read_contexts(path)
     check_mode(opts.prior, len(items))
-    engine = configure(load_engine(model, device=device, progress=False), prefix_cache_gb)
+    engine = configure(load_engine(model, device=device, backend=backend, progress=False), prefix_cache_gb)
     sink = open(output, "w", encoding="utf-8") if output else sys.stdout
     try:
         with Progress(TextColumn("[bold]decide"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
@@ -104,6 +104,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                                                  "batch (with --input: each chunk of contexts' own prior)"),
         calibration: Optional[Path] = typer.Option(None, "--calibration", help="bundle from `typedlm calibrate`"),
         device: str = typer.Option("auto", "--device"),
+        backend: Optional[str] = backend_option(),
         as_json: bool = typer.Option(False, "--json", help="print the Decision as JSON"),
         list_presets: bool = typer.Option(False, "--list-presets", help="list bundled presets and exit"),
         input_file: Optional[Path] = typer.Option(None, "--input", help="JSONL: one context per line (a JSON string "
@@ -141,7 +142,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                                          scoring=opts.scoring, allow_none_of_above=opts.allow_none_of_above,
                                          abstain_below_margin=opts.abstain_below_margin, prior=opts.prior,
                                          calibration=opts.calibration)
-                _decide_file(sch, input_file, output, opts, model=model, device=device, prefix_cache_gb=prefix_cache_gb)
+                _decide_file(sch, input_file, output, opts, model=model, device=device, backend=backend,
+                             prefix_cache_gb=prefix_cache_gb)
                 return
             if context is not None and context_file is not None:
                 fail("give only one of --context or --context-file")
@@ -158,7 +160,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             from ..engine import load_engine
             from .api import decide as run
 
-            engine = load_engine(model, device=device, progress=not as_json)
+            engine = load_engine(model, device=device, backend=backend, progress=not as_json)
             d = run(sch, text, opts, engine=engine)
         if as_json:
             print_json(d.to_dict())
@@ -198,6 +200,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                                  "on the calibration split) | temperature | bias | vector | matrix"),
         model: str = typer.Option("default", "--model", "-m"),
         device: str = typer.Option("auto", "--device"),
+        backend: Optional[str] = backend_option(),
         as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
     ):
         """Fit a calibration bundle on the calibration split; held-out ECE before/after on the test split.
@@ -224,7 +227,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             schemas = {json.dumps(c.schema, sort_keys=True) for c in fit_cases + test_cases}
             if len(schemas) != 1:
                 fail(f"{name}: calibration needs one schema for every case, found {len(schemas)}")
-            engine = load_engine(model, device=device, progress=not as_json)
+            engine = load_engine(model, device=device, backend=backend, progress=not as_json)
             plan = plan_for(fit_cases[0].schema, engine)
             scored = fitting.collect(engine, plan.schema, fit_cases + test_cases, scores)
             fit_s, test_s = scored[:len(fit_cases)], scored[len(fit_cases):]

@@ -12,7 +12,7 @@ from typing import Optional
 
 import typer
 
-from ..cliutil import fail, user_errors
+from ..cliutil import backend_option, fail, user_errors
 
 
 CHUNK = 8  # cases per decide_many call (the shared prompt prefix is prefilled once per call)
@@ -21,13 +21,27 @@ BATCH_CHUNK = 32  # with --prior batch: the batch the prior is estimated from (a
 
 def model_sha256(engine) -> str:
     """sha256 over the model's parameters (names, shapes, dtypes, bytes): the exact weights evaluated."""
+    h = hashlib.sha256()
+    for name, shape, dtype, data in _parameters(engine):
+        h.update(f"{name}:{shape}:{dtype}".encode())
+        h.update(data)
+    return h.hexdigest()
+
+
+def _parameters(engine):
+    """(name, shape, dtype, raw bytes) of every parameter, sorted by name, on either backend."""
+    if engine.backend == "mlx":
+        import mlx.core as mx
+        import numpy as np
+        from mlx.utils import tree_flatten
+
+        for name, p in sorted(tree_flatten(engine.model.parameters())):
+            yield name, tuple(p.shape), str(p.dtype), np.array(p.reshape(-1).view(mx.uint8)).tobytes()
+        return
     import torch
 
-    h = hashlib.sha256()
     for name, t in sorted(engine.model.state_dict().items()):
-        h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
-        h.update(t.detach().cpu().contiguous().view(-1).view(dtype=torch.uint8).numpy().tobytes())
-    return h.hexdigest()
+        yield name, tuple(t.shape), t.dtype, t.detach().cpu().contiguous().view(-1).view(dtype=torch.uint8).numpy().tobytes()
 
 
 def provenance() -> dict:
@@ -110,6 +124,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         resume: bool = typer.Option(False, "--resume", help="continue the run in --out (same settings only)"),
         model: str = typer.Option("default", "--model", "-m", help="local model for parallel / naive_local"),
         device: str = typer.Option("auto", "--device"),
+        backend: Optional[str] = backend_option(),
         base_url: Optional[str] = typer.Option(None, "--base-url", help="OpenAI-compatible server (openai track)"),
         api_key: Optional[str] = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY"),
         openai_model: Optional[str] = typer.Option(None, "--openai-model", help="model name (default: the first listed)"),
@@ -160,7 +175,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             if "parallel" in names or "naive_local" in names:
                 from ..engine import load_engine
 
-                engine = load_engine(model, device=device, progress=not quiet)
+                engine = load_engine(model, device=device, backend=backend, progress=not quiet)
             if "parallel" in names:
                 from ..decide.api import prepare
 

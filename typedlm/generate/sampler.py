@@ -90,6 +90,22 @@ class BatchSampler:
             self._device_mask.copy_(self.bitmask, non_blocking=True)
         self._dirty = False
     # -- one step ---------------------------------------------------------------------------------
+    def stack(self, rows: list[torch.Tensor]) -> torch.Tensor:
+        """Each row's next logits -> the step's ``[B, V]`` (a private copy: :meth:`sample` changes it)."""
+        return torch.stack(rows)
+
+    def log_softmax(self, logits: torch.Tensor, want: list[int]) -> torch.Tensor:
+        """Log-probabilities of the raw logits of rows ``want`` (taken before :meth:`sample`)."""
+        return torch.log_softmax(logits[want], dim=-1)
+
+    def logprobs(self, lp: torch.Tensor, tokens: list[int], ks: list[int], vocab: int) -> list[tuple[float, list]]:
+        """Per row of ``lp``: (logprob of its token, its top-``k`` (id, logprob) among the first ``vocab`` ids)."""
+        out = []
+        for row, (t, k) in enumerate(zip(tokens, ks)):
+            top = torch.topk(lp[row, :vocab], k) if k else None
+            out.append((float(lp[row, t]), list(zip(top.indices.tolist(), top.values.tolist())) if k else []))
+        return out
+
     def sample(self, logits: torch.Tensor, seqs: list["Sequence"], slots: list[int]) -> torch.Tensor:
         """Pick one id per row of ``logits`` ([B, V] float32, a private copy: changed in place).
         Returns the ids as a device tensor ``[B]``; ``truncation_fallbacks`` is counted via

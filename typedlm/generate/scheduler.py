@@ -108,8 +108,8 @@ class Scheduler:
         self.runner = engine.runner
         self.kv = self.runner.decode_cache(max_batch)  # a KVCache (typedlm.runner.contract)
         # a row keeps its slot (KV, bitmask, sampling params) for life; the KV hands them out
-        self.sampler = BatchSampler(max_batch=self.kv.capacity, vocab_size=engine.model_vocab_size,
-                                    tokenizer_vocab_size=engine.tokenizer_vocab_size, device=engine.device)
+        self.sampler = _sampler_class(engine)(max_batch=self.kv.capacity, vocab_size=engine.model_vocab_size,
+                                              tokenizer_vocab_size=engine.tokenizer_vocab_size, device=engine.device)
         self.running: list[Request] = []
         self.waiting: collections.deque[Request] = collections.deque()
         self._calls: collections.deque = collections.deque()
@@ -216,17 +216,16 @@ class Scheduler:
     def sample(self, plan: StepPlan) -> tuple[list[int], list[TokenEvent]]:
         """One batched pipeline for every sampling row and one host transfer -> (tokens, their events)."""
         seqs = [r.seq for r in plan.rows]
-        logits = torch.stack([r.next_logits for r in plan.rows])  # a private float32 copy, changed in place
+        logits = self.sampler.stack([r.next_logits for r in plan.rows])
         want = [i for i, r in enumerate(plan.rows) if r.logprobs is not None]
-        lp = torch.log_softmax(logits[want], dim=-1) if want else None  # of the raw logits
+        lp = self.sampler.log_softmax(logits, want) if want else None  # of the raw logits
         tokens = self.sampler.finish(self.sampler.sample(logits, seqs, [r.slot for r in plan.rows]), seqs)
         events = [TokenEvent(t) for t in tokens]
-        for row, i in enumerate(want):  # opt-in: one more transfer per row
-            events[i].logprob = float(lp[row, tokens[i]])
-            k = plan.rows[i].logprobs
-            if k:
-                top = torch.topk(lp[row, : self.engine.tokenizer_vocab_size], k)
-                events[i].top_logprobs = list(zip(top.indices.tolist(), top.values.tolist()))
+        if want:  # opt-in: one more transfer
+            got = self.sampler.logprobs(lp, [tokens[i] for i in want], [plan.rows[i].logprobs for i in want],
+                                        self.engine.tokenizer_vocab_size)
+            for i, (logprob, top) in zip(want, got):
+                events[i].logprob, events[i].top_logprobs = logprob, top
         return tokens, events
 
     def accept(self, plan: StepPlan, tokens: list[int], events: list[TokenEvent]) -> None:
@@ -272,7 +271,7 @@ class Scheduler:
         at = {id(r): i for i, r in enumerate(rows)}
         for r in self.running:
             row = logits[at[id(r)]]
-            if row.dim() == 2:
+            if row.ndim == 2:
                 row = row[len(r.feed) - len(r.draft) - 1: len(r.feed)] if r.draft else row[len(r.feed) - 1]
             r.next_logits = row
 
@@ -381,6 +380,15 @@ class Scheduler:
         for fut, *_ in calls:
             if fut.set_running_or_notify_cancel():
                 fut.set_exception(TypedLMError(message))
+
+
+def _sampler_class(engine: Engine) -> type[BatchSampler]:
+    """The logits pipeline on the backend's arrays (MLX: :mod:`.mlx_sampler`, imported only there)."""
+    if engine.backend == "mlx":
+        from .mlx_sampler import MLXSampler
+
+        return MLXSampler
+    return BatchSampler
 
 
 def _fit(seq: Sequence, max_len: int) -> None:

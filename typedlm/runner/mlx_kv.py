@@ -12,8 +12,8 @@ columns of row ``i`` are masked, its RoPE offset is its own length). Every held 
   jump-forward and draft rejection need);
 * ``release`` marks a row; the next forward drops released rows with mlx-lm's ``filter``.
 
-Logits come back as float32 torch CPU tensors (a numpy copy): the scheduler, sampler and grammar masks
-run unchanged on them (the first version's limit: one ``[n, V]`` copy per step).
+Logits stay MLX arrays (``[n, V]``, the model's dtype): the scheduler hands them to the MLX sampler
+(:mod:`typedlm.generate.mlx_sampler`), which copies back only the chosen ids.
 """
 
 from __future__ import annotations
@@ -44,13 +44,12 @@ class MLXKV(CompactingSlotCache):
         self.cache: list | None = None  # one mlx-lm BatchKVCache per layer, or None while empty
 
     # -- forwards ---------------------------------------------------------------------------------
-    def prefill(self, ids, slots: list[int]) -> torch.Tensor:
+    def prefill(self, ids, slots: list[int]) -> mx.array:
         rows = ids.tolist() if hasattr(ids, "tolist") else [list(r) for r in ids]
         if len(rows[0]) > self.max_len:
             raise TypedLMError(f"prompt of {len(rows[0])} tokens is longer than the context ({self.max_len})")
         self._compact()
-        logits, cache = self.runner.forward(mx.array(rows), self.runner.batch_cache(len(rows)),
-                                            pick=lambda lg: lg[:, -1])
+        logits, cache = self.runner.last_logits(mx.array(rows), self.runner.batch_cache(len(rows)))
         if self.cache is None:
             self.cache = cache
         else:
@@ -59,12 +58,12 @@ class MLXKV(CompactingSlotCache):
         self.order += slots
         for s in slots:
             self.length[s] = len(rows[0])
-        return to_torch(logits)
+        return logits
 
-    def step(self, tokens: list[int], slots: list[int]) -> torch.Tensor:
+    def step(self, tokens: list[int], slots: list[int]) -> mx.array:
         return self.extend([[t] for t in tokens], slots)
 
-    def extend(self, tokens: list[list[int]], slots: list[int], every: bool = False) -> torch.Tensor:
+    def extend(self, tokens: list[list[int]], slots: list[int], every: bool = False) -> mx.array:
         self._compact()
         rows = self._rows(slots)
         if sorted(rows) != list(range(len(self.order))):
@@ -82,12 +81,13 @@ class MLXKV(CompactingSlotCache):
         take = mx.array(rows)  # batch rows in the caller's order
         last = mx.array([k - 1 - pad[r] for r in rows])
         pick = (lambda lg: lg[take]) if every else (lambda lg: lg[take, last])
-        logits, _ = self.runner.forward(mx.array([t + [0] * p for t, p in zip(by_row, pad)]), self.cache, pick=pick)
+        logits, _ = self.runner.forward(mx.array([t + [0] * p for t, p in zip(by_row, pad)]), self.cache, pick=pick,
+                                        wait=False)
         if max(pad):
             self._finalize()
         for s, t in zip(slots, tokens):
             self.length[s] += len(t)
-        return to_torch(logits)
+        return logits
 
     def truncate(self, drop: list[int], slots: list[int]) -> None:
         """The last ``drop[i]`` columns of each row roll to its front and become masked left padding."""

@@ -1,9 +1,9 @@
 """MLXRunner: the :class:`~typedlm.runner.model_runner.ModelRunner` contract on Apple's MLX.
 
 mlx-lm's model code, loader and KV caches (``KVCache`` per layer for prefixes, ``BatchKVCache`` per
-layer for decode: :class:`~typedlm.runner.mlx_kv.MLXKV`); no architecture is written here. Logits come
-back as float32 torch CPU tensors (one numpy copy), so the scheduler, sampler, grammar masks and
-decision scoring run unchanged.
+layer for decode: :class:`~typedlm.runner.mlx_kv.MLXKV`); no architecture is written here. Decode logits
+stay MLX arrays (the MLX sampler reads them on the device); scoring logits come back as float32 torch CPU
+tensors (one numpy copy), so decision scoring runs unchanged.
 
 Scoring: mlx-lm's model call takes a cache but neither an attention mask nor position ids (RoPE
 positions are the cache offset + the token's index). ``score_expand`` (rows as a batch on a broadcast
@@ -36,6 +36,7 @@ from .mlx_kv import MLXKV, to_torch
 
 MX_DTYPES = {torch.float32: mx.float32, torch.float16: mx.float16, torch.bfloat16: mx.bfloat16}
 LOGIT_BYTES = 256 << 20  # one chunk of chains' logits (score)
+NO_LOGITS = object()  # forward's pick: feed the cache only (the lm_head never runs)
 
 
 def load_model(path: str, dtype: torch.dtype | None = None):
@@ -70,19 +71,31 @@ class MLXRunner:
         self._lock = threading.RLock()
 
     # -- the model call -------------------------------------------------------------------------------
-    def forward(self, input_ids: mx.array, cache=None, pick: Callable | None = None, **kwargs):
-        """One model call -> (logits ``[B, T, V]``, or ``pick(logits)``: only the positions read, evaluated;
-        the cache, a new one if None). MLX is lazy: the lm_head runs only for the logits ``pick`` keeps (on
-        this CPU build a ``[50, 576] x [576, 49152]`` matmul takes seconds, so prefills must not compute
-        logits at every prompt position)."""
+    def forward(self, input_ids: mx.array, cache=None, pick: Callable | None = None, wait: bool = True, **kwargs):
+        """One model call -> (logits ``[B, T, V]``, or ``pick(logits)`` evaluated, or None with
+        ``pick=NO_LOGITS``: only the cache is evaluated; the cache, a new one if None). MLX is lazy but does
+        not push a slice through a matmul: ``pick`` shrinks what comes back, not the lm_head's work, so a
+        prefill feeds its prompt in two calls (:meth:`last_logits`). ``wait=False`` (decode steps) queues the
+        work (``mx.async_eval``) and returns at once: the host fills grammar masks while it runs, and the
+        sampler's one ``.tolist()`` waits (mlx-lm's own decode loop overlaps the same way)."""
         if kwargs:
             raise TypedLMError(f"the MLX model call takes no {sorted(kwargs)}")
         cache = cache if cache is not None else self.new_cache()
         with self._lock:
             logits = self.model(input_ids, cache=cache)
-            logits = pick(logits) if pick is not None else logits
-            mx.eval(logits, [c.state for c in cache])
+            logits = None if pick is NO_LOGITS else pick(logits) if pick is not None else logits
+            (mx.eval if wait else mx.async_eval)([c.state for c in cache], *([] if logits is None else [logits]))
         return logits, cache
+
+    def last_logits(self, input_ids: mx.array, cache=None):
+        """Rows ``[B, T]`` fed into ``cache`` -> (logits after each row's last token ``[B, V]``, the cache).
+        All but the last token run without the lm_head (mlx-lm's own prefill does the same): its
+        ``[B*T, d] x [d, V]`` matmul was 35 % of a 42-token prefill on this CPU (``bench/results/mlx-cpu.md``)."""
+        body, last = input_ids[:, :-1], input_ids[:, -1:]
+        mx.eval(body, last)  # built here; the forward may run on another thread (module docstring)
+        if body.shape[1]:
+            _, cache = self.forward(body, cache, pick=NO_LOGITS)
+        return self.forward(last, cache, pick=lambda lg: lg[:, -1])
 
     def wrapped(self, wrap: Callable) -> "MLXRunner":
         view = copy.copy(self)
@@ -121,10 +134,10 @@ class MLXRunner:
     def static_reason(self) -> str:
         return "the MLX backend decodes on mlx-lm's batch cache"
 
-    def prefill(self, kv: MLXKV, prompts: list[list[int]], slots: list[int]) -> torch.Tensor:
+    def prefill(self, kv: MLXKV, prompts: list[list[int]], slots: list[int]) -> mx.array:
         return kv.prefill(prompts, slots)
 
-    def run(self, kv: MLXKV, feeds: list[list[int]], slots: list[int], every: bool = False) -> torch.Tensor:
+    def run(self, kv: MLXKV, feeds: list[list[int]], slots: list[int], every: bool = False) -> mx.array:
         if every or any(len(f) != 1 for f in feeds):
             return kv.extend(feeds, slots, every)
         return kv.step([f[0] for f in feeds], slots)
@@ -136,8 +149,7 @@ class MLXRunner:
     def prefill_prefix(self, ids: list[int]) -> list:
         if len(ids) >= self.max_context:
             raise TypedLMError(f"decision prompt has {len(ids)} tokens; the model's context is {self.max_context}")
-        _, cache = self.forward(mx.array([ids]), pick=lambda lg: lg[:, -1])
-        return cache
+        return self.last_logits(mx.array([ids]))[1]
 
     def prefill_prefixes(self, ids_list: list[list[int]]) -> list:
         """One prefill per prompt (the MLX backend's first version does not batch these)."""

@@ -11,7 +11,7 @@ from typing import Optional
 
 import typer
 
-from ..cliutil import fail
+from ..cliutil import backend_option, fail
 from ..scale.cli import SERVE_FLAGS, serve_on_ray
 from .config import ServeSettings
 
@@ -38,7 +38,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         served_model_names: Optional[list[str]] = typer.Option(None, "--served-model-name",
                                                                help="extra model name clients may use (repeatable)"),
         device: str = typer.Option(D["device"], "--device"),
-        backend: Optional[str] = typer.Option(None, "--backend", help="auto | torch | mlx (auto: MLX on Apple Silicon)"),
+        backend: Optional[str] = backend_option(),
         dtype: Optional[str] = typer.Option(None, "--dtype", help="float32 | bfloat16 | float16"),
         log_level: str = typer.Option(D["log_level"], "--log-level",
                                       help="critical | error | warning | info | debug | trace"),
