@@ -24,6 +24,8 @@ from typing import Optional
 
 import typer
 
+from ..cliutil import backend_option
+
 
 def _timed(engine, fn):
     engine.sync()
@@ -135,6 +137,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         model: str = typer.Option("default", "--model", "-m", help="model reference (ignored with --arch)"),
         arch: Optional[str] = typer.Option(None, "--arch", help="random-weight real architecture, e.g. qwen2.5-7b"),
         device: str = typer.Option("auto", "--device"),
+        backend: Optional[str] = backend_option(),
         preset: str = typer.Option("support_triage", "--preset"),
         runs: int = typer.Option(3, "--runs", help="repetitions (each: off, then on)"),
         many: int = typer.Option(16, "--many", help="contexts per decide_many call"),
@@ -161,7 +164,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                     raise ValueError(f"unknown --arch {arch!r}: choose one of {sorted(ARCHS)}")
                 engine = random_engine(arch, device=str(pick_device(device)))
             else:
-                engine = load_engine(model, device=device, progress=False)
+                engine = load_engine(model, device=device, backend=backend, progress=False)
             configure(engine, prefix_cache_gb)
             if not engine.runner.prefix_cache.enabled:
                 raise ValueError("--prefix-cache-gb 0: nothing to compare")

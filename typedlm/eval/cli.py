@@ -222,6 +222,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                                              "the test split: copied in for the paired comparison"),
         model: str = typer.Option("default", "--model", "-m"),
         device: str = typer.Option("auto", "--device"),
+        backend: Optional[str] = backend_option(),
     ):
         """Choose prior / calibration / few-shot examples on validation cases (calibration split; +cal variants
         cross-validated), then report the choice and the default on the test split."""
@@ -235,7 +236,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             from ..engine import load_engine
 
             dataset, all_cases = load_cases(data)
-            engine = load_engine(model, device=device, progress=False)
+            engine = load_engine(model, device=device, backend=backend, progress=False)
             s = run_select(engine, dataset, all_cases, out, fit_n=fit_limit, test_n=test_limit, ks=ks, naive=naive)
         for r in s["validation"]:
             typer.echo(f"{r['variant']:>16}  validation {r['score']:.3f}  "
