@@ -306,17 +306,10 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         import sys
 
         from ..cliutil import print_json, user_errors
-        from ..engine import load_engine, pick_device
+        from .models import bench_engine
 
         with user_errors():
-            if arch:
-                from .models import ARCHS, random_engine
-
-                if arch not in ARCHS:
-                    raise ValueError(f"unknown --arch {arch!r}: choose one of {sorted(ARCHS)}")
-                engine = random_engine(arch, device=str(pick_device(device)))
-            else:
-                engine = load_engine(model, device=device, backend=backend, progress=False)
+            engine = bench_engine(arch, model, device=device, backend=backend)
             sizes = [int(x) for x in many.split(",") if x.strip()]
             if any(n < 1 for n in sizes):
                 raise ValueError(f"--many takes positive batch sizes, got {many!r}")

@@ -74,3 +74,14 @@ def random_engine(arch: str, *, device: str = "cuda", dtype: torch.dtype = torch
     tok = qwen_tokenizer()
     return engine_from_model(random_model(arch, device=device, dtype=dtype, seed=seed), tok,
                              name=f"random-{arch}", device=device, dtype=dtype)
+
+
+def bench_engine(arch: str | None, model: str, *, device: str, backend: str | None = None):
+    """The engine a bench runs on: a random-weight ``arch`` (``--arch``) or the model reference ``model``."""
+    from ..engine import load_engine, pick_device
+
+    if arch:
+        if arch not in ARCHS:
+            raise ValueError(f"unknown --arch {arch!r}: choose one of {sorted(ARCHS)}")
+        return random_engine(arch, device=str(pick_device(device)))
+    return load_engine(model, device=device, backend=backend, progress=False)

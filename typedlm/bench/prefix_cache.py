@@ -152,19 +152,12 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         import sys
 
         from ..cliutil import print_json, user_errors
-        from ..engine import load_engine, pick_device
+        from .models import bench_engine
         from ..runner.prefix_cache import configure
         from .decide import _machine
 
         with user_errors():
-            if arch:
-                from .models import ARCHS, random_engine
-
-                if arch not in ARCHS:
-                    raise ValueError(f"unknown --arch {arch!r}: choose one of {sorted(ARCHS)}")
-                engine = random_engine(arch, device=str(pick_device(device)))
-            else:
-                engine = load_engine(model, device=device, backend=backend, progress=False)
+            engine = bench_engine(arch, model, device=device, backend=backend)
             configure(engine, prefix_cache_gb)
             if not engine.runner.prefix_cache.enabled:
                 raise ValueError("--prefix-cache-gb 0: nothing to compare")
