@@ -65,6 +65,29 @@ def test_the_mlx_engine_describes_the_model_like_torch(mlx_tiny, tiny):
         assert getattr(mlx_tiny, attr) == getattr(tiny, attr), attr
 
 
+def test_blas_layout_transposes_the_weights_and_keeps_the_logits(tiny_dir):
+    """On the CPU every float32 Linear / Embedding weight is the transposed view of an ``[in, out]`` array
+    (what mlx's BLAS reads without a transpose flag); the logits equal mlx-lm's own load of the same
+    directory (prefill of two rows, then a one-token step: the sgemm and sgemv paths)."""
+    import mlx.core as mx
+    import mlx.nn as nn
+    from mlx_lm import load
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from typedlm.runner.mlx_runner import load_model
+
+    ours, _ = load_model(str(tiny_dir))
+    ref, _ = load(str(tiny_dir))
+    weights = [m.weight for _, m in ours.named_modules() if type(m) in (nn.Linear, nn.Embedding)]
+    assert weights and all(memoryview(w).strides == (4, 4 * w.shape[0]) for w in weights)
+    assert all(memoryview(m.weight).strides[1] == 4 for _, m in ref.named_modules() if type(m) is nn.Linear)
+    ids = mx.array([[5, 9, 400, 17, 3], [8, 8, 1, 2, 6000]])
+    caches = make_prompt_cache(ours), make_prompt_cache(ref)
+    for feed in (ids, ids[:, -1:]):
+        a, b = ours(feed, cache=caches[0]), ref(feed, cache=caches[1])
+        assert a.shape == b.shape and mx.allclose(a, b, rtol=0, atol=1e-5).item()
+
+
 @pytest.mark.parametrize("max_batch", [1, 3, 8])
 def test_greedy_batched_tokens_equal_the_torch_backend(mlx_tiny, tiny, max_batch):
     """Free, JSON Schema, regex, choice and JSON rows of different prompt lengths joining and leaving a
