@@ -101,6 +101,18 @@ def test_greedy_batched_tokens_equal_the_torch_backend(mlx_tiny, tiny, max_batch
         check_valid(c, a.text)
 
 
+@pytest.mark.parametrize("backend", ["torch", "mlx"])
+def test_rows_ending_together_run_no_forward_after_their_last_token(mlx_tiny, tiny, monkeypatch, backend):
+    """Three free rows reaching ``max_tokens`` at the same step: prefill + ``max_tokens - 1`` batch
+    forwards, none queued after the last tokens (the overlap branch only runs when a row goes on)."""
+    eng = mlx_tiny if backend == "mlx" else tiny
+    calls = []
+    real = eng.runner.run
+    monkeypatch.setattr(eng.runner, "run", lambda kv, feeds, *a, **k: calls.append(len(feeds)) or real(kv, feeds, *a, **k))
+    out = _greedy(eng, ["one", "two two", "three"], [None] * 3, 3, max_tokens=5)
+    assert [len(r.token_ids) for r in out] == [5] * 3 and calls == [3] * 4
+
+
 def test_jump_forward_on_mlx_equals_its_run_without_and_torch(mlx_tiny, tiny):
     """Drafts extend several tokens per row and rejected ones are truncated from the MLX KV: output equals
     the run without jump-forward, token for token (it drifts when truncate forgets nothing)."""
