@@ -89,6 +89,27 @@ def test_blas_layout_transposes_the_weights_and_keeps_the_logits(tiny_dir):
         assert a.shape == b.shape and mx.allclose(a, b, rtol=0, atol=1e-5).item()
 
 
+def test_the_lm_head_runs_apart_only_where_the_model_is_body_then_head(mlx_tiny):
+    """mlx-lm's Llama is ``model.model`` then ``lm_head``: the runner splits it (the head only at picked
+    positions); a model doing anything after its head (a scale, a softcap) is called whole."""
+    import mlx.core as mx
+    import mlx.nn as nn
+
+    from typedlm.runner.mlx_runner import body_and_head
+
+    assert body_and_head(mlx_tiny.model) is not None and mlx_tiny.runner.keeps_logits
+
+    class Scaled(nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.model, self.lm_head = inner.model, inner.lm_head
+
+        def __call__(self, x, cache=None):
+            return 30.0 * mx.tanh(self.lm_head(self.model(x, cache=cache)) / 30.0)
+
+    assert body_and_head(Scaled(mlx_tiny.model)) is None
+
+
 @pytest.mark.parametrize("max_batch", [1, 3, 8])
 def test_greedy_batched_tokens_equal_the_torch_backend(mlx_tiny, tiny, max_batch):
     """Free, JSON Schema, regex, choice and JSON rows of different prompt lengths joining and leaving a
@@ -134,7 +155,8 @@ def _one_row(engine, ids):
 
 def test_kv_contract_extend_truncate_release(mlx_tiny):
     """Rows of different lengths, a multi-token extend (one row padded), a per-row truncate and a
-    release: each row's next logits equal a fresh single-row run of exactly its tokens."""
+    release: each row's next logits equal a fresh single-row run of exactly its tokens; with ``every``, at
+    each fed position (a padded position gets no logits: zeros)."""
     r = mlx_tiny.runner
     kv = r.decode_cache(4)
     a, b, c = kv.acquire(), kv.acquire(), kv.acquire()
@@ -150,6 +172,11 @@ def test_kv_contract_extend_truncate_release(mlx_tiny):
     out = to_torch(r.run(kv, [[30], [31]], [c, a]))
     assert out.shape == (2, mlx_tiny.model_vocab_size)
     for got, ids in ((out[0], tc + [30]), (out[1], ta + [31])):
+        torch.testing.assert_close(got, _one_row(mlx_tiny, ids), atol=1e-4, rtol=1e-4)
+    tc, ta = tc + [30], ta + [31]
+    out = to_torch(r.run(kv, [[40, 41], [42]], [c, a], every=True))  # logits at each fed position only
+    assert out.shape == (2, 2, mlx_tiny.model_vocab_size) and not out[1, 1].any()  # a's padding: no lm_head
+    for got, ids in ((out[0, 0], tc + [40]), (out[0, 1], tc + [40, 41]), (out[1, 0], ta + [42])):
         torch.testing.assert_close(got, _one_row(mlx_tiny, ids), atol=1e-4, rtol=1e-4)
     with pytest.raises(TypedLMError, match="every held row"):
         r.run(kv, [[1]], [a])
