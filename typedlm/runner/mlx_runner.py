@@ -60,11 +60,11 @@ def load_model(path: str, dtype: torch.dtype | None = None):
 def blas_layout(model) -> int:
     """Store every float32 ``Linear`` / ``Embedding`` weight ``[out, in]`` as the transposed view of an
     ``[in, out]`` array (same values, same model code) -> how many were changed. mlx-lm computes
-    ``x @ W.T``; on the CPU, mlx hands that to the BLAS it ships (the reference netlib BLAS on Linux) as a
-    transposed operand, whose sgemm / sgemv loops are dot products the compiler does not vectorize; with
-    this layout ``W.T`` is contiguous and the loops are vectorized axpys over the same terms in the same
-    order (logits bitwise equal). Default model, this CPU: decode step b1 -34 %, b8 -36 %, prefill -26 %
-    (``bench/mlx_profile.py``). Not on Metal (its own GEMM kernels read either layout)."""
+    ``x @ W.T``; on the CPU mlx hands that to the BLAS it ships (the reference netlib BLAS in the Linux
+    wheel) with a transpose flag, and that BLAS's transposed loops are far slower than its plain ones
+    (likely: dot products left scalar vs vectorized axpys). With this layout ``W.T`` is contiguous: no
+    flag, the same terms summed in the same order (default model: logits max diff 0.0). Measured A/B
+    in ``bench/results/mlx-cpu.md``. Only on the CPU device (Metal has its own GEMM; no Mac here)."""
     import mlx.nn as nn
 
     n = 0
@@ -72,8 +72,8 @@ def blas_layout(model) -> int:
         w = getattr(mod, "weight", None)
         if type(mod) in (nn.Linear, nn.Embedding) and w is not None and w.ndim == 2 and w.dtype == mx.float32:
             mod.weight = mx.contiguous(w.T).T
+            mx.eval(mod.weight)  # one weight at a time: the old copy goes before the next is made
             n += 1
-    mx.eval(model.parameters())
     return n
 
 
@@ -239,7 +239,9 @@ def body_and_head(model):
     then ``lm_head`` or the tied ``embed_tokens.as_linear``) and a 3-token check gives the model's own
     logits; else None (the whole model is called; a softcap or scale after the head stays correct)."""
     body = getattr(model, "model", None)
-    head = getattr(model, "lm_head", None) or getattr(getattr(body, "embed_tokens", None), "as_linear", None)
+    head = getattr(model, "lm_head", None)  # a Module is a dict: test for None, not truth
+    if head is None:
+        head = getattr(getattr(body, "embed_tokens", None), "as_linear", None)
     if body is None or head is None:
         return None
     x = mx.array([[1, 2, 3]])
