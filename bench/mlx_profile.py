@@ -1,7 +1,7 @@
 """Profile of the MLX backend on this CPU (issue 19): each line an A/B in one process, the two sides run in
 turn (the machine's speed drifts), medians.
 
-    python bench/mlx_profile.py [--reps 5] [--json out.json]
+    python bench/mlx_profile.py [--reps 5] [--only host,sampling,weights] [--json out.json]
 
 1. weights: the default model as mlx-lm loads it (A) vs ``typedlm.runner.mlx_runner.load_model`` (B: the
    CPU BLAS layout, ``blas_layout``): a 41-token prefill, decode steps at batch 1 and 8 (plain ``KVCache``);
@@ -126,11 +126,14 @@ def host(reps: int) -> None:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--only", default="host,sampling,weights")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
-    for part in (host, sampling, weights):
-        part(args.reps)
+    parts = {"host": host, "sampling": sampling, "weights": weights}
+    for name in args.only.split(","):
+        parts[name](args.reps)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"command": f"python bench/mlx_profile.py --reps {args.reps}", "machine": os.uname().machine,
-                       "cpus": os.cpu_count(), "mlx": mx.__version__, "lines": OUT}, f, indent=2)
+            json.dump({"command": f"python bench/mlx_profile.py --reps {args.reps} --only {args.only}",
+                       "machine": f"{os.cpu_count()}-core {os.uname().machine}, load {os.getloadavg()[0]:.1f}",
+                       "mlx": mx.__version__, "lines": OUT}, f, indent=2)
