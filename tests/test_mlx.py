@@ -5,6 +5,7 @@ torch backend on the same weights. Skipped only where mlx-lm is not installed (`
 import json
 
 import jsonschema
+import numpy as np
 import pytest
 import torch
 
@@ -65,6 +66,50 @@ def test_the_mlx_engine_describes_the_model_like_torch(mlx_tiny, tiny):
         assert getattr(mlx_tiny, attr) == getattr(tiny, attr), attr
 
 
+def test_blas_layout_transposes_the_weights_and_keeps_the_logits(tiny_dir):
+    """On the CPU every float32 Linear / Embedding weight is the transposed view of an ``[in, out]`` array
+    (what mlx's BLAS reads without a transpose flag); the logits equal mlx-lm's own load of the same
+    directory (prefill of two rows, then a one-token step: the sgemm and sgemv paths)."""
+    import mlx.core as mx
+    import mlx.nn as nn
+    from mlx_lm import load
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from typedlm.runner.mlx_runner import load_model
+
+    ours, _ = load_model(str(tiny_dir))
+    ref, _ = load(str(tiny_dir))
+    weights = [m.weight for _, m in ours.named_modules() if type(m) in (nn.Linear, nn.Embedding)]
+    assert weights and all(memoryview(w).strides == (4, 4 * w.shape[0]) for w in weights)
+    assert all(memoryview(m.weight).strides[1] == 4 for _, m in ref.named_modules() if type(m) is nn.Linear)
+    ids = mx.array([[5, 9, 400, 17, 3], [8, 8, 1, 2, 6000]])
+    caches = make_prompt_cache(ours), make_prompt_cache(ref)
+    for feed in (ids, ids[:, -1:]):
+        a, b = ours(feed, cache=caches[0]), ref(feed, cache=caches[1])
+        assert a.shape == b.shape and mx.allclose(a, b, rtol=0, atol=1e-5).item()
+
+
+def test_the_lm_head_runs_apart_only_where_the_model_is_body_then_head(mlx_tiny):
+    """mlx-lm's Llama is ``model.model`` then ``lm_head``: the runner splits it (the head only at picked
+    positions); a model doing anything after its head (a scale, a softcap) is called whole."""
+    import mlx.core as mx
+    import mlx.nn as nn
+
+    from typedlm.runner.mlx_runner import body_and_head
+
+    assert body_and_head(mlx_tiny.model) is not None and mlx_tiny.runner.keeps_logits
+
+    class Scaled(nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.model, self.lm_head = inner.model, inner.lm_head
+
+        def __call__(self, x, cache=None):
+            return 30.0 * mx.tanh(self.lm_head(self.model(x, cache=cache)) / 30.0)
+
+    assert body_and_head(Scaled(mlx_tiny.model)) is None
+
+
 @pytest.mark.parametrize("max_batch", [1, 3, 8])
 def test_greedy_batched_tokens_equal_the_torch_backend(mlx_tiny, tiny, max_batch):
     """Free, JSON Schema, regex, choice and JSON rows of different prompt lengths joining and leaving a
@@ -75,6 +120,18 @@ def test_greedy_batched_tokens_equal_the_torch_backend(mlx_tiny, tiny, max_batch
     for a, b, c in zip(ours, ref, cs):
         assert a.token_ids == b.token_ids and a.finish_reason == b.finish_reason
         check_valid(c, a.text)
+
+
+@pytest.mark.parametrize("backend", ["torch", "mlx"])
+def test_rows_ending_together_run_no_forward_after_their_last_token(mlx_tiny, tiny, monkeypatch, backend):
+    """Three free rows reaching ``max_tokens`` at the same step: prefill + ``max_tokens - 1`` batch
+    forwards, none queued after the last tokens (the overlap branch only runs when a row goes on)."""
+    eng = mlx_tiny if backend == "mlx" else tiny
+    calls = []
+    real = eng.runner.run
+    monkeypatch.setattr(eng.runner, "run", lambda kv, feeds, *a, **k: calls.append(len(feeds)) or real(kv, feeds, *a, **k))
+    out = _greedy(eng, ["one", "two two", "three"], [None] * 3, 3, max_tokens=5)
+    assert [len(r.token_ids) for r in out] == [5] * 3 and calls == [3] * 4
 
 
 def test_jump_forward_on_mlx_equals_its_run_without_and_torch(mlx_tiny, tiny):
@@ -98,7 +155,8 @@ def _one_row(engine, ids):
 
 def test_kv_contract_extend_truncate_release(mlx_tiny):
     """Rows of different lengths, a multi-token extend (one row padded), a per-row truncate and a
-    release: each row's next logits equal a fresh single-row run of exactly its tokens."""
+    release: each row's next logits equal a fresh single-row run of exactly its tokens; with ``every``, at
+    each fed position (a padded position gets no logits: zeros)."""
     r = mlx_tiny.runner
     kv = r.decode_cache(4)
     a, b, c = kv.acquire(), kv.acquire(), kv.acquire()
@@ -114,6 +172,11 @@ def test_kv_contract_extend_truncate_release(mlx_tiny):
     out = to_torch(r.run(kv, [[30], [31]], [c, a]))
     assert out.shape == (2, mlx_tiny.model_vocab_size)
     for got, ids in ((out[0], tc + [30]), (out[1], ta + [31])):
+        torch.testing.assert_close(got, _one_row(mlx_tiny, ids), atol=1e-4, rtol=1e-4)
+    tc, ta = tc + [30], ta + [31]
+    out = to_torch(r.run(kv, [[40, 41], [42]], [c, a], every=True))  # logits at each fed position only
+    assert out.shape == (2, 2, mlx_tiny.model_vocab_size) and not out[1, 1].any()  # a's padding: no lm_head
+    for got, ids in ((out[0, 0], tc + [40]), (out[0, 1], tc + [40, 41]), (out[1, 0], ta + [42])):
         torch.testing.assert_close(got, _one_row(mlx_tiny, ids), atol=1e-4, rtol=1e-4)
     with pytest.raises(TypedLMError, match="every held row"):
         r.run(kv, [[1]], [a])
@@ -190,53 +253,127 @@ def test_the_base_package_does_not_import_mlx():
 
 
 # -- the MLX sampler (the logits pipeline on the device) ---------------------------------------------------
-def test_mlx_sampler_equals_the_per_row_reference():
-    """MLXSampler over 12 steps in scattered slots: greedy rows token for token, seeded rows (temperature,
-    top-k, top-p) draw what the torch reference draws from the same generator; rows with a penalty or a
-    logit_bias take the torch pipeline inside the same sampler."""
+def _mlx_sampler(V, TOK_V, rows, slots):
+    from typedlm.generate.mlx_sampler import MLXSampler
+
+    from test_sampling import _seq
+
+    sampler = MLXSampler(max_batch=9, vocab_size=V, tokenizer_vocab_size=TOK_V, device=torch.device("cpu"))
+    seqs = [_seq(p, prompt=(5 + i, 7, 11)) for i, p in enumerate(rows)]
+    for s, seq in zip(slots, seqs):
+        sampler.admit(s, seq)
+    return sampler, seqs
+
+
+@pytest.mark.parametrize("head", [4, 64, 1024])
+def test_mlx_pipeline_keeps_what_the_reference_keeps(monkeypatch, head):
+    """The device pipeline (temperature, top-k, top-p, padded ids) keeps exactly the ids the per-row torch
+    reference keeps, on flat and peaked logits, whether the cut is found in the partitioned head (``head``
+    64) or the whole row is sorted (``head`` 4: every nucleus is wider; 1024 > V)."""
     import mlx.core as mx
 
-    from typedlm.generate.mlx_sampler import MLXSampler, torch_only
+    import reference_loop
+    from typedlm.generate import mlx_sampler
+    from typedlm.generate.mlx_sampler import torch_only
 
-    from reference_loop import select
+    from test_sampling import PARAMS, TOK_V, V, _seq
+
+    monkeypatch.setattr(mlx_sampler, "HEAD", head)
+    kept = []
+    monkeypatch.setattr(reference_loop, "sample", lambda work, p, g: kept.append(torch.isfinite(work)) or 0)
+    rows = [p for p in PARAMS if not torch_only(p)]
+    slots = [6, 0, 3, 1, 7, 2, 5, 8, 4][: len(rows)]
+    torch.manual_seed(0)
+    for scale in (1.0, 3.0, 12.0):
+        logits = torch.randn(len(rows), V) * scale
+        sampler, seqs = _mlx_sampler(V, TOK_V, rows, slots)
+        ours = np.isfinite(np.array(sampler._process_mx(mx.array(logits.numpy()), seqs, slots)))
+        kept.clear()
+        for i, p in enumerate(rows):
+            reference_loop.select(_seq(p), logits[i].clone())
+        assert np.array_equal(ours, torch.stack(kept).numpy()), scale
+
+
+def test_mlx_seeded_rows_draw_what_they_draw_alone():
+    """Over 12 steps in scattered slots (device path, and the torch-stage path when a row has a penalty or
+    a logit_bias): greedy rows equal the per-row reference token for token; every sampled token is one the
+    reference keeps; a seeded row draws the same tokens alone in slot 0 as in the batch."""
+    import mlx.core as mx
+
+    import reference_loop
+    from typedlm.generate.mlx_sampler import torch_only
+
     from test_sampling import PARAMS, TOK_V, V, _seq
 
     slots = [6, 0, 3, 1, 7, 2, 5, 8, 4]
     for rows in ([p for p in PARAMS if not torch_only(p)], PARAMS):
         torch.manual_seed(0)
         logits = torch.randn(12, len(rows), V) * 3
-        sampler = MLXSampler(max_batch=9, vocab_size=V, tokenizer_vocab_size=TOK_V, device=torch.device("cpu"))
-        seqs = [_seq(p, prompt=(5 + i, 7, 11)) for i, p in enumerate(rows)]
+        sampler, seqs = _mlx_sampler(V, TOK_V, rows, slots[: len(rows)])
+        alone = [_mlx_sampler(V, TOK_V, [p], [0]) for p in rows]
         refs = [_seq(p, prompt=(5 + i, 7, 11)) for i, p in enumerate(rows)]
-        for s, seq in zip(slots, seqs):
-            sampler.admit(s, seq)
         for step in range(12):
-            drawn = sampler.sample(mx.array(logits[step].numpy()), seqs, slots[: len(rows)])
-            assert isinstance(drawn, mx.array) == (rows is not PARAMS)  # the device path unless a row needs torch
-            toks = sampler.finish(drawn, seqs)
+            toks = sampler.finish(sampler.sample(mx.array(logits[step].numpy()), seqs, slots[: len(rows)]), seqs)
             for i, (seq, ref, t) in enumerate(zip(seqs, refs, toks)):
-                assert t == select(ref, logits[step, i].clone()) and t < TOK_V, (step, rows[i])
-                seq.output_ids.append(t)
-                ref.output_ids.append(t)
+                kept = []
+                orig = reference_loop.sample
+                reference_loop.sample = lambda work, p, g: kept.append(work) or orig(work, p, g)
+                try:
+                    want = reference_loop.select(ref, logits[step, i].clone())
+                finally:
+                    reference_loop.sample = orig
+                assert (t == want) if rows[i].greedy else bool(torch.isfinite(kept[0][t])), (step, rows[i])
+                s1, (q,) = alone[i]
+                assert s1.finish(s1.sample(mx.array(logits[step, i: i + 1].numpy()), [q], [0]), [q]) == [t]
+                for x in (seq, ref, q):
+                    x.output_ids.append(t)
 
 
-def test_mlx_sampled_grammar_rows_equal_the_torch_backend(mlx_tiny, tiny):
-    """Seeded sampling (temperature, top-k, top-p) under grammars on the device: the same tokens as the torch
-    backend on the same fp32 weights, valid; a top-k that removes every allowed id falls back to the grammar."""
+def test_mlx_draws_follow_the_distribution():
+    """Gumbel-max draws: 1,024 seeded rows (one key each) and 1,024 unseeded ones over four ids: each
+    frequency within 0.04 of softmax(logits / temperature)."""
+    import mlx.core as mx
+
+    from typedlm.generate.mlx_sampler import MLXSampler
+
+    from test_sampling import _seq
+
+    V, n = 8, 1024
+    row = torch.tensor([0.0, 1.0, 2.0, 2.5] + [-1e9] * 4)
+    want = torch.softmax(row / 0.8, dim=0)[:4]
+    for seed in (lambda i: i, lambda i: None):
+        params = [SamplingParams(temperature=0.8, seed=seed(i)) for i in range(n)]
+        sampler = MLXSampler(max_batch=n, vocab_size=V, tokenizer_vocab_size=V, device=torch.device("cpu"))
+        seqs = [_seq(p) for p in params]
+        for i, q in enumerate(seqs):
+            sampler.admit(i, q)
+        toks = sampler.finish(sampler.sample(mx.array(row.expand(n, V).numpy()), seqs, list(range(n))), seqs)
+        freq = torch.bincount(torch.tensor(toks), minlength=V)[:4] / n
+        assert torch.allclose(freq, want, atol=0.04), (freq, want)
+
+
+def test_mlx_sampled_grammar_rows_are_valid_and_seeded_per_row(mlx_tiny):
+    """Seeded sampling (temperature, top-k, top-p) under grammars on the device: valid, and each row draws in
+    a batch of 4 what it draws alone (per-row MLX keys; the torch backend's seeded samples differ: its rows
+    draw from torch generators); a top-k that removes every allowed id falls back to the grammar."""
     import re
 
     from typedlm.generate import generate
 
     cs = constraints()
-    samples = [SamplingParams(max_tokens=60, temperature=t, top_k=k, top_p=p, seed=i)
+    samples = [SamplingParams(max_tokens=40, temperature=t, top_k=k, top_p=p, seed=i)
                for i, (t, k, p) in enumerate([(0.8, 0, 1.0), (1.3, 20, 1.0), (1.0, 0, 0.7), (0.6, 50, 0.9)] * 3)]
-    ours, ref = ([build_sequence(e, e.encode_prompt(prompt=p), sp, c) for p, c, sp in zip(PROMPTS, cs, samples)]
-                 for e in (mlx_tiny, tiny))
-    ours, ref = run_batch(mlx_tiny, ours, max_batch=4), run_batch(tiny, ref, max_batch=4)
-    for a, b, c in zip(ours, ref, cs):
+
+    def seqs():
+        return [build_sequence(mlx_tiny, mlx_tiny.encode_prompt(prompt=p), sp, c) for p, c, sp in zip(PROMPTS, cs, samples)]
+
+    batched = run_batch(mlx_tiny, seqs(), max_batch=4)
+    alone = [run_batch(mlx_tiny, [s], max_batch=1)[0] for s in seqs()]
+    for a, b, c in zip(batched, alone, cs):
         assert a.token_ids == b.token_ids and a.finish_reason == b.finish_reason
         if a.finish_reason == "stop":
             check_valid(c, a.text)
+    assert len({tuple(r.token_ids) for r in batched}) > 6
     r = generate("x", engine=mlx_tiny, regex=r"[0-9]{4}", top_k=1, seed=0, temperature=1.0)
     assert re.fullmatch(r"[0-9]{4}", r.text) and r.truncation_fallbacks >= 1
 
@@ -255,15 +392,15 @@ def mlx_client(mlx_tiny):
 
 
 def test_stop_strings_and_logprobs_on_mlx_equal_torch(mlx_client, mlx_tiny, tiny, tiny_url):
-    """A stop string cuts the text (streamed too); logprobs of the chosen tokens and the top-3 alternatives
-    equal the torch backend's on the same weights (tolerance 1e-3 nats)."""
+    """A stop string cuts the text (streamed too); greedy, logprobs of the chosen tokens and the top-3
+    alternatives equal the torch backend's on the same weights (tolerance 1e-3 nats)."""
     import openai
 
     from typedlm.generate import generate
 
     assert generate("x", engine=mlx_tiny, choice=["hello world, again"], stop=["o w"]).text == "hell"
     msg = [{"role": "user", "content": "Say hello."}]
-    kw = dict(messages=msg, max_tokens=12, seed=3, temperature=0.9, top_p=0.9, logprobs=True, top_logprobs=3)
+    kw = dict(messages=msg, max_tokens=12, temperature=0, logprobs=True, top_logprobs=3)  # seeded draws differ
     torch_client = openai.OpenAI(base_url=tiny_url + "/v1", api_key="unused", max_retries=0, timeout=180)
     ours, ref = (c.chat.completions.create(model=e.name, **kw).choices[0]
                  for c, e in ((mlx_client, mlx_tiny), (torch_client, tiny)))
@@ -285,7 +422,8 @@ def test_a_required_tool_call_on_mlx_equals_torch(mlx_client, mlx_tiny, tiny, ti
 
     from test_tools import MSG, SCHEMAS, TOOLS
 
-    kw = dict(messages=MSG, tools=TOOLS, tool_choice="required", parallel_tool_calls=False, max_tokens=120, seed=1)
+    kw = dict(messages=MSG, tools=TOOLS, tool_choice="required", parallel_tool_calls=False, max_tokens=120,
+              temperature=0)  # greedy: seeded draws differ between the backends
     torch_client = openai.OpenAI(base_url=tiny_url + "/v1", api_key="unused", max_retries=0, timeout=180)
     ours, ref = (c.chat.completions.create(model=e.name, **kw).choices[0]
                  for c, e in ((mlx_client, mlx_tiny), (torch_client, tiny)))

@@ -4,10 +4,18 @@ step on the MLX backend copies back only the chosen ids (+ the logprobs asked fo
 The same order on the device: temperature -> top-k -> top-p -> padded ids to -inf -> grammar mask last
 (xgrammar's ``apply_token_bitmask_mlx``; not for a row still reasoning) -> draw, with the same truncation
 fallback. The stages this path does not hold (repetition penalty, user logits processors, ``logit_bias``)
-and draft verification take the batch to the torch pipeline (one ``[n, V]`` copy), so those rules live in
-one place. Draws are the torch sampler's exponential race, ``argmax(log p - log E)``: a seeded row's
-``E`` comes from its own torch generator (it draws what it draws alone, and what it draws on the torch
-backend, up to float rounding), unseeded rows' from ``mx.random``. Imported only on the MLX backend.
+and draft verification run in the torch pipeline for that step (one ``[n, V]`` copy), so those rules live
+in one place; the draw is always this one.
+
+Truncation keeps the ids whose value is at least the cut (the ``k``-th largest value; the last value of the
+smallest sorted prefix reaching ``top_p``), as the torch sampler does up to ties at the cut (kept here).
+The cut is found among the ``HEAD`` (or the largest top-k) largest values of each row (one partition, a
+small sort); a nucleus wider than that falls back to a sort of the whole row (one host check): same cut.
+
+Draws are Gumbel-max races, ``argmax(logits + G)``. A seeded row's noise comes from its own MLX key
+(``mx.random.key(seed)``, split once a draw), so it draws what it draws alone, whatever the batch; the
+torch backend draws from a torch generator instead, so the two backends give different seeded samples
+(greedy rows are equal). Unseeded rows use ``mx.random``. Imported only on the MLX backend.
 """
 
 from __future__ import annotations
@@ -15,7 +23,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import mlx.core as mx
-import numpy as np
 import torch
 from xgrammar.kernels.apply_token_bitmask_mlx import apply_token_bitmask_mlx
 
@@ -25,7 +32,8 @@ from .sampler import BatchSampler
 if TYPE_CHECKING:
     from .sequence import Sequence
 
-TINY = 1e-30  # floor of an exponential draw (log of it stays finite; a masked -inf stays -inf)
+HEAD = 1024  # values per row the truncation cut is first searched among
+SEED_BITS = (1 << 64) - 1
 
 
 def torch_only(p) -> bool:
@@ -34,22 +42,36 @@ def torch_only(p) -> bool:
 
 
 class MLXSampler(BatchSampler):
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self._keys: dict[int, mx.array] = {}  # slot -> the MLX key of a seeded row
+
+    def admit(self, slot: int, seq: "Sequence") -> None:
+        super().admit(slot, seq)
+        if seq.generator is not None:
+            self._keys[slot] = mx.random.key(seq.params.seed & SEED_BITS)
+        else:
+            self._keys.pop(slot, None)
+
     def stack(self, rows: list) -> mx.array:
         return mx.stack(rows).astype(mx.float32)
 
-    def sample(self, logits, seqs: list["Sequence"], slots: list[int]):
-        """Like the torch sampler's; returns the ids as an MLX array, or a torch tensor when a row needs
-        the torch pipeline (:func:`torch_only`)."""
+    def sample(self, logits, seqs: list["Sequence"], slots: list[int]) -> mx.array:
+        """Like the torch sampler's; the ids as an MLX array. A row that needs a torch-only stage
+        (:func:`torch_only`) takes the batch through the torch pipeline up to the draw."""
         if any(torch_only(s.params) for s in seqs):
-            return super().sample(to_torch(logits), seqs, slots)
-        return self._draw_mx(self._process_mx(logits, seqs, slots), seqs)
+            work = mx.array(self._process(to_torch(logits), seqs, slots).numpy())
+            self._fallback = mx.array(self._fallback.numpy())
+            tokens = self._draw_mx(work, seqs, slots)
+            if self.seen is not None:
+                self.seen[slots, torch.tensor(tokens.tolist())] = True
+            return tokens
+        return self._draw_mx(self._process_mx(logits, seqs, slots), seqs, slots)
 
     def verify(self, logits, seq: "Sequence", slot: int, draft: int) -> bool:
         return super().verify(to_torch(logits), seq, slot, draft)
 
-    def finish(self, tokens, seqs: list["Sequence"]) -> list[int]:
-        if isinstance(tokens, torch.Tensor):
-            return super().finish(tokens, seqs)
+    def finish(self, tokens: mx.array, seqs: list["Sequence"]) -> list[int]:
         both = mx.stack([tokens.astype(mx.int32), self._fallback.astype(mx.int32)]).tolist()
         for s, fb in zip(seqs, both[1]):
             s.truncation_fallbacks += fb
@@ -91,18 +113,23 @@ class MLXSampler(BatchSampler):
         return work
 
     def _truncate_mx(self, work: mx.array, slots: list[int]) -> mx.array:
-        """Per-row top-k then top-p (removed ids -> -inf); one sort for the batch (as ``_truncate``)."""
+        """Per-row top-k then top-p (ids below the cut -> -inf); see the module docstring."""
         k = self._slot_values(self.top_k, slots)[:, None]
         top_p = self._slot_values(self.top_p, slots)[:, None]
-        order = mx.argsort(-work, axis=1)
-        srt = mx.take_along_axis(work, order, axis=1)
-        kth = mx.take_along_axis(srt, mx.maximum(k - 1, 0), axis=1)
-        kth = mx.where(k > 0, kth, -mx.inf)
-        srt = mx.where(srt < kth, -mx.inf, srt)
-        probs = mx.softmax(srt, axis=1)
-        drop_sorted = ((mx.cumsum(probs, axis=1) - probs) > top_p) & (top_p < 1.0)
-        drop = mx.put_along_axis(mx.zeros(work.shape, dtype=mx.bool_), order, drop_sorted, axis=1)
-        return mx.where(drop | (work < kth), -mx.inf, work)
+        nucleus = bool((self.top_p[slots] < 1.0).any())
+        head = max(int(self.top_k[slots].max()), HEAD if nucleus else 1)
+        for n in ((head, work.shape[1]) if head < work.shape[1] else (work.shape[1],)):
+            srt = _largest(work, n)
+            kth = mx.where(k > 0, mx.take_along_axis(srt, mx.maximum(k - 1, 0), axis=1), -mx.inf)
+            if not nucleus:
+                return mx.where(work < kth, -mx.inf, work)
+            lse = mx.logsumexp(mx.where(work < kth, -mx.inf, work), axis=1, keepdims=True)  # top-k renormalized
+            probs = mx.exp(mx.where(srt < kth, -mx.inf, srt) - lse)
+            keep = ((mx.cumsum(probs, axis=1) - probs) <= top_p).sum(axis=1, keepdims=True)
+            if n < work.shape[1] and not ((keep < n) | (top_p >= 1.0) | (k > 0)).all().item():
+                continue  # a nucleus wider than the head: the whole row
+            cut = mx.where(top_p < 1.0, mx.take_along_axis(srt, keep - 1, axis=1), -mx.inf)
+            return mx.where((work < kth) | (work < cut), -mx.inf, work)
 
     def _mask_mx(self, work: mx.array, mask: mx.array | None, masked: list[bool]) -> mx.array:
         V = work.shape[1]
@@ -112,22 +139,27 @@ class MLXSampler(BatchSampler):
             return work
         return mx.where(mx.array(masked)[:, None], apply_token_bitmask_mlx(mask, work, V), work)
 
-    def _draw_mx(self, work: mx.array, seqs: list["Sequence"]) -> mx.array:
-        tokens = mx.argmax(work, axis=1)
+    def _draw_mx(self, work: mx.array, seqs: list["Sequence"], slots: list[int]) -> mx.array:
         sampled = [not s.params.greedy for s in seqs]
-        if not any(sampled):
-            return tokens
-        race = -mx.log(mx.maximum(mx.random.uniform(shape=work.shape), TINY))  # Exp(1) per id
-        seeded = [sampled[i] and s.generator is not None for i, s in enumerate(seqs)]
-        if any(seeded):
-            own = np.ones(work.shape, dtype=np.float32)
-            for i, s in enumerate(seqs):
-                if seeded[i]:
-                    own[i] = torch.empty(work.shape[1]).exponential_(1.0, generator=s.generator).numpy()
-            race = mx.where(mx.array(seeded)[:, None], mx.array(own), race)
-        drawn = mx.argmax(work - mx.log(mx.maximum(race, TINY)), axis=1)
-        return mx.where(mx.array(sampled), drawn, tokens)
+        if any(sampled):
+            V = work.shape[1]
+            work = work + mx.stack([mx.zeros((V,)) if not on else mx.random.gumbel((V,), key=self._next_key(slot))
+                                    if slot in self._keys else mx.random.gumbel((V,)) for slot, on in zip(slots, sampled)])
+        return mx.argmax(work, axis=1)
+
+    def _next_key(self, slot: int) -> mx.array:
+        key, use = mx.random.split(self._keys[slot])
+        self._keys[slot] = key
+        return use
 
     @staticmethod
     def _slot_values(values: torch.Tensor, slots: list[int]) -> mx.array:
         return mx.array(values[slots].numpy())
+
+
+def _largest(work: mx.array, n: int) -> mx.array:
+    """Each row's ``n`` largest values, in descending order (``n`` < V: one partition, then a sort of those)."""
+    if n < work.shape[1]:
+        work = mx.partition(-work, kth=n - 1, axis=1)[:, :n]
+        return -mx.sort(work, axis=1)
+    return -mx.sort(-work, axis=1)

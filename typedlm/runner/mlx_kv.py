@@ -78,11 +78,17 @@ class MLXKV(CompactingSlotCache):
         if max(pad):
             for c in self.cache:
                 c.prepare(right_padding=pad)
-        take = mx.array(rows)  # batch rows in the caller's order
-        last = mx.array([k - 1 - pad[r] for r in rows])
-        pick = (lambda lg: lg[take]) if every else (lambda lg: lg[take, last])
-        logits, _ = self.runner.forward(mx.array([t + [0] * p for t, p in zip(by_row, pad)]), self.cache, pick=pick,
-                                        wait=False)
+        if every:  # the caller's rows at their fed positions only (no lm_head on the padding)
+            at = [(i, r, j) for i, r in enumerate(rows) for j in range(k - pad[r])]
+            take, pos = mx.array([a[1] for a in at]), mx.array([a[2] for a in at])
+        else:  # the caller's rows after their last token
+            take, pos = mx.array(rows), mx.array([k - 1 - pad[r] for r in rows])
+        logits, _ = self.runner.forward(mx.array([t + [0] * p for t, p in zip(by_row, pad)]), self.cache,
+                                        pick=lambda lg: lg[take, pos], wait=False)
+        if every:  # -> [n, k, V]; positions past a row's feed stay zero (never read)
+            out = mx.zeros((len(rows), k, logits.shape[-1]), dtype=logits.dtype)
+            out[mx.array([a[0] for a in at]), pos] = logits
+            logits = out
         if max(pad):
             self._finalize()
         for s, t in zip(slots, tokens):

@@ -50,14 +50,35 @@ def load_model(path: str, dtype: torch.dtype | None = None):
         raise ModelLoadError(f"mlx-lm could not load {path}: {e}") from e
     if dtype is not None:
         model.set_dtype(MX_DTYPES[dtype])
+    if mx.default_device() == mx.cpu:
+        blas_layout(model)
     floats = [v.dtype for _, v in tree_flatten(model.parameters()) if mx.issubdtype(v.dtype, mx.floating)]
     found = {v: k for k, v in MX_DTYPES.items()}.get(floats[0] if floats else mx.float32, torch.float32)
     return model, found
 
 
+def blas_layout(model) -> int:
+    """Store every float32 ``Linear`` / ``Embedding`` weight ``[out, in]`` as the transposed view of an
+    ``[in, out]`` array (same values, same model code) -> how many were changed. mlx-lm computes
+    ``x @ W.T``; on the CPU mlx hands that to the BLAS it ships (the reference netlib BLAS in the Linux
+    wheel) with a transpose flag, and that BLAS's transposed loops are far slower than its plain ones
+    (likely: dot products left scalar vs vectorized axpys). With this layout ``W.T`` is contiguous: no
+    flag, the same terms summed in the same order (default model: logits max diff 0.0). Measured A/B
+    in ``bench/results/mlx-cpu.md``. Only on the CPU device (Metal has its own GEMM; no Mac here)."""
+    import mlx.nn as nn
+
+    n = 0
+    for _, mod in model.named_modules():
+        w = getattr(mod, "weight", None)
+        if type(mod) in (nn.Linear, nn.Embedding) and w is not None and w.ndim == 2 and w.dtype == mx.float32:
+            mod.weight = mx.contiguous(w.T).T
+            mx.eval(mod.weight)  # one weight at a time: the old copy goes before the next is made
+            n += 1
+    return n
+
+
 class MLXRunner:
     backend = "mlx"
-    keeps_logits = False  # logits at every fed position (decide's memory estimate reads this)
 
     def __init__(self, model, *, dtype: torch.dtype, max_context: int, vocab: int):
         from mlx_lm.models.cache import KVCache, make_prompt_cache
@@ -69,33 +90,41 @@ class MLXRunner:
             raise ModelLoadError(f"the MLX backend batches models with plain KV caches only (this one has {kinds})")
         self.layers = len(make_prompt_cache(model))
         self._lock = threading.RLock()
+        self._split = body_and_head(model)
+        self.keeps_logits = self._split is not None  # the lm_head only at the positions read (decide's estimate)
 
     # -- the model call -------------------------------------------------------------------------------
     def forward(self, input_ids: mx.array, cache=None, pick: Callable | None = None, wait: bool = True, **kwargs):
         """One model call -> (logits ``[B, T, V]``, or ``pick(logits)`` evaluated, or None with
-        ``pick=NO_LOGITS``: only the cache is evaluated; the cache, a new one if None). MLX is lazy but does
-        not push a slice through a matmul: ``pick`` shrinks what comes back, not the lm_head's work, so a
-        prefill feeds its prompt in two calls (:meth:`last_logits`). ``wait=False`` (decode steps) queues the
-        work (``mx.async_eval``) and returns at once: the host fills grammar masks while it runs, and the
-        sampler's one ``.tolist()`` waits (mlx-lm's own decode loop overlaps the same way)."""
+        ``pick=NO_LOGITS``: only the cache is evaluated; the cache, a new one if None). ``pick`` selects rows
+        and positions only (never the vocabulary axis), so it commutes with the lm_head: where the model splits
+        into body and head (:func:`body_and_head`) the head runs on the picked hidden states only (MLX does
+        not push a slice through a matmul). ``wait=False`` (decode steps) queues the work
+        (``mx.async_eval``) and returns at once; the sampler's one ``.tolist()`` waits."""
         if kwargs:
             raise TypedLMError(f"the MLX model call takes no {sorted(kwargs)}")
         cache = cache if cache is not None else self.new_cache()
         with self._lock:
-            logits = self.model(input_ids, cache=cache)
-            logits = None if pick is NO_LOGITS else pick(logits) if pick is not None else logits
+            if self._split is not None and pick is not None:
+                body, head = self._split
+                h = body(input_ids, cache=cache)
+                logits = None if pick is NO_LOGITS else head(pick(h))
+            else:
+                logits = self.model(input_ids, cache=cache)
+                logits = None if pick is NO_LOGITS else pick(logits) if pick is not None else logits
             (mx.eval if wait else mx.async_eval)([c.state for c in cache], *([] if logits is None else [logits]))
         return logits, cache
 
     def last_logits(self, input_ids: mx.array, cache=None):
         """Rows ``[B, T]`` fed into ``cache`` -> (logits after each row's last token ``[B, V]``, the cache).
-        All but the last token run without the lm_head (mlx-lm's own prefill does the same): its
-        ``[B*T, d] x [d, V]`` matmul was 35 % of a 42-token prefill on this CPU (``bench/results/mlx-cpu.md``)."""
-        body, last = input_ids[:, :-1], input_ids[:, -1:]
-        mx.eval(body, last)  # built here; the forward may run on another thread (module docstring)
-        if body.shape[1]:
-            _, cache = self.forward(body, cache, pick=NO_LOGITS)
-        return self.forward(last, cache, pick=lambda lg: lg[:, -1])
+        The lm_head runs on the last position only: one call on a split model, else the body first without
+        the lm_head (mlx-lm's own prefill does the same; the head was 35 % of a 42-token prefill here)."""
+        mx.eval(input_ids)  # built here; the forward may run on another thread (module docstring)
+        if self._split is None and input_ids.shape[1] > 1:
+            _, cache = self.forward(input_ids[:, :-1], cache, pick=NO_LOGITS)
+            input_ids = input_ids[:, -1:]
+            mx.eval(input_ids)
+        return self.forward(input_ids, cache, pick=lambda lg: lg[:, -1])
 
     def wrapped(self, wrap: Callable) -> "MLXRunner":
         view = copy.copy(self)
@@ -203,6 +232,24 @@ class MLXRunner:
         mx.eval([c.state for c in cache if c.keys is not None])  # built here; the forward may run on another thread
         logits, _ = self.forward(rows, cache, pick=pick)
         return logits
+
+
+def body_and_head(model):
+    """(the model without its lm_head, the lm_head) when mlx-lm's model has that common shape (``model.model``
+    then ``lm_head`` or the tied ``embed_tokens.as_linear``) and a 3-token check gives the model's own
+    logits; else None (the whole model is called; a softcap or scale after the head stays correct)."""
+    body = getattr(model, "model", None)
+    head = getattr(model, "lm_head", None)  # a Module is a dict: test for None, not truth
+    if head is None:
+        head = getattr(getattr(body, "embed_tokens", None), "as_linear", None)
+    if body is None or head is None:
+        return None
+    x = mx.array([[1, 2, 3]])
+    try:
+        same = mx.allclose(model(x), head(body(x)), rtol=0, atol=0).item()
+    except (TypeError, ValueError, AttributeError):
+        return None
+    return (body, head) if same else None
 
 
 def prefix_length(cache) -> int:
