@@ -170,6 +170,43 @@ def test_greedy_tokens_and_usage_with_and_without_the_cache(eng, cache, dynamic)
         seen += prompts[k:k + 2]
 
 
+@pytest.fixture
+def short(eng):
+    """The static KV's one-row short prefill switched on (the CUDA graph's code, run eagerly on the CPU)."""
+    kv = eng.runner.decode_cache(4)
+    kv.short.enabled = True
+    yield kv
+    kv.short.enabled = False
+
+
+def test_short_prefill_after_a_cached_prefix_matches_the_eager_prefill(eng, cache, short):
+    """The short path (tail after the cached prefix, and a short fresh prompt) gives the eager prefill's logits
+    (fp32: within 1e-4) and the same greedy tokens."""
+    prompts = [chat_ids(eng, u) for u in USERS[:4]]
+    tails = [[3, 5, 7], eng.encode_prompt(prompt="hi")]
+    cache.set_limit(0)
+    short.short.enabled = False
+    ref = [greedy(eng, [p], max_batch=1)[0].token_ids for p in prompts]
+    s = short.acquire()
+    ref_logits = [eng.runner.prefill(short, [t], [s]) for t in tails]
+    short.release(s)
+    short.short.enabled = True
+    s = short.acquire()
+    got_logits = [eng.runner.prefill(short, [t], [s]) for t in tails]
+    short.release(s)
+    for a, b in zip(got_logits, ref_logits):
+        assert (a - b).abs().max().item() < 1e-4
+    cache.set_limit(1 << 30)
+    calls = []
+    run = short.short.run
+    short.short.run = lambda *a: calls.append(a) or run(*a)
+    got = [greedy(eng, [p], max_batch=1)[0] for p in prompts]
+    short.short.run = run
+    assert [r.token_ids for r in got] == ref
+    assert all(r.usage["cached_tokens"] > 0 for r in got[1:])
+    assert [c[2] > 0 for c in calls] == [False, True, True, True]  # a short fresh prompt, then 3 cached tails
+
+
 def test_eviction_under_a_tiny_bound_keeps_running_rows_correct(eng, cache):
     # three chains (one per first user text) that do not fit the bound together
     prompts = [eng.encode_prompt(prompt=f"{u}. {SYSTEM} {v}") for u in USERS[:3] for v in USERS[2:5]]

@@ -13,7 +13,9 @@ is copied: :func:`~typedlm.runner.layers.fuse`); only attention and the cache ar
   ``column <= position`` per row. Grouped-query attention is two batched matmuls over the
   ``[B, kv_heads, group, ·]`` view (no K/V expansion). On CUDA each ``(B, L)`` step is a CUDA graph
   (:mod:`~typedlm.runner.graphs`); on the CPU the step runs eagerly at exact sizes.
-* ``prefill`` and ``extend`` (several tokens per row: forced tokens, jump-forward drafts) run eagerly:
+* one row's prefill of at most 128 tokens (a prompt's tail after its cached prefix) is a CUDA graph too
+  (:mod:`~typedlm.runner.short_prefill`: eagerly it is bound by the host's kernel launches).
+* other prefills and ``extend`` (several tokens per row: forced tokens, jump-forward drafts) run eagerly:
   causal SDPA over each row's earlier columns and its own new ones (right-padded; padding writes the
   scratch column).
 
@@ -34,6 +36,7 @@ import torch.nn.functional as F
 from ..errors import TypedLMError
 from .graphs import MIN_BUCKET, DecodeGraphs, batch_buckets, bucket, column_buckets
 from .layers import decode_layer, fuse, project_qkv
+from .short_prefill import ShortPrefill
 from .slots import SlotCache, SlotPool
 from .tensors import device_tensor
 
@@ -87,6 +90,7 @@ class StaticKV(SlotCache):
             torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
             self._layer = torch.compile(decode_layer, dynamic=True)
         self.graphs = DecodeGraphs(device, self._decode, self._reset_inputs, self._io)
+        self.short = ShortPrefill(self)  # one row's short prefill (a cached prompt's tail) as a CUDA graph
 
     # -- slots (any thread) -----------------------------------------------------------------------
     @property
@@ -118,6 +122,8 @@ class StaticKV(SlotCache):
                 for i in range(len(self.layers)):
                     self.k[i][slot_t, :, :m] = past[i, 0]
                     self.v[i][slot_t, :, :m] = past[i, 1]
+            if self.short.fits(g, t):
+                return self.short.run(ids[0], slots[0], m)
             return self._extend(ids, slots, [t] * g)
 
     def read(self, slot: int, a: int, b: int) -> torch.Tensor:
@@ -170,6 +176,7 @@ class StaticKV(SlotCache):
         bs = [b for b in batch_buckets(self.capacity) if batches is None or b in batches]
         with self._lock, torch.inference_mode():
             self.graphs.capture(bs, column_buckets(top, self.max_len))
+            self.short.capture(top)
         return self.graphs.capture_s - before
 
     # -- the model ----------------------------------------------------------------------------------
