@@ -250,6 +250,9 @@ def test_decide_reuses_the_plan_prefix_with_the_same_probabilities(eng, cache, p
     p0, p1 = (prompt_ids(eng, plan, t) for t in TICKETS[:2])
     assert got[0].usage["cached_prompt_tokens"] == 0
     assert got[1].usage["cached_prompt_tokens"] == whole_blocks(lcp(p0, p1)) > 0.8 * len(p1) - 40
+    # everything before the context's fence is shared (prompt version 4: the line before it names no nonce)
+    fence = eng.tokenizer.decode(p1).rindex("<text-")
+    assert lcp(p0, p1) >= len(eng.tokenizer.encode(eng.tokenizer.decode(p1)[:fence], add_special_tokens=False)) - 1
     for a, b in zip(got, ref):
         assert_same(a, b)
 
