@@ -257,6 +257,27 @@ def test_decide_reuses_the_plan_prefix_with_the_same_probabilities(eng, cache, p
         assert_same(a, b)
 
 
+def test_prefill_prefixes_batches_the_prompts_on_their_cached_prefix(eng, cache):
+    """decide_many's batched prefill (contexts whose rows do not fit one pass): prompts with the same cached
+    prefix share one forward of their rests; the KV equals each prompt's own prefill (fp32)."""
+    plan = get_plan(eng, DecisionSchema.coerce(SCHEMA), "labels", False)
+    prompts = [prompt_ids(eng, plan, t) for t in TICKETS]
+    eng.runner.prefill_prefix(prompts[0])  # stores the plan prefix
+    calls = []
+    view = eng.runner.wrapped(lambda ids, c=None, **kw: calls.append(ids.shape) or eng.runner.forward(ids, c, **kw))
+    with tally() as seen:
+        got = view.prefill_prefixes(prompts[1:])
+    m = whole_blocks(min(lcp(prompts[0], p) for p in prompts[1:]))
+    assert calls == [(3, max(len(p) for p in prompts[1:]) - m)]  # one forward: the rests after the cached prefix
+    assert [n for _, n in seen] == [m] * 3
+    cache.set_limit(0)
+    for p, kv in zip(prompts[1:], got):
+        ref = eng.runner.prefill_prefix(p)
+        for a, b in zip(kv.layers, ref.layers):
+            assert a.keys.shape == b.keys.shape and (a.keys - b.keys).abs().max() < 1e-4
+            assert (a.values - b.values).abs().max() < 1e-4
+
+
 def test_decide_many_and_the_neutral_prior_reuse_it(eng, cache):
     ref_eng = configure(tiny_engine(seed=3), 0)  # the same weights, no cache (its own neutral prior too)
     ref = decide_many(SCHEMA, TICKETS, engine=ref_eng, prior="neutral")
