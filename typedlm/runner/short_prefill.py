@@ -1,17 +1,18 @@
 """One row's short prefill on the static slots as a CUDA graph: a prompt's tail after its cached prefix (a
 chat sharing a long system prompt), or a short prompt.
 
-Why: an eager forward of a few tokens is bound by the host, not the GPU. Measured on the H200 (random
-Qwen2.5-7B, bf16; ``bench/results/prefix-cache-h200.md``): the eager prefill of the ~20 new tokens after a
-1,000-token cached prefix took about as long as prefilling all 1,026 tokens (hundreds of kernel launches
-from Python either way), so the prefix cache gained nothing on time to first token. Replayed as a graph,
-the launches cost nothing on the host and the forward is one read of the weights.
+Why: an eager forward of a few tokens is bound by the host's kernel launches, not the GPU. Measured on the
+H200 (random Qwen2.5-7B, bf16; ``bench/results/ttft-profile-h200.json``): the eager prefill of the 17 new
+tokens after a 1,008-token cached prefix took 55 ms, more than the whole 1,025-token prompt uncached (TTFT 34-
+42 ms), so the prefix cache lost time; as a graph it took 9 ms (TTFT 17 ms), and a short prompt without
+a cached prefix went from 38 to 9 ms TTFT.
 
 How: the tokens are padded to a bucket of :data:`BUCKETS` (padding writes the slot's scratch column, as in
 a decode step) and attend over the first ``cols`` columns of the row's slot (a column bucket, as in decode)
 with the mask ``column <= position``, after their own K/V are written; one graph per ``(tokens, cols)``
 bucket, captured on first use or at ``capture``. The layer math is the decode step's (fused weights,
-RMSNorm, RoPE, grouped attention in fp32 softmax) for ``t`` tokens of one row. On the CPU the same code
+RMSNorm, RoPE, grouped attention in fp32 softmax) for ``t`` tokens of one row, compiled as the decode
+layer is (``TYPEDLM_COMPILE_DECODE=0`` keeps it eager). On the CPU the same code
 runs eagerly at exact sizes when switched on (tests compare it with the eager prefill); by default the CPU
 keeps the eager prefill, where nothing is gained. ``TYPEDLM_SHORT_PREFILL=0`` turns it off on CUDA.
 """
@@ -67,6 +68,9 @@ class ShortPrefill:
         self._io = torch.zeros(4, top, dtype=torch.long, device=dev)
         self._host = torch.zeros(4, top, dtype=torch.long, pin_memory=dev.type == "cuda")
         self.graphs = DecodeGraphs(dev, self._run, self._reset, self._io)
+        self._layer = extend_layer
+        if self.enabled and os.environ.get("TYPEDLM_COMPILE_DECODE", "1") == "1":  # as the decode step's layer
+            self._layer = torch.compile(extend_layer, dynamic=True)
 
     def fits(self, rows: int, tokens: int) -> bool:
         return self.enabled and rows == 1 and 0 < tokens <= BUCKETS[-1]
@@ -107,6 +111,6 @@ class ShortPrefill:
         cos, sin = kv.base.rotary_emb(h, pos.view(1, b))
         visible = kv._cols[:cols].view(1, cols) <= pos.view(b, 1)  # [b, cols]
         for i, w in enumerate(kv.weights):
-            h = extend_layer(h, cos, sin, visible, slot, pos, kv.k[i], kv.v[i], *w, kv.eps, kv.scaling, kv.heads,
+            h = self._layer(h, cos, sin, visible, slot, pos, kv.k[i], kv.v[i], *w, kv.eps, kv.scaling, kv.heads,
                              kv.kv_heads, kv.head_dim, cols)
         return kv.model.lm_head(kv.base.norm(h[0].index_select(0, last))).float()
