@@ -278,6 +278,26 @@ def test_prefill_prefixes_batches_the_prompts_on_their_cached_prefix(eng, cache)
             assert (a.values - b.values).abs().max() < 1e-4
 
 
+def test_near_tie_rescoring_reads_the_prompt_from_the_cache(eng, cache, monkeypatch):
+    """Without batch invariance every near tie is rescored one row a pass on a fresh prefill of the prompt: that
+    prefill reads the prompt the first pass stored, and computes only its last partial block."""
+    import typedlm.decide.api as api
+
+    eng.runner.set_invariant(False)
+    monkeypatch.setattr(api, "drift", lambda e: 100.0)  # every field a near tie
+    fed = []
+    forward = eng.runner.forward
+    monkeypatch.setattr(eng.runner, "forward", lambda ids, c=None, **kw: fed.append(ids.shape[1]) or forward(ids, c, **kw))
+    try:
+        d = decide(SCHEMA, TICKETS[0], engine=eng, prior="none", packing="packed")
+    finally:
+        eng.runner.set_invariant(True)
+    assert {f["score_source"] for f in d.to_dict()["fields"].values()} == {"rescored_one_row"}
+    n = d.usage["prompt_tokens"]
+    assert fed[0] == n and len(fed) > 3  # the first pass's prefill, then the packed pass and the one-row passes
+    assert max(fed[1:]) < BLOCK + 8  # the rescoring's prefill: the prompt's last partial block only; rows: a few
+
+
 def test_decide_many_and_the_neutral_prior_reuse_it(eng, cache):
     ref_eng = configure(tiny_engine(seed=3), 0)  # the same weights, no cache (its own neutral prior too)
     ref = decide_many(SCHEMA, TICKETS, engine=ref_eng, prior="neutral")

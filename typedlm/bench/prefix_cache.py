@@ -89,8 +89,8 @@ def run_bench(engine, *, preset: str, runs: int, many: int, system_tokens: int, 
     def chat(u):
         return stream_ttft(engine, sched, [{"role": "system", "content": sysmsg}, {"role": "user", "content": u}])
 
-    for u in ("Hello", "Hello there, a warm-up question", "Hi"):  # kernels, and the short prefill's graphs
-        chat(u)
+    for u in ("Hello", "Question 99: can you help me with my card?", "Question 98: can you help me with my card?"):
+        chat(u)  # kernels, and the graph of the short prefill's bucket the timed chats take
 
     for i in range(runs):
         progress(f"repetition {i + 1}/{runs}")
