@@ -7,7 +7,8 @@
   scheduler (the server's engine thread): time from the request (chat template and tokenization included)
   to its first token event, as a streaming client sees it less HTTP; with the cache warm vs without.
   Target: <= 0.3x uncached.
-* **decide_many**: ``--many`` contexts per call, field decisions/s, cache warm vs off.
+* **decide_many**: ``--many`` contexts per call, field decisions/s, cache warm (the plan prefix) vs off, on the
+  same contexts (near ties, rescored one row a pass without batch invariance, vary by context).
 
 Each repetition runs both modes back to back (off, then on), so a loaded machine slows both alike; the
 neutral prior is computed once before any timing (it is cached per engine in both modes). ``--invariant
@@ -111,7 +112,6 @@ def run_bench(engine, *, preset: str, runs: int, many: int, system_tokens: int, 
         t, cached = chat(users[3 * i + 2])
         c["on"].append(t)
         c["cached_tokens"].append(cached)
-        chunk = ctx[2 * runs + 2 * many * i + many:][:many]
         m["on"].append(_timed(engine, lambda: decide_many(schema, chunk, engine=engine))[0])
     sched.stop()
     fields = len(schema.fields)
