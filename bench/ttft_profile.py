@@ -90,8 +90,10 @@ def main():
         for cls, name, fn in saved:
             setattr(cls, name, fn)
         out[f"parts_ms/{tag}"] = {k: round(1e3 * statistics.median(v), 3) for k, v in times.items()}
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU] +
-                                    ([torch.profiler.ProfilerActivity.CUDA] if engine.device.type == "cuda" else [])) as p:
+        acts = [torch.profiler.ProfilerActivity.CPU]
+        if engine.device.type == "cuda":
+            acts.append(torch.profiler.ProfilerActivity.CUDA)
+        with torch.profiler.profile(activities=acts) as p:
             chat()
         table = p.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
         if engine.device.type == "cuda":

@@ -287,7 +287,8 @@ def test_near_tie_rescoring_reads_the_prompt_from_the_cache(eng, cache, monkeypa
     monkeypatch.setattr(api, "drift", lambda e: 100.0)  # every field a near tie
     fed = []
     forward = eng.runner.forward
-    monkeypatch.setattr(eng.runner, "forward", lambda ids, c=None, **kw: fed.append(ids.shape[1]) or forward(ids, c, **kw))
+    monkeypatch.setattr(eng.runner, "forward",
+                        lambda ids, c=None, **kw: fed.append(ids.shape[1]) or forward(ids, c, **kw))
     try:
         d = decide(SCHEMA, TICKETS[0], engine=eng, prior="none", packing="packed")
     finally:
