@@ -187,18 +187,27 @@ def test_short_prefill_after_a_cached_prefix_matches_the_eager_prefill(eng, cach
     cache.set_limit(0)
     short.short.enabled = False
     ref = [greedy(eng, [p], max_batch=1)[0].token_ids for p in prompts]
-    s = short.acquire()
-    ref_logits = [eng.runner.prefill(short, [t], [s]) for t in tails]
-    short.release(s)
+
+    def prefill_all():  # one row at a time, then two rows of one length together
+        s = [short.acquire(), short.acquire()]
+        out = [eng.runner.prefill(short, [t], s[:1]) for t in tails]
+        out.append(eng.runner.prefill(short, [[3, 5, 7], [9, 2, 4]], s))
+        for x in s:
+            short.release(x)
+        return out
+
+    ref_logits = prefill_all()
     short.short.enabled = True
-    s = short.acquire()
-    got_logits = [eng.runner.prefill(short, [t], [s]) for t in tails]
-    short.release(s)
-    for a, b in zip(got_logits, ref_logits):
-        assert (a - b).abs().max().item() < 1e-4
-    cache.set_limit(1 << 30)
     calls = []
     run = short.short.run
+    short.short.run = lambda *a: calls.append(a) or run(*a)
+    got_logits = prefill_all()
+    short.short.run = run
+    assert len(calls) == 4  # the two rows together: a replay each
+    for a, b in zip(got_logits, ref_logits):
+        assert a.shape == b.shape and (a - b).abs().max().item() < 1e-4
+    cache.set_limit(1 << 30)
+    calls.clear()
     short.short.run = lambda *a: calls.append(a) or run(*a)
     got = [greedy(eng, [p], max_batch=1)[0] for p in prompts]
     short.short.run = run

@@ -1,5 +1,5 @@
-"""One row's short prefill on the static slots as a CUDA graph: a prompt's tail after its cached prefix (a
-chat sharing a long system prompt), or a short prompt.
+"""A short prefill on the static slots as a CUDA graph, one replay a row: a prompt's tail after its cached
+prefix (a chat sharing a long system prompt), or a short prompt.
 
 Why: an eager forward of a few tokens is bound by the host's kernel launches, not the GPU. Measured on the
 H200 (random Qwen2.5-7B, bf16; ``bench/results/ttft-profile-h200.json``): the eager prefill of the 17 new
@@ -73,7 +73,8 @@ class ShortPrefill:
             self._layer = torch.compile(extend_layer, dynamic=True)
 
     def fits(self, rows: int, tokens: int) -> bool:
-        return self.enabled and rows == 1 and 0 < tokens <= BUCKETS[-1]
+        """Rows of ``tokens`` new tokens each go through the graphs, one replay a row (up to 4 rows)."""
+        return self.enabled and rows <= 4 and 0 < tokens <= BUCKETS[-1]
 
     def run(self, ids: torch.Tensor, slot: int, start: int) -> torch.Tensor:
         """``ids`` ``[t]`` (on the device) at positions ``start``.. of ``slot`` -> float32 logits ``[1, V]`` of the
