@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from .graphs import MIN_BUCKET, DecodeGraphs, bucket, column_buckets
 from .layers import rms, rotate_half
+from .tensors import device_tensor
 
 BUCKETS = (16, 32, 64, 128)  # tokens of a short prefill (more: the eager prefill, bound by the GPU anyway)
 
@@ -66,7 +67,6 @@ class ShortPrefill:
         top = BUCKETS[-1]
         # inputs: ids, positions (padding: the scratch column), the slot (column 0), the last real token (column 0)
         self._io = torch.zeros(4, top, dtype=torch.long, device=dev)
-        self._host = torch.zeros(4, top, dtype=torch.long, pin_memory=dev.type == "cuda")
         self.graphs = DecodeGraphs(dev, self._run, self._reset, self._io)
         self._layer = extend_layer
         if self.enabled and os.environ.get("TYPEDLM_COMPILE_DECODE", "1") == "1":  # as the decode step's layer
@@ -84,11 +84,10 @@ class ShortPrefill:
         b = bucket(t, BUCKETS[-1]) if cuda else t
         b = max(b, BUCKETS[0]) if cuda else b
         cols = min(max(MIN_BUCKET, bucket(start + t, 1 << 30)), kv.max_len) if cuda else start + t
-        host = self._host
-        host[1, :b] = kv.max_len
-        host[1, :t] = torch.arange(start, start + t)
-        host[2, 0], host[3, 0] = slot, t - 1
-        self._io[1:, :b].copy_(host[1:, :b], non_blocking=cuda)
+        pad = [0] * (b - 1)
+        # staged in a fresh pinned buffer: rows prefilled back to back queue their copies before any runs
+        self._io[1:, :b].copy_(device_tensor([list(range(start, start + t)) + [kv.max_len] * (b - t),
+                                              [slot, *pad], [t - 1, *pad]], kv.dev))
         self._io[0, :b].zero_()
         self._io[0, :t].copy_(ids)
         out = self.graphs.replay(b, cols) if cuda else self._run(b, cols)
