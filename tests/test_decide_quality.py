@@ -231,7 +231,8 @@ def test_examples_are_in_the_shared_prefix_and_the_prompt_hash(tiny):
     ctxs = ["New phones were shown.", "The minister resigned."]
     a, b = (prompt_ids(tiny, with_ex, c) for c in ctxs)
     common = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
-    ex_end = len(tiny.tokenizer.encode(text[:text.index("The text is between")], add_special_tokens=False))
+    fence = text.rindex("<text-", 0, text.index("New phones"))  # the context's opening fence
+    ex_end = len(tiny.tokenizer.encode(text[:fence], add_special_tokens=False))
     assert common >= ex_end - 2  # the whole examples block is in the common prefix (template tokens aside)
     ds = decide_many({**MULTI, "examples": EXAMPLES}, ctxs, engine=tiny, prior="none")
     assert ds[0].usage["shared_prefix_tokens"] >= ex_end - 2

@@ -170,6 +170,52 @@ def test_greedy_tokens_and_usage_with_and_without_the_cache(eng, cache, dynamic)
         seen += prompts[k:k + 2]
 
 
+@pytest.fixture
+def short(eng):
+    """The static KV's one-row short prefill switched on (the CUDA graph's code, run eagerly on the CPU)."""
+    kv = eng.runner.decode_cache(4)
+    kv.short.enabled = True
+    yield kv
+    kv.short.enabled = False
+
+
+def test_short_prefill_after_a_cached_prefix_matches_the_eager_prefill(eng, cache, short):
+    """The short path (tail after the cached prefix, and a short fresh prompt) gives the eager prefill's logits
+    (fp32: within 1e-4) and the same greedy tokens."""
+    prompts = [chat_ids(eng, u) for u in USERS[:4]]
+    tails = [[3, 5, 7], eng.encode_prompt(prompt="hi")]
+    cache.set_limit(0)
+    short.short.enabled = False
+    ref = [greedy(eng, [p], max_batch=1)[0].token_ids for p in prompts]
+
+    def prefill_all():  # one row at a time, then two rows of one length together
+        s = [short.acquire(), short.acquire()]
+        out = [eng.runner.prefill(short, [t], s[:1]) for t in tails]
+        out.append(eng.runner.prefill(short, [[3, 5, 7], [9, 2, 4]], s))
+        for x in s:
+            short.release(x)
+        return out
+
+    ref_logits = prefill_all()
+    short.short.enabled = True
+    calls = []
+    run = short.short.run
+    short.short.run = lambda *a: calls.append(a) or run(*a)
+    got_logits = prefill_all()
+    short.short.run = run
+    assert len(calls) == 4  # the two rows together: a replay each
+    for a, b in zip(got_logits, ref_logits):
+        assert a.shape == b.shape and (a - b).abs().max().item() < 1e-4
+    cache.set_limit(1 << 30)
+    calls.clear()
+    short.short.run = lambda *a: calls.append(a) or run(*a)
+    got = [greedy(eng, [p], max_batch=1)[0] for p in prompts]
+    short.short.run = run
+    assert [r.token_ids for r in got] == ref
+    assert all(r.usage["cached_tokens"] > 0 for r in got[1:])
+    assert [c[2] > 0 for c in calls] == [False, True, True, True]  # a short fresh prompt, then 3 cached tails
+
+
 def test_eviction_under_a_tiny_bound_keeps_running_rows_correct(eng, cache):
     # three chains (one per first user text) that do not fit the bound together
     prompts = [eng.encode_prompt(prompt=f"{u}. {SYSTEM} {v}") for u in USERS[:3] for v in USERS[2:5]]
@@ -213,8 +259,53 @@ def test_decide_reuses_the_plan_prefix_with_the_same_probabilities(eng, cache, p
     p0, p1 = (prompt_ids(eng, plan, t) for t in TICKETS[:2])
     assert got[0].usage["cached_prompt_tokens"] == 0
     assert got[1].usage["cached_prompt_tokens"] == whole_blocks(lcp(p0, p1)) > 0.8 * len(p1) - 40
+    # everything before the context's fence is shared (prompt version 4: the line before it names no nonce)
+    fence = eng.tokenizer.decode(p1).rindex("<text-")
+    assert lcp(p0, p1) >= len(eng.tokenizer.encode(eng.tokenizer.decode(p1)[:fence], add_special_tokens=False)) - 1
     for a, b in zip(got, ref):
         assert_same(a, b)
+
+
+def test_prefill_prefixes_batches_the_prompts_on_their_cached_prefix(eng, cache):
+    """decide_many's batched prefill (contexts whose rows do not fit one pass): prompts with the same cached
+    prefix share one forward of their rests; the KV equals each prompt's own prefill (fp32)."""
+    plan = get_plan(eng, DecisionSchema.coerce(SCHEMA), "labels", False)
+    prompts = [prompt_ids(eng, plan, t) for t in TICKETS]
+    eng.runner.prefill_prefix(prompts[0])  # stores the plan prefix
+    calls = []
+    view = eng.runner.wrapped(lambda ids, c=None, **kw: calls.append(ids.shape) or eng.runner.forward(ids, c, **kw))
+    with tally() as seen:
+        got = view.prefill_prefixes(prompts[1:])
+    m = whole_blocks(min(lcp(prompts[0], p) for p in prompts[1:]))
+    assert calls == [(3, max(len(p) for p in prompts[1:]) - m)]  # one forward: the rests after the cached prefix
+    assert [n for _, n in seen] == [m] * 3
+    cache.set_limit(0)
+    for p, kv in zip(prompts[1:], got):
+        ref = eng.runner.prefill_prefix(p)
+        for a, b in zip(kv.layers, ref.layers):
+            assert a.keys.shape == b.keys.shape and (a.keys - b.keys).abs().max() < 1e-4
+            assert (a.values - b.values).abs().max() < 1e-4
+
+
+def test_near_tie_rescoring_reads_the_prompt_from_the_cache(eng, cache, monkeypatch):
+    """Without batch invariance every near tie is rescored one row a pass on a fresh prefill of the prompt: that
+    prefill reads the prompt the first pass stored, and computes only its last partial block."""
+    import typedlm.decide.api as api
+
+    eng.runner.set_invariant(False)
+    monkeypatch.setattr(api, "drift", lambda e: 100.0)  # every field a near tie
+    fed = []
+    forward = eng.runner.forward
+    monkeypatch.setattr(eng.runner, "forward",
+                        lambda ids, c=None, **kw: fed.append(ids.shape[1]) or forward(ids, c, **kw))
+    try:
+        d = decide(SCHEMA, TICKETS[0], engine=eng, prior="none", packing="packed")
+    finally:
+        eng.runner.set_invariant(True)
+    assert {f["score_source"] for f in d.to_dict()["fields"].values()} == {"rescored_one_row"}
+    n = d.usage["prompt_tokens"]
+    assert fed[0] == n and len(fed) > 3  # the first pass's prefill, then the packed pass and the one-row passes
+    assert max(fed[1:]) < BLOCK + 8  # the rescoring's prefill: the prompt's last partial block only; rows: a few
 
 
 def test_decide_many_and_the_neutral_prior_reuse_it(eng, cache):

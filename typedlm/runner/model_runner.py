@@ -35,7 +35,7 @@ from .contract import KVCache
 from .dynamic_kv import DynamicKV
 from .invariant import mode as invariant
 from .prefix_cache import PrefixCache, default_limit
-from .prefix_reuse import cached_pass, prefill_prompt, prefill_rows, store_pass, weights_stamp
+from .prefix_reuse import cached_pass, prefill_prompt, prefill_prompts, prefill_rows, store_pass, weights_stamp
 from .static_kv import StaticKV, unsupported
 
 
@@ -149,21 +149,15 @@ class ModelRunner:
 
     @torch.inference_mode()
     def prefill_prefixes(self, ids_list: list[list[int]]) -> list:
-        """Several prompts in one right-padded forward -> one prefix cache per prompt (views, cut to its length)."""
-        from transformers import DynamicCache
-
-        if len(ids_list) == 1 or self.prefix_cache.enabled:  # one by one: each on its cached prefix
-            return [self.prefill_prefix(ids) for ids in ids_list]
-        n = max(len(i) for i in ids_list)
-        ids = torch.zeros(len(ids_list), n, dtype=torch.long)
-        att = torch.zeros(len(ids_list), n, dtype=torch.long)
-        for b, row in enumerate(ids_list):
-            ids[b, : len(row)] = torch.tensor(row)
-            att[b, : len(row)] = 1
+        """Several prompts -> one prefix cache per prompt: each on its cached prefix, those with the same cached
+        prefix (none, when the cache is off) in one right-padded forward; stored in the prefix cache."""
+        if len(ids_list) == 1:
+            return [self.prefill_prefix(ids_list[0])]
+        for ids in ids_list:
+            if len(ids) >= self.max_context:
+                raise TypedLMError(f"decision prompt has {len(ids)} tokens; the model's context is {self.max_context}")
         with self._scoring():
-            _, cache = self.forward(ids.to(self.device), attention_mask=att.to(self.device), **self._keep(1))
-        return [DynamicCache(ddp_cache_data=[(lay.keys[b:b + 1, :, : len(row)], lay.values[b:b + 1, :, : len(row)])
-                                             for lay in cache.layers]) for b, row in enumerate(ids_list)]
+            return prefill_prompts(self, ids_list)
 
     @torch.inference_mode()
     def score(self, ids: list[int], prefix, positions: list[int], allow: torch.Tensor, read: list[int],

@@ -14,7 +14,7 @@
   (a lookup touches a path child-first, so a parent is always fresher than its children and leaves go
   first); a prompt whose blocks do not fit is stored as far as they fit.
 * **Invalidated** when the weights change: ``stamp()`` (the runner's: every parameter's storage and
-  version counter) is compared on each call and a different one empties the cache. A new model is a new
+  version counter) is compared on each lookup and a different one empties the cache. A new model is a new
   runner, with its own cache.
 * **Thread-safe**: one lock around the tree; the copies a hit returns are the caller's.
 
@@ -181,9 +181,8 @@ class PrefixCache:
             return 0
         n = len(ids) if upto is None else min(upto, len(ids))
         n -= n % self.block
-        with self._lock:
-            self._check_stamp()
-            path = self._walk(ids, n)
+        with self._lock:  # no weights check here: the lookup before it made one, and KV computed before a change
+            path = self._walk(ids, n)  # is dropped by the next lookup (checking here could keep it under the new stamp)
         start = len(path) * self.block
         if start >= n:
             return 0

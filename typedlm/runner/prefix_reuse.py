@@ -53,6 +53,46 @@ def prefill_prompt(runner, ids: list[int]):
     return past
 
 
+def prefill_prompts(runner, ids_list: list[list[int]]) -> list:
+    """Several decision prompts -> one transformers cache each: every prompt on its cached prefix, the prompts
+    with the same cached prefix in one right-padded forward (a prompt cached whole needs none); stored."""
+    cache = runner.prefix_cache
+    hits = [cache.match(ids) for ids in ids_list]
+    groups: dict[int, list[int]] = {}
+    for i, h in enumerate(hits):
+        groups.setdefault(id(h.block), []).append(i)
+    out: list = [None] * len(ids_list)
+    for rows in groups.values():
+        m = hits[rows[0]].length
+        past = hits[rows[0]].kv()
+        todo = [i for i in rows if len(ids_list[i]) > m]
+        for i in set(rows) - set(todo):
+            out[i] = to_hf(past)
+        if todo:
+            for i, kv in zip(todo, _forward_rests(runner, [ids_list[i][m:] for i in todo], past)):
+                out[i] = kv
+    for ids, kv in zip(ids_list, out):
+        cache.insert(ids, lambda a, b, kv=kv: from_hf(kv, 0, a, b))
+    return out
+
+
+def _forward_rests(runner, rests: list[list[int]], past) -> list:
+    """The prompts' rests after one shared ``past`` (or none) in one right-padded forward -> a cache per row."""
+    from transformers import DynamicCache
+
+    m, n = (0 if past is None else int(past.shape[3])), max(len(r) for r in rests)
+    ids = torch.zeros(len(rests), n, dtype=torch.long)
+    att = torch.zeros(len(rests), m + n, dtype=torch.long)
+    att[:, :m] = 1
+    for b, row in enumerate(rests):
+        ids[b, :len(row)] = torch.tensor(row)
+        att[b, m:m + len(row)] = 1
+    _, kv = runner.forward(ids.to(runner.device), None if past is None else to_hf(past, len(rests)),
+                           attention_mask=att.to(runner.device), **runner._keep(1))
+    return [DynamicCache(ddp_cache_data=[(lay.keys[b:b + 1, :, :m + len(row)], lay.values[b:b + 1, :, :m + len(row)])
+                                         for lay in kv.layers]) for b, row in enumerate(rests)]
+
+
 def cached_pass(cache: PrefixCache, ids: list[int], positions: list[int], allow: torch.Tensor, read: list[int],
                 keep: int):
     """A scoring pass that starts with a ``keep``-token prompt (causal, positions 0..keep-1) and has no prefix

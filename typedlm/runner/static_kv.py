@@ -13,7 +13,10 @@ is copied: :func:`~typedlm.runner.layers.fuse`); only attention and the cache ar
   ``column <= position`` per row. Grouped-query attention is two batched matmuls over the
   ``[B, kv_heads, group, ·]`` view (no K/V expansion). On CUDA each ``(B, L)`` step is a CUDA graph
   (:mod:`~typedlm.runner.graphs`); on the CPU the step runs eagerly at exact sizes.
-* ``prefill`` and ``extend`` (several tokens per row: forced tokens, jump-forward drafts) run eagerly:
+* a prefill of at most 128 new tokens a row, up to 4 rows (a prompt's tail after its cached prefix), replays
+  CUDA graphs too, one a row
+  (:mod:`~typedlm.runner.short_prefill`: eagerly it is bound by the host's kernel launches).
+* other prefills and ``extend`` (several tokens per row: forced tokens, jump-forward drafts) run eagerly:
   causal SDPA over each row's earlier columns and its own new ones (right-padded; padding writes the
   scratch column).
 
@@ -34,6 +37,7 @@ import torch.nn.functional as F
 from ..errors import TypedLMError
 from .graphs import MIN_BUCKET, DecodeGraphs, batch_buckets, bucket, column_buckets
 from .layers import decode_layer, fuse, project_qkv
+from .short_prefill import ShortPrefill
 from .slots import SlotCache, SlotPool
 from .tensors import device_tensor
 
@@ -87,6 +91,7 @@ class StaticKV(SlotCache):
             torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
             self._layer = torch.compile(decode_layer, dynamic=True)
         self.graphs = DecodeGraphs(device, self._decode, self._reset_inputs, self._io)
+        self.short = ShortPrefill(self)  # short prefills (a cached prompt's tail) as CUDA graphs
 
     # -- slots (any thread) -----------------------------------------------------------------------
     @property
@@ -118,6 +123,8 @@ class StaticKV(SlotCache):
                 for i in range(len(self.layers)):
                     self.k[i][slot_t, :, :m] = past[i, 0]
                     self.v[i][slot_t, :, :m] = past[i, 1]
+            if self.short.fits(g, t):  # a graph per row: still far cheaper than the eager forward
+                return torch.cat([self.short.run(ids[i], s, m) for i, s in enumerate(slots)])
             return self._extend(ids, slots, [t] * g)
 
     def read(self, slot: int, a: int, b: int) -> torch.Tensor:
@@ -170,6 +177,7 @@ class StaticKV(SlotCache):
         bs = [b for b in batch_buckets(self.capacity) if batches is None or b in batches]
         with self._lock, torch.inference_mode():
             self.graphs.capture(bs, column_buckets(top, self.max_len))
+            self.short.capture(top)
         return self.graphs.capture_s - before
 
     # -- the model ----------------------------------------------------------------------------------

@@ -1,0 +1,116 @@
+"""A short prefill on the static slots as a CUDA graph, one replay a row: a prompt's tail after its cached
+prefix (a chat sharing a long system prompt), or a short prompt.
+
+Why: an eager forward of a few tokens is bound by the host's kernel launches, not the GPU. Measured on the
+H200 (random Qwen2.5-7B, bf16; ``bench/results/ttft-profile-h200.json``): the eager prefill of the 17 new
+tokens after a 1,008-token cached prefix took 55 ms, more than the whole 1,025-token prompt uncached (TTFT 34-
+42 ms), so the prefix cache lost time; as a graph it took 9 ms (TTFT 17 ms), and a short prompt without
+a cached prefix went from 38 to 9 ms TTFT.
+
+How: the tokens are padded to a bucket of :data:`BUCKETS` (padding writes the slot's scratch column, as in
+a decode step) and attend over the first ``cols`` columns of the row's slot (a column bucket, as in decode)
+with the mask ``column <= position``, after their own K/V are written; one graph per ``(tokens, cols)``
+bucket, captured on first use or at ``capture``. The layer math is the decode step's (fused weights,
+RMSNorm, RoPE, grouped attention in fp32 softmax) for ``t`` tokens of one row, compiled as the decode
+layer is (``TYPEDLM_COMPILE_DECODE=0`` keeps it eager). On the CPU the same code
+runs eagerly at exact sizes when switched on (tests compare it with the eager prefill); by default the CPU
+keeps the eager prefill, where nothing is gained. ``TYPEDLM_SHORT_PREFILL=0`` turns it off on CUDA.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.nn.functional as F
+
+from .graphs import MIN_BUCKET, DecodeGraphs, bucket, column_buckets
+from .layers import rms, rotate_half
+from .tensors import device_tensor
+
+BUCKETS = (16, 32, 64, 128)  # tokens of a short prefill (more: the eager prefill, bound by the GPU anyway)
+
+
+def extend_layer(h, cos, sin, visible, slot, pos, kc, vc, n1, qkv_w, qkv_b, qn, kn, o_w, o_b, n2, gu_w, d_w,
+                 eps: float, scaling: float, heads: int, kv_heads: int, hd: int, cols: int):
+    """One decoder layer for ``t`` new tokens of one row (``h`` ``[1, t, hidden]``) at positions ``pos``
+    ``[t]`` of slot ``slot`` (``[1]``): K/V written first, then each token attends over the first ``cols``
+    columns where ``visible`` (``[t, cols]``) allows."""
+    t, group = h.shape[1], heads // kv_heads
+    x = rms(h, n1, eps)
+    q, k, v = F.linear(x, qkv_w, qkv_b)[0].split([heads * hd, kv_heads * hd, kv_heads * hd], dim=-1)
+    q, k, v = q.view(t, heads, hd), k.view(t, kv_heads, hd), v.view(t, kv_heads, hd)
+    if qn is not None:
+        q, k = rms(q, qn, eps), rms(k, kn, eps)
+    c, s_ = cos.view(t, 1, hd), sin.view(t, 1, hd)
+    q = q * c + rotate_half(q) * s_
+    k = k * c + rotate_half(k) * s_
+    kc[slot, :, pos] = k
+    vc[slot, :, pos] = v
+    qg = q.view(t, kv_heads, group, hd).permute(1, 2, 0, 3).reshape(kv_heads, group * t, hd)
+    att = torch.matmul(qg, kc[slot, :, :cols][0].transpose(-1, -2)).float() * scaling  # [kv_heads, group*t, cols]
+    att = att.view(kv_heads, group, t, cols).masked_fill(~visible, float("-inf")).softmax(-1).to(q.dtype)
+    o = torch.matmul(att.view(kv_heads, group * t, cols), vc[slot, :, :cols][0])  # [kv_heads, group*t, hd]
+    o = o.view(kv_heads, group, t, hd).permute(2, 0, 1, 3).reshape(1, t, heads * hd)
+    h = h + F.linear(o, o_w, o_b)
+    x = rms(h, n2, eps)
+    gate, up = F.linear(x, gu_w).chunk(2, dim=-1)
+    return h + F.linear(F.silu(gate) * up, d_w)
+
+
+class ShortPrefill:
+    """Short one-row prefills of a :class:`~typedlm.runner.static_kv.StaticKV` (``kv``), graphed on CUDA."""
+
+    def __init__(self, kv):
+        self.kv, dev = kv, kv.dev
+        self.enabled = dev.type == "cuda" and os.environ.get("TYPEDLM_SHORT_PREFILL", "1") != "0"
+        top = BUCKETS[-1]
+        # inputs: ids, positions (padding: the scratch column), the slot (column 0), the last real token (column 0)
+        self._io = torch.zeros(4, top, dtype=torch.long, device=dev)
+        self.graphs = DecodeGraphs(dev, self._run, self._reset, self._io)
+        self._layer = extend_layer
+        if self.enabled and os.environ.get("TYPEDLM_COMPILE_DECODE", "1") == "1":  # as the decode step's layer
+            self._layer = torch.compile(extend_layer, dynamic=True)
+
+    def fits(self, rows: int, tokens: int) -> bool:
+        """Rows of ``tokens`` new tokens each go through the graphs, one replay a row (up to 4 rows)."""
+        return self.enabled and rows <= 4 and 0 < tokens <= BUCKETS[-1]
+
+    def run(self, ids: torch.Tensor, slot: int, start: int) -> torch.Tensor:
+        """``ids`` ``[t]`` (on the device) at positions ``start``.. of ``slot`` -> float32 logits ``[1, V]`` of the
+        last one. The caller holds the cache's lock and checked the length."""
+        kv, t = self.kv, int(ids.shape[0])
+        cuda = kv.dev.type == "cuda"
+        b = bucket(t, BUCKETS[-1]) if cuda else t
+        b = max(b, BUCKETS[0]) if cuda else b
+        cols = min(max(MIN_BUCKET, bucket(start + t, 1 << 30)), kv.max_len) if cuda else start + t
+        pad = [0] * (b - 1)
+        # staged in a fresh pinned buffer: rows prefilled back to back queue their copies before any runs
+        self._io[1:, :b].copy_(device_tensor([list(range(start, start + t)) + [kv.max_len] * (b - t),
+                                              [slot, *pad], [t - 1, *pad]], kv.dev))
+        self._io[0, :b].zero_()
+        self._io[0, :t].copy_(ids)
+        out = self.graphs.replay(b, cols) if cuda else self._run(b, cols)
+        kv.length[slot] = start + t
+        return out.clone()  # the next replay overwrites ``out``
+
+    def capture(self, top: int) -> None:
+        """Every (tokens, cols) bucket up to ``top`` columns (the server's warm-up: no request pays a capture)."""
+        if self.enabled:
+            self.graphs.capture(list(BUCKETS), column_buckets(top, self.kv.max_len))
+
+    def _reset(self, b: int) -> None:
+        self._io[:, :b] = 0
+        self._io[1, :b] = self.kv.max_len
+
+    def _run(self, b: int, cols: int) -> torch.Tensor:
+        kv = self.kv
+        ids, pos = self._io[0, :b].view(1, b), self._io[1, :b]
+        slot, last = self._io[2, :1], self._io[3, :1]
+        h = kv.base.embed_tokens(ids)
+        cos, sin = kv.base.rotary_emb(h, pos.view(1, b))
+        visible = kv._cols[:cols].view(1, cols) <= pos.view(b, 1)  # [b, cols]
+        for i, w in enumerate(kv.weights):
+            h = self._layer(h, cos, sin, visible, slot, pos, kv.k[i], kv.v[i], *w, kv.eps, kv.scaling, kv.heads,
+                             kv.kv_heads, kv.head_dim, cols)
+        return kv.model.lm_head(kv.base.norm(h[0].index_select(0, last))).float()
