@@ -29,7 +29,7 @@ engine = random_engine(arch, device="cuda")
 def _ops_check() -> dict:
     """The invariant ops on CUDA bf16: each row's bits alone vs in batches of 1, 2, 7, 64, 300 rows."""
     from typedlm.runner.invariant import attention as inv_attention
-    from typedlm.runner.invariant import ops
+    from typedlm.runner.invariant import ops, triton_attention
 
     torch.manual_seed(0)
     dev, bf = "cuda", torch.bfloat16
@@ -44,7 +44,6 @@ def _ops_check() -> dict:
     H, kvh, d, n, K = 28, 4, 128, 700, 1600
     keys, vals = torch.randn(1, kvh, n, d, device=dev, dtype=bf), torch.randn(1, kvh, n, d, device=dev, dtype=bf)
     q = torch.randn(1, H, 1, d, device=dev, dtype=bf)
-    alone = inv_attention.attention(q, keys, vals, None, d ** -0.5)
     spots = torch.sort(torch.randperm(K, device=dev)[:n]).values
     bk, bv = torch.randn(1, kvh, K, d, device=dev, dtype=bf), torch.randn(1, kvh, K, d, device=dev, dtype=bf)
     bk[:, :, spots], bv[:, :, spots] = keys, vals
@@ -53,9 +52,19 @@ def _ops_check() -> dict:
     allow[0, 7, spots] = True
     qs = torch.randn(1, H, 300, d, device=dev, dtype=bf)
     qs[:, :, 7] = q[:, :, 0]
-    got = inv_attention.attention(qs, bk, bv, allow[:, None], d ** -0.5)
-    out["attention_scattered_keys"] = float((got[:, 7].float() - alone[:, 0].float()).abs().max())
+    for name, fn in {"attention": inv_attention.attention, "triton_attention": triton_attention.attention}.items():
+        alone = fn(q, keys, vals, None, d ** -0.5)
+        got = fn(qs, bk, bv, allow[:, None], d ** -0.5)
+        out[f"{name}_scattered_keys"] = float((got[:, 7].float() - alone[:, 0].float()).abs().max())
+        out[f"{name}_vs_sdpa"] = float((got.float() - _sdpa(qs, bk, bv, allow)).abs().max())
     return out
+
+
+def _sdpa(q, k, v, allow):
+    g = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+    o = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=allow[:, None])
+    return o.transpose(1, 2)
 
 
 def _log_scores(d) -> dict:

@@ -17,7 +17,7 @@ import types
 from torch import nn
 
 from . import attention as inv_attention
-from . import ops
+from . import ops, triton_attention
 
 NAME = "typedlm_invariant"
 _per_thread = threading.local()
@@ -65,7 +65,8 @@ def _rms_forward(self, x):
 def _attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
     if active():
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-        return inv_attention.attention(query, key, value, attention_mask, scale), None
+        fn = triton_attention.attention if triton_attention.available(query) else inv_attention.attention
+        return fn(query, key, value, attention_mask, scale), None
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
