@@ -28,7 +28,7 @@ except ImportError:  # pragma: no cover - the CPU install may lack triton; CUDA 
     triton = None
 
 BLOCK_N = 64  # list entries per block
-_last = threading.local()  # the last mask compacted on this thread: (mask, version, k, result)
+_last = threading.local()  # the last mask compacted on this thread: (mask, k, result)
 
 
 def available(query: torch.Tensor) -> bool:
@@ -41,10 +41,11 @@ def available(query: torch.Tensor) -> bool:
 def compact(mask: torch.Tensor, q: int, k: int):
     """A mask ``[b|1, 1, q, >=k]`` (bool: True may attend; additive float: 0 may attend) -> (index ``[b|1, q, k]``
     int32: entry ``i`` is the key of the query's ``i``-th allowed key (filler past its count), count ``[b|1, q]``
-    int32). Cached for the same (unchanged) mask object, so the layers of one forward compact it once."""
+    int32). Cached for the same mask object (masks are built per forward, never changed in place), so the
+    layers of one forward compact it once."""
     hit = getattr(_last, "entry", None)
-    if hit is not None and hit[0] is mask and hit[1] == mask._version and hit[2] == k:
-        return hit[3]
+    if hit is not None and hit[0] is mask and hit[1] == k:
+        return hit[2]
     allow = mask[:, 0, -q:, -k:]
     if allow.dtype != torch.bool:
         allow = allow > torch.finfo(allow.dtype).min / 2
@@ -52,7 +53,7 @@ def compact(mask: torch.Tensor, q: int, k: int):
     want = torch.arange(1, k + 1, device=mask.device, dtype=torch.int32).expand(*cum.shape[:-1], k).contiguous()
     index = torch.searchsorted(cum, want, out_int32=True).clamp_max_(k - 1)
     result = (index, cum[..., -1].contiguous())
-    _last.entry = (mask, mask._version, k, result)
+    _last.entry = (mask, k, result)
     return result
 
 
