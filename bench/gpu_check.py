@@ -29,7 +29,7 @@ engine = random_engine(arch, device="cuda")
 def _ops_check() -> dict:
     """The invariant ops on CUDA bf16: each row's bits alone vs in batches of 1, 2, 7, 64, 300 rows."""
     from typedlm.runner.invariant import attention as inv_attention
-    from typedlm.runner.invariant import ops, triton_attention
+    from typedlm.runner.invariant import ops, triton_attention, triton_ops
 
     torch.manual_seed(0)
     dev, bf = "cuda", torch.bfloat16
@@ -37,10 +37,17 @@ def _ops_check() -> dict:
     w = torch.randn(4096, 3584, device=dev, dtype=bf) * 0.02
     out = {}
     for name, fn in {"linear": lambda t: ops.linear(t, w), "torch_linear": lambda t: torch.nn.functional.linear(t, w),
-                     "rms_norm": lambda t: ops.rms_norm(t, w[0], 1e-6), "log_softmax": ops.log_softmax}.items():
+                     "triton_linear": lambda t: triton_ops.linear(t, w),
+                     "rms_norm": lambda t: ops.rms_norm(t, w[0], 1e-6), "log_softmax": ops.log_softmax,
+                     "triton_rms_norm": lambda t: triton_ops.rms_norm(t, w[0], 1e-6)}.items():
         alone = torch.cat([fn(x[i:i + 1]) for i in range(64)])
         out[name] = max(float((fn(x[:n])[:min(n, 64)].float() - alone[:min(n, 64)].float()).abs().max())
                         for n in (1, 2, 7, 64, 300))
+    out["triton_linear_vs_torch"] = float((triton_ops.linear(x, w).float() - x.float() @ w.float().t()).abs().max())
+    out["torch_linear_vs_torch"] = float((torch.nn.functional.linear(x, w).float() - x.float() @ w.float().t())
+                                         .abs().max())
+    out["triton_rms_norm_vs_ops"] = float((triton_ops.rms_norm(x, w[0], 1e-6).float()
+                                           - ops.rms_norm(x, w[0], 1e-6).float()).abs().max())
     H, kvh, d, n, K = 28, 4, 128, 700, 1600
     keys, vals = torch.randn(1, kvh, n, d, device=dev, dtype=bf), torch.randn(1, kvh, n, d, device=dev, dtype=bf)
     q = torch.randn(1, H, 1, d, device=dev, dtype=bf)

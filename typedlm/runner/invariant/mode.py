@@ -17,7 +17,7 @@ import types
 from torch import nn
 
 from . import attention as inv_attention
-from . import ops, triton_attention
+from . import ops, triton_attention, triton_ops
 
 NAME = "typedlm_invariant"
 _per_thread = threading.local()
@@ -52,13 +52,13 @@ def bound(fn):
 
 def _linear_forward(self, x):
     if active():
-        return ops.linear(x, self.weight, self.bias)
+        return (triton_ops if triton_ops.available(x) else ops).linear(x, self.weight, self.bias)
     return nn.Linear.forward(self, x)
 
 
 def _rms_forward(self, x):
     if active():
-        return ops.rms_norm(x, self.weight, self.variance_epsilon)
+        return (triton_ops if triton_ops.available(x) else ops).rms_norm(x, self.weight, self.variance_epsilon)
     return type(self).forward(self, x)
 
 
