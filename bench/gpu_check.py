@@ -2,6 +2,7 @@
 every constraint kind through generate(), a mixed batch of 8 rows through the scheduler (each row
 valid for its own constraint), and decide / decide_many on two presets. Prints JSON; exits 1 on a
 violation. Run on the lent H200 (bench/results/gpu-check-h200.json holds the committed output).
+``python bench/gpu_check.py ARCH ops``: only the invariant kernels' checks (no model).
 ``python bench/gpu_check.py ARCH invariance``: only the batch-invariance check (issue 20): the invariant ops
 in bf16, decide batched vs one-row and decide_many vs solo, invariance on and off
 (bench/results/gpu-invariance-h200.json)."""
@@ -23,7 +24,7 @@ from typedlm.generate.scheduler import run_batch
 from typedlm.grammar import make_constraint
 
 arch = sys.argv[1] if len(sys.argv) > 1 else "qwen2.5-0.5b"
-engine = random_engine(arch, device="cuda")
+engine = random_engine(arch, device="cuda") if sys.argv[2:] != ["ops"] else None  # "ops": the kernels alone
 
 
 def _ops_check() -> dict:
@@ -111,6 +112,9 @@ def invariance_check() -> dict:
     return out
 
 
+if sys.argv[2:] == ["ops"]:
+    print(json.dumps({"device": torch.cuda.get_device_name(0), "ops_max_abs_diff": _ops_check()}, indent=1))
+    sys.exit(0)
 if sys.argv[2:] == ["invariance"]:
     r = invariance_check()
     print(json.dumps({"arch": arch, "device": torch.cuda.get_device_name(0), "invariance": r}, indent=1))
