@@ -24,6 +24,14 @@ def backend_option():
                                                 "Apple Silicon when mlx-lm is installed)")
 
 
+def deterministic_option():
+    """``--deterministic/--no-deterministic`` (``load_engine(deterministic=...)``)."""
+    return typer.Option(None, "--deterministic/--no-deterministic",
+                        help="batch-invariant decision scoring: a field's scores are the same bits whatever shares "
+                             "the pass, so no near-tie rescoring (default: on for the torch backend; "
+                             "TYPEDLM_BATCH_INVARIANT=0 turns it off). Generation is not covered yet")
+
+
 def fail(reason: str) -> "typer.Exit":
     """Print a one-line reason to stderr and exit 2 (bad input)."""
     typer.echo(f"error: {' '.join(str(reason).split())}", err=True)

@@ -129,9 +129,10 @@ def pick_backend(backend: str | None = None) -> str:
 
 
 def load_engine(ref: str = models.DEFAULT_REF, *, device: str = "auto", dtype: str | None = None,
-                progress: bool = True, backend: str | None = None) -> Engine:
+                progress: bool = True, backend: str | None = None, deterministic: bool | None = None) -> Engine:
     """Resolve ``ref`` (see :mod:`typedlm.models`), load model + tokenizer, build the handle on ``backend``
-    (see :func:`pick_backend`)."""
+    (see :func:`pick_backend`). ``deterministic``: batch-invariant scoring on (True) or off (False); None:
+    the runner's default (``TYPEDLM_BATCH_INVARIANT``, else on for the torch backend)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     t0 = time.perf_counter()
@@ -145,6 +146,9 @@ def load_engine(ref: str = models.DEFAULT_REF, *, device: str = "auto", dtype: s
         if chosen == "mlx":
             if resolved.kind == "hub":
                 raise ModelLoadError("the MLX backend loads local directories only (a HF or MLX model directory)")
+            if deterministic:
+                raise ModelLoadError("--deterministic (batch-invariant scoring) needs the torch backend; "
+                                     "the MLX runner has no batch-invariant kernels")
             return engine_from_mlx(path, tok, name=resolved.name, dtype=pick_dtype(dtype, dev) if dtype else None,
                                    load_seconds=time.perf_counter() - t0)
         model = AutoModelForCausalLM.from_pretrained(path, local_files_only=resolved.kind != "hub",
@@ -156,8 +160,12 @@ def load_engine(ref: str = models.DEFAULT_REF, *, device: str = "auto", dtype: s
                 "Offline, pass a local path instead: a HF model directory or a .gguf file"
             ) from e
         raise ModelLoadError(f"could not load model '{ref}' from {path}: {e}") from e
-    return engine_from_model(model, tok, name=resolved.name, device=dev, dtype=dt, source=path,
-                             load_seconds=time.perf_counter() - t0)
+    engine = engine_from_model(model, tok, name=resolved.name, device=dev, dtype=dt, source=path,
+                               load_seconds=time.perf_counter() - t0)
+    if deterministic is not None and engine.runner.set_invariant(deterministic) != deterministic:
+        raise ModelLoadError(f"--deterministic: batch-invariant scoring is not available for '{ref}': "
+                             f"{engine.runner.invariant_reason}")
+    return engine
 
 
 def engine_from_model(model, tokenizer, *, name: str, device: torch.device | str = "cpu",

@@ -54,17 +54,17 @@ class ModelRunner:
         # token prefix -> KV across requests, for prefill and decisions (runner/prefix_reuse.py)
         self.prefix_cache = PrefixCache(default_limit(device), stamp=lambda: weights_stamp(model))
         self.invariant_reason: str | None = None  # None: scoring is batch-invariant; else why not
-        env = os.environ.get("TYPEDLM_BATCH_INVARIANT", "")
-        if env == "0" or (not env and device.type != "cpu"):
-            self.invariant_reason = "TYPEDLM_BATCH_INVARIANT=0" if env else f"off by default on {device.type}"
+        if os.environ.get("TYPEDLM_BATCH_INVARIANT", "") == "0":
+            self.invariant_reason = "TYPEDLM_BATCH_INVARIANT=0"
         else:
             self.set_invariant(True)
 
     def set_invariant(self, on: bool) -> bool:
-        """Batch-invariant scoring on or off (benches measure both). Default: on on the CPU (fp32: batched =
-        one row, bit for bit), off on CUDA, where the pure-torch attention costs ~18x a prefill and decide_many
-        is not yet bit-exact (bench/results/decide-invariance-h200.md); ``TYPEDLM_BATCH_INVARIANT=1`` / ``0``
-        forces it. Returns whether it is on: a model the hooks cannot take stays off, with the reason."""
+        """Batch-invariant scoring on or off (benches measure both; ``load_engine(deterministic=)``,
+        ``--deterministic``). Default on: batched = one row, bit for bit (CPU fp32; CUDA bf16 with the Triton
+        kernels, where decide without rescoring is faster than with it: bench/results/decide-invariance-h200.md);
+        ``TYPEDLM_BATCH_INVARIANT=0`` turns it off. Returns whether it is on: a model the hooks cannot take stays
+        off, with the reason."""
         self.invariant_reason = invariant.install(self.model) if on else "switched off"
         return self.invariant
 
