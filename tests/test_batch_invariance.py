@@ -139,3 +139,26 @@ def test_invariance_is_per_thread():
         mode.bound(lambda: seen.append(mode.active()))()
         assert seen == [True]
     assert not mode.active()
+
+
+def test_deterministic_switch(tiny):
+    """``load_engine(deterministic=)`` / ``--deterministic``: on and off through the engine; asked of a runner
+    with no invariant kernels (MLX) it is a named error, never a silent fallback."""
+    from types import SimpleNamespace
+
+    from typedlm.engine import set_deterministic
+    from typedlm.errors import ModelLoadError
+    from typedlm.server.config import resolve_settings
+
+    try:
+        assert set_deterministic(tiny, False) is tiny and not tiny.runner.invariant
+        assert set_deterministic(tiny, None) is tiny and not tiny.runner.invariant  # None: left as it is
+        assert set_deterministic(tiny, True).runner.invariant and ties.drift(tiny) == float("-inf")
+    finally:
+        tiny.runner.set_invariant(True)
+    mlx_like = SimpleNamespace(name="m", runner=SimpleNamespace(backend="mlx"))
+    with pytest.raises(ModelLoadError, match="torch backend"):
+        set_deterministic(mlx_like, True)
+    assert set_deterministic(mlx_like, False) is mlx_like
+    assert resolve_settings({}, env={"TYPEDLM_DETERMINISTIC": "0"}).deterministic is False
+    assert resolve_settings({}, env={}).deterministic is None

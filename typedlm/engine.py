@@ -146,11 +146,9 @@ def load_engine(ref: str = models.DEFAULT_REF, *, device: str = "auto", dtype: s
         if chosen == "mlx":
             if resolved.kind == "hub":
                 raise ModelLoadError("the MLX backend loads local directories only (a HF or MLX model directory)")
-            if deterministic:
-                raise ModelLoadError("--deterministic (batch-invariant scoring) needs the torch backend; "
-                                     "the MLX runner has no batch-invariant kernels")
-            return engine_from_mlx(path, tok, name=resolved.name, dtype=pick_dtype(dtype, dev) if dtype else None,
-                                   load_seconds=time.perf_counter() - t0)
+            mlx = engine_from_mlx(path, tok, name=resolved.name, dtype=pick_dtype(dtype, dev) if dtype else None,
+                                  load_seconds=time.perf_counter() - t0)
+            return set_deterministic(mlx, deterministic)
         model = AutoModelForCausalLM.from_pretrained(path, local_files_only=resolved.kind != "hub",
                                                      **placement.load_kwargs(path, dev, dt))
     except OSError as e:
@@ -160,11 +158,24 @@ def load_engine(ref: str = models.DEFAULT_REF, *, device: str = "auto", dtype: s
                 "Offline, pass a local path instead: a HF model directory or a .gguf file"
             ) from e
         raise ModelLoadError(f"could not load model '{ref}' from {path}: {e}") from e
-    engine = engine_from_model(model, tok, name=resolved.name, device=dev, dtype=dt, source=path,
-                               load_seconds=time.perf_counter() - t0)
-    if deterministic is not None and engine.runner.set_invariant(deterministic) != deterministic:
-        raise ModelLoadError(f"--deterministic: batch-invariant scoring is not available for '{ref}': "
-                             f"{engine.runner.invariant_reason}")
+    return set_deterministic(engine_from_model(model, tok, name=resolved.name, device=dev, dtype=dt, source=path,
+                                               load_seconds=time.perf_counter() - t0), deterministic)
+
+
+def set_deterministic(engine: Engine, on: bool | None) -> Engine:
+    """Batch-invariant decision scoring on (True) or off (False) for ``engine``; None leaves the runner's default.
+    Asking for it where it cannot be had (the MLX runner, a model the hooks cannot take) is an error."""
+    if on is None:
+        return engine
+    runner = engine.runner
+    if not hasattr(runner, "set_invariant"):
+        if on:
+            raise ModelLoadError(f"deterministic (batch-invariant) scoring needs the torch backend, "
+                                 f"not {runner.backend}")
+        return engine
+    if runner.set_invariant(on) != on:
+        raise ModelLoadError(f"deterministic (batch-invariant) scoring is not available for {engine.name}: "
+                             f"{runner.invariant_reason}")
     return engine
 
 
