@@ -131,8 +131,7 @@ def pick_backend(backend: str | None = None) -> str:
 def load_engine(ref: str = models.DEFAULT_REF, *, device: str = "auto", dtype: str | None = None,
                 progress: bool = True, backend: str | None = None, deterministic: bool | None = None) -> Engine:
     """Resolve ``ref`` (see :mod:`typedlm.models`), load model + tokenizer, build the handle on ``backend``
-    (see :func:`pick_backend`). ``deterministic``: batch-invariant scoring on (True) or off (False); None:
-    the runner's default (``TYPEDLM_BATCH_INVARIANT``, else on for the torch backend)."""
+    (see :func:`pick_backend`). ``deterministic``: see :func:`set_deterministic`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     t0 = time.perf_counter()
@@ -163,17 +162,18 @@ def load_engine(ref: str = models.DEFAULT_REF, *, device: str = "auto", dtype: s
 
 
 def set_deterministic(engine: Engine, on: bool | None) -> Engine:
-    """Batch-invariant decision scoring on (True) or off (False) for ``engine``; None leaves the runner's default.
-    Asking for it where it cannot be had (the MLX runner, a model the hooks cannot take) is an error."""
+    """Deterministic mode on (True: batch-invariant scoring and generation) or off (False: neither) for
+    ``engine``; None leaves the runner's default (invariant scoring, fast generation). Asking for it where it
+    cannot be had (the MLX runner, a model the hooks cannot take) is an error."""
     if on is None:
         return engine
     runner = engine.runner
-    if not hasattr(runner, "set_invariant"):
+    if not hasattr(runner, "set_deterministic"):
         if on:
             raise ModelLoadError(f"deterministic (batch-invariant) scoring needs the torch backend, "
                                  f"not {runner.backend}")
         return engine
-    if runner.set_invariant(on) != on:
+    if runner.set_deterministic(on) != on:
         raise ModelLoadError(f"deterministic (batch-invariant) scoring is not available for {engine.name}: "
                              f"{runner.invariant_reason}")
     return engine
