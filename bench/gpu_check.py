@@ -3,6 +3,7 @@ every constraint kind through generate(), a mixed batch of 8 rows through the sc
 valid for its own constraint), and decide / decide_many on two presets. Prints JSON; exits 1 on a
 violation. Run on the lent H200 (bench/results/gpu-check-h200.json holds the committed output).
 ``python bench/gpu_check.py ARCH ops``: only the invariant kernels' checks (no model).
+``python bench/gpu_check.py ARCH deterministic``: greedy rows after slot reuse vs solo, deterministic mode off/on.
 ``python bench/gpu_check.py ARCH invariance``: only the batch-invariance check (issue 20): the invariant ops
 in bf16, decide batched vs one-row and decide_many vs solo, invariance on and off
 (bench/results/gpu-invariance-h200.json)."""
@@ -112,6 +113,35 @@ def invariance_check() -> dict:
     return out
 
 
+def _slot_reuse() -> str:
+    """12 greedy rows through 4 slots (reused after eviction): how many equal their solo run."""
+    prompts = [f"row {i} " * (1 + i % 5) for i in range(12)]
+    solo = [generate(p, engine=engine, temperature=0, max_tokens=8 + 3 * (i % 4)).token_ids
+            for i, p in enumerate(prompts)]
+    seqs = [build_sequence(engine, engine.encode_prompt(prompt=p),
+                           SamplingParams(max_tokens=8 + 3 * (i % 4), temperature=0), None)
+            for i, p in enumerate(prompts)]
+    batched = [x.token_ids for x in run_batch(engine, seqs, max_batch=4)]
+    return f"{sum(a == b for a, b in zip(batched, solo))}/12"
+
+
+def deterministic_check() -> dict:
+    """Greedy generation after slot reuse vs solo with deterministic mode off and on (issue 20), and the seconds
+    each round took (solo runs + the batch; the first includes graph capture)."""
+    out = {}
+    for setting in ("off", "on"):
+        engine.runner.set_deterministic(setting == "on")
+        t0 = time.perf_counter()
+        out[setting] = {"slot_reuse_rows_equal_solo": _slot_reuse(), "seconds": round(time.perf_counter() - t0, 2)}
+    engine.runner.set_deterministic(False)
+    engine.runner.set_invariant(True)
+    return out
+
+
+if sys.argv[2:] == ["deterministic"]:
+    r = deterministic_check()
+    print(json.dumps({"arch": arch, "device": torch.cuda.get_device_name(0), "deterministic": r}, indent=1))
+    sys.exit(0 if r["on"]["slot_reuse_rows_equal_solo"] == "12/12" else 1)
 if sys.argv[2:] == ["ops"]:
     print(json.dumps({"device": torch.cuda.get_device_name(0), "ops_max_abs_diff": _ops_check()}, indent=1))
     sys.exit(0)
@@ -203,13 +233,7 @@ for a, b in zip(r.token_ids, hf):
     same += 1
 sk["greedy_prefix_equal_to_hf"] = f"{same}/{min(len(r.token_ids), len(hf))}"
 # 3. slots reused after eviction: 12 rows through 4 slots, each equal to its solo run
-prompts = [f"row {i} " * (1 + i % 5) for i in range(12)]
-solo = [generate(p, engine=engine, temperature=0, max_tokens=8 + 3 * (i % 4)).token_ids
-        for i, p in enumerate(prompts)]
-seqs = [build_sequence(engine, engine.encode_prompt(prompt=p), SamplingParams(max_tokens=8 + 3 * (i % 4), temperature=0),
-                       None) for i, p in enumerate(prompts)]
-batched = [x.token_ids for x in run_batch(engine, seqs, max_batch=4)]
-sk["slot_reuse_rows_equal_solo"] = f"{sum(a == b for a, b in zip(batched, solo))}/12"
+sk["slot_reuse_rows_equal_solo"] = _slot_reuse()
 report["static_kv"] = sk
 print(json.dumps(report, indent=1))
 if bad or sk["graph_vs_eager_max_abs"] > 0.5:
