@@ -27,9 +27,9 @@ def backend_option():
 def deterministic_option():
     """``--deterministic/--no-deterministic`` (``load_engine(deterministic=...)``)."""
     return typer.Option(None, "--deterministic/--no-deterministic",
-                        help="batch-invariant decision scoring: a field's scores are the same bits whatever shares "
-                             "the pass, so no near-tie rescoring (default: on for the torch backend; "
-                             "TYPEDLM_BATCH_INVARIANT=0 turns it off). Generation is not covered yet")
+                        help="batch-invariant kernels for decisions and generation: a row's results are the same "
+                             "bits whatever else shares the batch. Default: decisions only (no near-tie rescoring), "
+                             "generation on the fast kernels; --no-deterministic: neither")
 
 
 def fail(reason: str) -> "typer.Exit":
