@@ -62,3 +62,12 @@ def test_triton_attention_is_invariant_to_what_shares_the_pass(ta):
     with torch.inference_mode():  # as the runner calls it
         assert torch.equal(ta.attention(qc, keys, vals, None, 0.25)[0, -1], alone[0, 0])
         assert torch.equal(ta.attention(qs, big_k, big_v, allow[:, None], 0.25)[1, 2], alone[0, 0])
+
+
+def test_triton_attention_broadcast_mask(ta):
+    """A mask with batch and query dimensions of 1 (shared by every row / query) is broadcast."""
+    Q, K, V = _inputs(b=2, q=5)
+    allow = torch.rand(1, 1, 1, 70) < 0.5
+    allow[..., 0] = True
+    torch.testing.assert_close(ta.attention(Q, K, V, allow, 0.25), ref.attention(Q, K, V, allow, 0.25),
+                               rtol=1e-5, atol=1e-5)

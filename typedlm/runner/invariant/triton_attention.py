@@ -104,7 +104,7 @@ if triton is not None:
 def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,
               scaling: float) -> torch.Tensor:
     """The same contract as :func:`.attention.attention`: query ``[b, H, q, d]``, key/value ``[b, kvh, k, d]``,
-    mask None (causal: the queries are the last ``q`` of ``k`` keys) or ``[b|1, 1, q, k]`` -> ``[b, q, H, d]``."""
+    mask None (causal: the queries are the last ``q`` of ``k`` keys) or ``[b|1, 1, q|1, k]`` -> ``[b, q, H, d]``."""
     b, H, q, d = query.shape
     kvh, k = key.shape[1], key.shape[2]
     g = H // kvh
@@ -115,9 +115,8 @@ def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask:
         ib = iq = cb = cq = 0
     else:
         index, count = compact(mask, q, k)
-        ib = index.stride(0) if index.shape[0] > 1 else 0
-        cb = count.stride(0) if count.shape[0] > 1 else 0
-        iq, cq = index.stride(1), count.stride(1)
+        ib, iq = (index.stride(i) if index.shape[i] > 1 else 0 for i in (0, 1))  # broadcast dims: stride 0
+        cb, cq = (count.stride(i) if count.shape[i] > 1 else 0 for i in (0, 1))
     _kernel[(q, kvh, b)](
         query, key, value, out, index, count, q, k, scaling,
         query.stride(0), query.stride(1), query.stride(2), key.stride(0), key.stride(1), key.stride(2),
