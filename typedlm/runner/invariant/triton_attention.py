@@ -32,10 +32,9 @@ _last = threading.local()  # the last mask compacted on this thread: (mask, k, r
 
 
 def available(query: torch.Tensor) -> bool:
-    """The kernel takes this query: CUDA with triton, a power-of-two head size of at least 16 (``tl.dot``).
-    (Tests run it on the CPU under ``TRITON_INTERPRET=1`` by calling :func:`attention` directly.)"""
-    d = query.shape[-1]
-    return triton is not None and query.device.type == "cuda" and d >= 16 and d & (d - 1) == 0
+    """The kernel takes this query: CUDA with triton (any head size: padded to a power of two). Tests run it on
+    the CPU under ``TRITON_INTERPRET=1`` by calling :func:`attention` directly."""
+    return triton is not None and query.device.type == "cuda"
 
 
 def compact(mask: torch.Tensor, q: int, k: int):
@@ -61,22 +60,25 @@ if triton is not None:
     @triton.jit
     def _kernel(Q, K, V, O, IDX, CNT, q_len, k_len, scale,
                 sqb, sqh, sqq, skb, skh, skk, svb, svh, svk, sob, soq, soh, sib, siq, scb, scq,
-                G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BN: tl.constexpr, CAUSAL: tl.constexpr):
+                G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BD: tl.constexpr, BN: tl.constexpr,
+                CAUSAL: tl.constexpr):
         qi = tl.program_id(0)
         kh = tl.program_id(1)
         bi = tl.program_id(2).to(tl.int64)
         rows = tl.arange(0, GP)
         heads = kh * G + rows
         live = rows < G
-        dims = tl.arange(0, D)
-        qv = tl.load(Q + bi * sqb + heads[:, None] * sqh + qi * sqq + dims[None, :], mask=live[:, None], other=0.0)
+        dims = tl.arange(0, BD)  # the head size padded to a power of two (zeros)
+        dl = dims < D
+        qv = tl.load(Q + bi * sqb + heads[:, None] * sqh + qi * sqq + dims[None, :], mask=live[:, None] & dl[None, :],
+                     other=0.0)
         if CAUSAL:
             n = k_len - q_len + qi + 1
         else:
             n = tl.load(CNT + bi * scb + qi * scq)
         m = tl.full([GP], float("-inf"), tl.float32)
         lsum = tl.zeros([GP], tl.float32)
-        acc = tl.zeros([GP, D], tl.float32)
+        acc = tl.zeros([GP, BD], tl.float32)
         kbase = K + bi * skb + kh * skh
         vbase = V + bi * svb + kh * svh
         for start in range(0, n, BN):
@@ -86,19 +88,21 @@ if triton is not None:
                 keys = offs
             else:
                 keys = tl.load(IDX + bi * sib + qi * siq + offs, mask=ok, other=0)
-            kt = tl.load(kbase + keys[:, None].to(tl.int64) * skk + dims[None, :], mask=ok[:, None], other=0.0)
+            kt = tl.load(kbase + keys[:, None].to(tl.int64) * skk + dims[None, :], mask=ok[:, None] & dl[None, :],
+                         other=0.0)
             s = tl.dot(qv, tl.trans(kt)) * scale
             s = tl.where(ok[None, :], s, float("-inf"))
             m_new = tl.maximum(m, tl.max(s, 1))
             p = tl.exp(s - m_new[:, None])
             alpha = tl.exp(m - m_new)
             lsum = lsum * alpha + tl.sum(p, 1)
-            vt = tl.load(vbase + keys[:, None].to(tl.int64) * svk + dims[None, :], mask=ok[:, None], other=0.0)
+            vt = tl.load(vbase + keys[:, None].to(tl.int64) * svk + dims[None, :], mask=ok[:, None] & dl[None, :],
+                         other=0.0)
             acc = acc * alpha[:, None] + tl.dot(p.to(vt.dtype), vt)
             m = m_new
         out = acc / tl.maximum(lsum, 1.1754943508222875e-38)[:, None]
         tl.store(O + bi * sob + qi * soq + heads[:, None] * soh + dims[None, :], out.to(O.dtype.element_ty),
-                 mask=live[:, None])
+                 mask=live[:, None] & dl[None, :])
 
 
 def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,
@@ -122,5 +126,6 @@ def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask:
         query.stride(0), query.stride(1), query.stride(2), key.stride(0), key.stride(1), key.stride(2),
         value.stride(0), value.stride(1), value.stride(2), out.stride(0), out.stride(1), out.stride(2),
         ib, iq, cb, cq,
-        G=g, GP=max(16, triton.next_power_of_2(g)), D=d, BN=BLOCK_N, CAUSAL=mask is None)
+        G=g, GP=max(16, triton.next_power_of_2(g)), D=d, BD=max(16, triton.next_power_of_2(d)), BN=BLOCK_N,
+        CAUSAL=mask is None)
     return out
