@@ -2,6 +2,8 @@
 every constraint kind through generate(), a mixed batch of 8 rows through the scheduler (each row
 valid for its own constraint), and decide / decide_many on two presets. Prints JSON; exits 1 on a
 violation. Run on the lent H200 (bench/results/gpu-check-h200.json holds the committed output).
+``python bench/gpu_check.py ARCH ops``: only the invariant kernels' checks (no model).
+``python bench/gpu_check.py ARCH deterministic``: greedy rows after slot reuse vs solo, deterministic mode off/on.
 ``python bench/gpu_check.py ARCH invariance``: only the batch-invariance check (issue 20): the invariant ops
 in bf16, decide batched vs one-row and decide_many vs solo, invariance on and off
 (bench/results/gpu-invariance-h200.json)."""
@@ -23,13 +25,13 @@ from typedlm.generate.scheduler import run_batch
 from typedlm.grammar import make_constraint
 
 arch = sys.argv[1] if len(sys.argv) > 1 else "qwen2.5-0.5b"
-engine = random_engine(arch, device="cuda")
+engine = random_engine(arch, device="cuda") if sys.argv[2:] != ["ops"] else None  # "ops": the kernels alone
 
 
 def _ops_check() -> dict:
     """The invariant ops on CUDA bf16: each row's bits alone vs in batches of 1, 2, 7, 64, 300 rows."""
     from typedlm.runner.invariant import attention as inv_attention
-    from typedlm.runner.invariant import ops
+    from typedlm.runner.invariant import ops, triton_attention, triton_ops
 
     torch.manual_seed(0)
     dev, bf = "cuda", torch.bfloat16
@@ -37,14 +39,20 @@ def _ops_check() -> dict:
     w = torch.randn(4096, 3584, device=dev, dtype=bf) * 0.02
     out = {}
     for name, fn in {"linear": lambda t: ops.linear(t, w), "torch_linear": lambda t: torch.nn.functional.linear(t, w),
-                     "rms_norm": lambda t: ops.rms_norm(t, w[0], 1e-6), "log_softmax": ops.log_softmax}.items():
+                     "triton_linear": lambda t: triton_ops.linear(t, w),
+                     "rms_norm": lambda t: ops.rms_norm(t, w[0], 1e-6), "log_softmax": ops.log_softmax,
+                     "triton_rms_norm": lambda t: triton_ops.rms_norm(t, w[0], 1e-6)}.items():
         alone = torch.cat([fn(x[i:i + 1]) for i in range(64)])
         out[name] = max(float((fn(x[:n])[:min(n, 64)].float() - alone[:min(n, 64)].float()).abs().max())
                         for n in (1, 2, 7, 64, 300))
+    out["triton_linear_vs_torch"] = float((triton_ops.linear(x, w).float() - x.float() @ w.float().t()).abs().max())
+    out["torch_linear_vs_torch"] = float((torch.nn.functional.linear(x, w).float() - x.float() @ w.float().t())
+                                         .abs().max())
+    out["triton_rms_norm_vs_ops"] = float((triton_ops.rms_norm(x, w[0], 1e-6).float()
+                                           - ops.rms_norm(x, w[0], 1e-6).float()).abs().max())
     H, kvh, d, n, K = 28, 4, 128, 700, 1600
     keys, vals = torch.randn(1, kvh, n, d, device=dev, dtype=bf), torch.randn(1, kvh, n, d, device=dev, dtype=bf)
     q = torch.randn(1, H, 1, d, device=dev, dtype=bf)
-    alone = inv_attention.attention(q, keys, vals, None, d ** -0.5)
     spots = torch.sort(torch.randperm(K, device=dev)[:n]).values
     bk, bv = torch.randn(1, kvh, K, d, device=dev, dtype=bf), torch.randn(1, kvh, K, d, device=dev, dtype=bf)
     bk[:, :, spots], bv[:, :, spots] = keys, vals
@@ -53,9 +61,19 @@ def _ops_check() -> dict:
     allow[0, 7, spots] = True
     qs = torch.randn(1, H, 300, d, device=dev, dtype=bf)
     qs[:, :, 7] = q[:, :, 0]
-    got = inv_attention.attention(qs, bk, bv, allow[:, None], d ** -0.5)
-    out["attention_scattered_keys"] = float((got[:, 7].float() - alone[:, 0].float()).abs().max())
+    for name, fn in {"attention": inv_attention.attention, "triton_attention": triton_attention.attention}.items():
+        alone = fn(q, keys, vals, None, d ** -0.5)
+        got = fn(qs, bk, bv, allow[:, None], d ** -0.5)
+        out[f"{name}_scattered_keys"] = float((got[:, 7].float() - alone[:, 0].float()).abs().max())
+        out[f"{name}_vs_sdpa"] = float((got.float() - _sdpa(qs, bk, bv, allow)).abs().max())
     return out
+
+
+def _sdpa(q, k, v, allow):
+    g = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+    o = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=allow[:, None])
+    return o.transpose(1, 2)
 
 
 def _log_scores(d) -> dict:
@@ -95,6 +113,38 @@ def invariance_check() -> dict:
     return out
 
 
+def _slot_reuse() -> str:
+    """12 greedy rows through 4 slots (reused after eviction): how many equal their solo run."""
+    prompts = [f"row {i} " * (1 + i % 5) for i in range(12)]
+    solo = [generate(p, engine=engine, temperature=0, max_tokens=8 + 3 * (i % 4)).token_ids
+            for i, p in enumerate(prompts)]
+    seqs = [build_sequence(engine, engine.encode_prompt(prompt=p),
+                           SamplingParams(max_tokens=8 + 3 * (i % 4), temperature=0), None)
+            for i, p in enumerate(prompts)]
+    batched = [x.token_ids for x in run_batch(engine, seqs, max_batch=4)]
+    return f"{sum(a == b for a, b in zip(batched, solo))}/12"
+
+
+def deterministic_check() -> dict:
+    """Greedy generation after slot reuse vs solo with deterministic mode off and on (issue 20), and the seconds
+    each round took (solo runs + the batch; the first includes graph capture)."""
+    out = {}
+    for setting in ("off", "on"):
+        engine.runner.set_deterministic(setting == "on")
+        t0 = time.perf_counter()
+        out[setting] = {"slot_reuse_rows_equal_solo": _slot_reuse(), "seconds": round(time.perf_counter() - t0, 2)}
+    engine.runner.set_deterministic(False)
+    engine.runner.set_invariant(True)
+    return out
+
+
+if sys.argv[2:] == ["deterministic"]:
+    r = deterministic_check()
+    print(json.dumps({"arch": arch, "device": torch.cuda.get_device_name(0), "deterministic": r}, indent=1))
+    sys.exit(0 if r["on"]["slot_reuse_rows_equal_solo"] == "12/12" else 1)
+if sys.argv[2:] == ["ops"]:
+    print(json.dumps({"device": torch.cuda.get_device_name(0), "ops_max_abs_diff": _ops_check()}, indent=1))
+    sys.exit(0)
 if sys.argv[2:] == ["invariance"]:
     r = invariance_check()
     print(json.dumps({"arch": arch, "device": torch.cuda.get_device_name(0), "invariance": r}, indent=1))
@@ -183,13 +233,7 @@ for a, b in zip(r.token_ids, hf):
     same += 1
 sk["greedy_prefix_equal_to_hf"] = f"{same}/{min(len(r.token_ids), len(hf))}"
 # 3. slots reused after eviction: 12 rows through 4 slots, each equal to its solo run
-prompts = [f"row {i} " * (1 + i % 5) for i in range(12)]
-solo = [generate(p, engine=engine, temperature=0, max_tokens=8 + 3 * (i % 4)).token_ids
-        for i, p in enumerate(prompts)]
-seqs = [build_sequence(engine, engine.encode_prompt(prompt=p), SamplingParams(max_tokens=8 + 3 * (i % 4), temperature=0),
-                       None) for i, p in enumerate(prompts)]
-batched = [x.token_ids for x in run_batch(engine, seqs, max_batch=4)]
-sk["slot_reuse_rows_equal_solo"] = f"{sum(a == b for a, b in zip(batched, solo))}/12"
+sk["slot_reuse_rows_equal_solo"] = _slot_reuse()
 report["static_kv"] = sk
 print(json.dumps(report, indent=1))
 if bad or sk["graph_vs_eager_max_abs"] > 0.5:

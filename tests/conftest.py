@@ -3,6 +3,9 @@ import os
 import pytest
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Triton kernels (the batch-invariant attention) run on the CPU through Triton's interpreter; read when triton
+# is imported, so set before anything imports it. Only tests call those kernels on the CPU.
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture(scope="session")

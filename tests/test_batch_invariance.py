@@ -17,6 +17,29 @@ CONTEXTS = ["My card was charged twice this month and I want my money back.",
             "URGENT: our whole team is locked out since this morning, production is down."]
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _invariant_on(tiny):
+    """Invariance is off by default on the CPU (its price there); these tests turn it on for the tiny engine."""
+    before = tiny.runner.invariant
+    assert tiny.runner.set_invariant(True)
+    yield
+    tiny.runner.set_invariant(before)
+
+
+def test_default_is_on_for_cuda_only_and_the_env_forces_it(tiny, monkeypatch):
+    from typedlm.runner.model_runner import ModelRunner
+
+    def runner():
+        return ModelRunner(tiny.runner.model, device=torch.device("cpu"), dtype=torch.float32, max_context=256)
+
+    monkeypatch.delenv("TYPEDLM_BATCH_INVARIANT", raising=False)
+    assert not runner().invariant and runner().invariant_reason == "off by default on the CPU"
+    monkeypatch.setenv("TYPEDLM_BATCH_INVARIANT", "1")
+    assert runner().invariant
+    monkeypatch.setenv("TYPEDLM_BATCH_INVARIANT", "0")
+    assert runner().invariant_reason == "TYPEDLM_BATCH_INVARIANT=0"
+
+
 def _rows_alone_equal(fn, x: torch.Tensor, sizes=(1, 2, 7, 64, 65, 130)):
     """fn on every batch of the first ``n`` rows gives each row the bits of that row run alone."""
     alone = torch.cat([fn(x[i:i + 1]) for i in range(x.shape[0])])
@@ -139,3 +162,61 @@ def test_invariance_is_per_thread():
         mode.bound(lambda: seen.append(mode.active()))()
         assert seen == [True]
     assert not mode.active()
+
+
+def test_deterministic_switch(tiny):
+    """``load_engine(deterministic=)`` / ``--deterministic``: on and off through the engine; asked of a runner
+    with no invariant kernels (MLX) it is a named error, never a silent fallback."""
+    from types import SimpleNamespace
+
+    from typedlm.engine import set_deterministic
+    from typedlm.errors import ModelLoadError
+    from typedlm.server.config import resolve_settings
+
+    try:
+        assert set_deterministic(tiny, False) is tiny and not tiny.runner.invariant
+        assert set_deterministic(tiny, None) is tiny and not tiny.runner.invariant  # None: left as it is
+        assert set_deterministic(tiny, True).runner.invariant and ties.drift(tiny) == float("-inf")
+    finally:
+        tiny.runner.set_invariant(True)
+    mlx_like = SimpleNamespace(name="m", runner=SimpleNamespace(backend="mlx"))
+    with pytest.raises(ModelLoadError, match="torch backend"):
+        set_deterministic(mlx_like, True)
+    assert set_deterministic(mlx_like, False) is mlx_like
+    assert resolve_settings({}, env={"TYPEDLM_DETERMINISTIC": "0"}).deterministic is False
+    assert resolve_settings({}, env={}).deterministic is None
+
+
+def _greedy_logits(runner, kv, prompts, steps):
+    """Greedy decode of ``prompts`` side by side (each prefilled on its own) -> per prompt its logits per step."""
+    slots = [kv.acquire() for _ in prompts]
+    last = [runner.prefill(kv, [p], [s])[0] for p, s in zip(prompts, slots)]
+    seen = [[] for _ in prompts]
+    for _ in range(steps):
+        for i, lg in enumerate(last):
+            seen[i].append(lg.clone())
+        out = runner.run(kv, [[int(lg.argmax())] for lg in last], slots)
+        last = list(out)
+    for s in slots:
+        kv.release(s)
+    return seen
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_deterministic_generation_is_batch_invariant_after_slot_reuse(tiny, no_prefix_cache, dynamic):
+    """``--deterministic``: a greedy row's logits are the same bits alone and beside other rows in slots that
+    held longer sequences before (stale columns, another batch bucket). Without it they differ here by ~1e-5."""
+    enc = tiny.tokenizer.encode
+    target, other, filler = enc("The quick brown fox jumps over"), enc("Hello there my dear"), enc("a b c d e f g h")
+    runner = tiny.runner
+    try:
+        assert runner.set_deterministic(True)
+        kv = runner.decode_cache(4, dynamic=dynamic)
+        assert dynamic or kv.invariant
+        solo = _greedy_logits(runner, kv, [target], 10)[0]
+        _greedy_logits(runner, kv, [filler] * 3, 20)  # the slots now hold 28-token rows
+        beside = _greedy_logits(runner, kv, [other, target, filler], 10)[1]
+        assert all(torch.equal(a, b) for a, b in zip(solo, beside))
+    finally:
+        runner.set_deterministic(False)
+        assert runner.set_invariant(True)

@@ -27,3 +27,13 @@ def test_bench_gen_tiny(tmp_path):
 def test_bench_gen_bad_arch():
     r = CliRunner().invoke(app, ["bench", "gen", "--arch", "nope", "--device", "cpu"])
     assert r.exit_code == 2 and "unknown arch" in r.output
+
+
+def test_bench_gen_deterministic_tiny(tmp_path):
+    out = tmp_path / "gen.json"
+    r = CliRunner().invoke(app, ["bench", "gen", "--arch", "tiny", "--device", "cpu", "--batch", "2", "--max-tokens",
+                                 "4", "--no-hf", "--deterministic", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    res = json.loads(out.read_text())
+    assert res["deterministic"] and res["command"].endswith("--deterministic")
+    assert all("error" not in x and x["tokens"] == 8 for x in res["results"])

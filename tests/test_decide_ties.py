@@ -13,9 +13,10 @@ from typedlm.decide import ties
 
 @pytest.fixture(autouse=True)
 def _fallback(tiny):
+    before = tiny.runner.invariant
     tiny.runner.set_invariant(False)
     yield
-    tiny.runner.set_invariant(True)
+    tiny.runner.set_invariant(before)
 
 
 CONTEXTS = ["My card was charged twice this month and I want my money back.",

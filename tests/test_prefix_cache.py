@@ -292,6 +292,7 @@ def test_near_tie_rescoring_reads_the_prompt_from_the_cache(eng, cache, monkeypa
     prefill reads the prompt the first pass stored, and computes only its last partial block."""
     import typedlm.decide.api as api
 
+    before = eng.runner.invariant
     eng.runner.set_invariant(False)
     monkeypatch.setattr(api, "drift", lambda e: 100.0)  # every field a near tie
     fed = []
@@ -301,7 +302,7 @@ def test_near_tie_rescoring_reads_the_prompt_from_the_cache(eng, cache, monkeypa
     try:
         d = decide(SCHEMA, TICKETS[0], engine=eng, prior="none", packing="packed")
     finally:
-        eng.runner.set_invariant(True)
+        eng.runner.set_invariant(before)
     assert {f["score_source"] for f in d.to_dict()["fields"].values()} == {"rescored_one_row"}
     n = d.usage["prompt_tokens"]
     assert fed[0] == n and len(fed) > 3  # the first pass's prefill, then the packed pass and the one-row passes

@@ -24,7 +24,8 @@ from .bench import jump_forward as bench_jump_forward
 from .bench import mlx as bench_mlx
 from .bench import prefix_cache as bench_prefix_cache
 from .bench import trust as bench_trust
-from .cliutil import EXIT_INCOMPLETE, backend_option, fail, print_json, read_json, read_text, user_errors
+from .cliutil import (EXIT_INCOMPLETE, backend_option, deterministic_option, fail, print_json, read_json, read_text,
+                      user_errors)
 from .errors import TypedLMError
 from .decide import cli as decide_cli
 from .eval import cli as eval_cli
@@ -76,6 +77,7 @@ def generate(
     lenient: bool = typer.Option(False, "--lenient", help="compile schemas with unenforced keywords anyway"),
     device: str = typer.Option("auto", "--device"),
     backend: Optional[str] = backend_option(),
+    deterministic: Optional[bool] = deterministic_option(),
     as_json: bool = typer.Option(False, "--json", help="print the whole result as JSON"),
 ):
     """Generate under one constraint; prints only the text (stats go to stderr)."""
@@ -104,7 +106,7 @@ def generate(
             prepare_schema(constraint.value)  # a refusal (keyword + pointer) comes before the model load
         SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
                        stop=tuple(stop or ()), repetition_penalty=repetition_penalty)
-        engine = load_engine(model, device=device, backend=backend)
+        engine = load_engine(model, device=device, backend=backend, deterministic=deterministic)
         result = run(None if messages else prompt, messages=messages, engine=engine, any_whitespace=not compact,
                      lenient=lenient, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
                      seed=seed, stop=stop, repetition_penalty=repetition_penalty, **kwargs)

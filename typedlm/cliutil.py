@@ -24,6 +24,14 @@ def backend_option():
                                                 "Apple Silicon when mlx-lm is installed)")
 
 
+def deterministic_option():
+    """``--deterministic/--no-deterministic`` (``load_engine(deterministic=...)``)."""
+    return typer.Option(None, "--deterministic/--no-deterministic",
+                        help="batch-invariant kernels for decisions and generation: a row's results are the same "
+                             "bits whatever else shares the batch. Default: decisions only (no near-tie rescoring), "
+                             "generation on the fast kernels; --no-deterministic: neither")
+
+
 def fail(reason: str) -> "typer.Exit":
     """Print a one-line reason to stderr and exit 2 (bad input)."""
     typer.echo(f"error: {' '.join(str(reason).split())}", err=True)

@@ -129,9 +129,9 @@ def pick_backend(backend: str | None = None) -> str:
 
 
 def load_engine(ref: str = models.DEFAULT_REF, *, device: str = "auto", dtype: str | None = None,
-                progress: bool = True, backend: str | None = None) -> Engine:
+                progress: bool = True, backend: str | None = None, deterministic: bool | None = None) -> Engine:
     """Resolve ``ref`` (see :mod:`typedlm.models`), load model + tokenizer, build the handle on ``backend``
-    (see :func:`pick_backend`)."""
+    (see :func:`pick_backend`). ``deterministic``: see :func:`set_deterministic`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     t0 = time.perf_counter()
@@ -145,8 +145,9 @@ def load_engine(ref: str = models.DEFAULT_REF, *, device: str = "auto", dtype: s
         if chosen == "mlx":
             if resolved.kind == "hub":
                 raise ModelLoadError("the MLX backend loads local directories only (a HF or MLX model directory)")
-            return engine_from_mlx(path, tok, name=resolved.name, dtype=pick_dtype(dtype, dev) if dtype else None,
-                                   load_seconds=time.perf_counter() - t0)
+            mlx = engine_from_mlx(path, tok, name=resolved.name, dtype=pick_dtype(dtype, dev) if dtype else None,
+                                  load_seconds=time.perf_counter() - t0)
+            return set_deterministic(mlx, deterministic)
         model = AutoModelForCausalLM.from_pretrained(path, local_files_only=resolved.kind != "hub",
                                                      **placement.load_kwargs(path, dev, dt))
     except OSError as e:
@@ -156,8 +157,26 @@ def load_engine(ref: str = models.DEFAULT_REF, *, device: str = "auto", dtype: s
                 "Offline, pass a local path instead: a HF model directory or a .gguf file"
             ) from e
         raise ModelLoadError(f"could not load model '{ref}' from {path}: {e}") from e
-    return engine_from_model(model, tok, name=resolved.name, device=dev, dtype=dt, source=path,
-                             load_seconds=time.perf_counter() - t0)
+    return set_deterministic(engine_from_model(model, tok, name=resolved.name, device=dev, dtype=dt, source=path,
+                                               load_seconds=time.perf_counter() - t0), deterministic)
+
+
+def set_deterministic(engine: Engine, on: bool | None) -> Engine:
+    """Deterministic mode on (True: batch-invariant scoring and generation) or off (False: neither) for
+    ``engine``; None leaves the runner's default (invariant scoring, fast generation). Asking for it where it
+    cannot be had (the MLX runner, a model the hooks cannot take) is an error."""
+    if on is None:
+        return engine
+    runner = engine.runner
+    if not hasattr(runner, "set_deterministic"):
+        if on:
+            raise ModelLoadError(f"deterministic (batch-invariant) scoring needs the torch backend, "
+                                 f"not {runner.backend}")
+        return engine
+    if runner.set_deterministic(on) != on:
+        raise ModelLoadError(f"deterministic (batch-invariant) scoring is not available for {engine.name}: "
+                             f"{runner.invariant_reason}")
+    return engine
 
 
 def engine_from_model(model, tokenizer, *, name: str, device: torch.device | str = "cpu",

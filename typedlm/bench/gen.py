@@ -230,6 +230,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         hf_static: bool = typer.Option(True, "--hf-static/--no-hf-static",
                                        help="also time HF generate with its static cache (compiled; CUDA only)"),
         out: Optional[Path] = typer.Option(None, "--json", help="write the results JSON here"),
+        deterministic: bool = typer.Option(False, "--deterministic",
+                                           help="typedlm rows on the batch-invariant kernels (decode uncompiled)"),
     ):
         """Throughput: typedlm continuous batching vs HF generate, free vs JSON Schema."""
         batches = tuple(batch or (1, 8, 32))
@@ -238,6 +240,10 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         with user_errors():
             t0 = time.perf_counter()
             engine = load_subject(arch, device, dtype)
+            if deterministic:
+                from ..engine import set_deterministic
+
+                set_deterministic(engine, True)
             init_s = time.perf_counter() - t0
             res = bench_gen(engine, batches=batches, max_tokens=max_tokens, hf=hf,
                             hf_static=hf_static and engine.device.type == "cuda",
@@ -246,7 +252,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         res["command"] = "typedlm bench gen " + " ".join(
             [f"--arch {arch}", f"--device {device}"] + ([f"--dtype {dtype}"] if dtype else [])
             + [f"--batch {b}" for b in batches] + [f"--max-tokens {max_tokens}"] + ([] if hf else ["--no-hf"])
-            + ([] if hf_static else ["--no-hf-static"]))
+            + ([] if hf_static else ["--no-hf-static"]) + (["--deterministic"] if deterministic else []))
+        res["deterministic"] = deterministic
         print_json(res)
         print_table(res)
         if out:

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from ..cliutil import backend_option, fail, print_json, read_json, read_text, user_errors
+from ..cliutil import backend_option, deterministic_option, fail, print_json, read_json, read_text, user_errors
 
 
 def _schema_from(schema: Optional[Path], preset: Optional[str]):
@@ -55,7 +55,8 @@ def read_contexts(path: Path) -> list[tuple]:
     return out
 
 
-def _decide_file(sch, path: Path, output: Optional[Path], opts, *, model, device, backend, prefix_cache_gb=None):
+def _decide_file(sch, path: Path, output: Optional[Path], opts, *, model, device, backend, prefix_cache_gb=None,
+                 deterministic=None):
     """--input: decide_many over the file in chunks, a progress bar on stderr, one JSON line per context
     (prior="batch": each chunk's own prior)."""
     import sys
@@ -71,7 +72,8 @@ def _decide_file(sch, path: Path, output: Optional[Path], opts, *, model, device
 
     items = read_contexts(path)
     check_mode(opts.prior, len(items))
-    engine = configure(load_engine(model, device=device, backend=backend, progress=False), prefix_cache_gb)
+    engine = configure(load_engine(model, device=device, backend=backend, progress=False,
+                                   deterministic=deterministic), prefix_cache_gb)
     sink = open(output, "w", encoding="utf-8") if output else sys.stdout
     try:
         with Progress(TextColumn("[bold]decide"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
@@ -118,6 +120,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         prefix_cache_gb: Optional[float] = typer.Option(None, "--prefix-cache-gb",
                                                         help="KV of the schema's prompt prefix kept across --input "
                                                              "chunks, in GB (0: off; default: the device's)"),
+        deterministic: Optional[bool] = deterministic_option(),
     ):
         """Decide every field of a schema about a context: one prefill, all candidates scored in batch."""
         from . import presets as presets_mod
@@ -143,7 +146,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                                          abstain_below_margin=opts.abstain_below_margin, prior=opts.prior,
                                          calibration=opts.calibration)
                 _decide_file(sch, input_file, output, opts, model=model, device=device, backend=backend,
-                             prefix_cache_gb=prefix_cache_gb)
+                             prefix_cache_gb=prefix_cache_gb, deterministic=deterministic)
                 return
             if context is not None and context_file is not None:
                 fail("give only one of --context or --context-file")
@@ -160,7 +163,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             from ..engine import load_engine
             from .api import decide as run
 
-            engine = load_engine(model, device=device, backend=backend, progress=not as_json)
+            engine = load_engine(model, device=device, backend=backend, progress=not as_json,
+                                 deterministic=deterministic)
             d = run(sch, text, opts, engine=engine)
         if as_json:
             print_json(d.to_dict())

@@ -11,7 +11,8 @@ contexts or rows shared the pass.
 
 With the runner's batch-invariant mode (``typedlm/runner/invariant/``, default on for the torch runner;
 ``TYPEDLM_BATCH_INVARIANT=0`` off) a batched pass and a one-row pass give the same bits, so nothing is a
-near tie (:func:`drift` is ``-inf``) and no field is rescored: exact by construction. The rescoring stays
+near tie (:func:`drift` is ``-inf``) and no field is rescored: exact by construction (H200, 7B bf16:
+0.00 nats, bench/results/gpu-invariance-h200.json). The rescoring stays
 the fallback where invariance is unavailable (the MLX runner, a model the hooks cannot take, the switch off).
 """
 

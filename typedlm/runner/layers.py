@@ -3,8 +3,12 @@ model's own modules, over fused weights and the slot buffers. No weight is copie
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
+
+from .invariant import mode as invariant
 
 
 def fuse(layer) -> tuple:
@@ -58,28 +62,57 @@ def project_qkv(attn, x, cos, sin, head_dim: int, qk_norm: bool):
     return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin, v
 
 
+def attend(q, k, v, visible, scaling: float) -> torch.Tensor:
+    """Grouped attention, q ``[n, heads, t, d]`` over k/v ``[n, kv_heads, w, d]`` (``visible`` bool
+    ``[n, 1, t, w]``, or None: causal over the query's own keys) -> ``[n, t, heads, d]``; the batch-invariant
+    kernel when it is on for this thread (deterministic generation)."""
+    if invariant.active():
+        return invariant.attention(q, k, v, visible, scaling)
+    o = F.scaled_dot_product_attention(q, k, v, attn_mask=visible, is_causal=visible is None, scale=scaling,
+                                       enable_gqa=True)
+    return o.transpose(1, 2)
+
+
+def _dense_attention(q, kc, vc, hidden, scaling: float):
+    """One query per row: q ``[b, kv_heads, group, hd]`` over ``kc``/``vc`` ``[b, kv_heads, cols, hd]``."""
+    att = torch.matmul(q, kc.transpose(-1, -2)).float() * scaling
+    att = att.masked_fill(hidden, float("-inf")).softmax(-1).to(q.dtype)
+    return torch.matmul(att, vc)
+
+
+def _invariant_attention(q, kc, vc, hidden, scaling: float):
+    b, kvh, g, hd = q.shape
+    o = invariant.attention(q.reshape(b, kvh * g, 1, hd), kc, vc, ~hidden, scaling)  # [b, 1, heads, hd]
+    return o.view(b, kvh, g, hd)
+
+
 def decode_layer(h, cos, sin, hidden, rows, pos, kc, vc, n1, qkv_w, qkv_b, qn, kn, o_w, o_b, n2, gu_w, d_w,
-                 eps: float, scaling: float, heads: int, kv_heads: int, hd: int, cols: int):
+                 eps: float, scaling: float, heads: int, kv_heads: int, hd: int, cols: int, *,
+                 linear=F.linear, norm=rms, attention=_dense_attention):
     """One decoder layer for one new token per row ([b, 1, hidden]), the same math as the model's
     modules: RMSNorm, fused q/k/v, (q/k norm), RoPE, K/V written at ``pos`` of each row's slot,
-    grouped attention over the first ``cols`` columns, o_proj, RMSNorm, SiLU-gated MLP."""
+    grouped attention over the first ``cols`` columns, o_proj, RMSNorm, SiLU-gated MLP. The ops are
+    torch's (fast, fused by ``torch.compile``) or, in :data:`invariant_decode_layer`, the batch-invariant ones."""
     b = h.shape[0]
-    x = rms(h, n1, eps)
-    qkv = F.linear(x, qkv_w, qkv_b)
+    x = norm(h, n1, eps)
+    qkv = linear(x, qkv_w, qkv_b)
     q, k, v = qkv.split([heads * hd, kv_heads * hd, kv_heads * hd], dim=-1)
     q, k, v = q.view(b, heads, hd), k.view(b, kv_heads, hd), v.view(b, kv_heads, hd)
     if qn is not None:
-        q, k = rms(q, qn, eps), rms(k, kn, eps)
+        q, k = norm(q, qn, eps), norm(k, kn, eps)
     c, s_ = cos.view(b, 1, hd), sin.view(b, 1, hd)
     q = q * c + rotate_half(q) * s_
     k = k * c + rotate_half(k) * s_
     kc[rows, :, pos] = k
     vc[rows, :, pos] = v
     qg = q.view(b, kv_heads, heads // kv_heads, hd)
-    att = torch.matmul(qg, kc[:b, :, :cols].transpose(-1, -2)).float() * scaling
-    att = att.masked_fill(hidden, float("-inf")).softmax(-1).to(q.dtype)
-    o = torch.matmul(att, vc[:b, :, :cols])  # [b, kv_heads, group, hd]
-    h = h + F.linear(o.reshape(b, 1, heads * hd), o_w, o_b)
-    x = rms(h, n2, eps)
-    gate, up = F.linear(x, gu_w).chunk(2, dim=-1)
-    return h + F.linear(F.silu(gate) * up, d_w)
+    o = attention(qg, kc[:b, :, :cols], vc[:b, :, :cols], hidden, scaling)  # [b, kv_heads, group, hd]
+    h = h + linear(o.reshape(b, 1, heads * hd), o_w, o_b)
+    x = norm(h, n2, eps)
+    gate, up = linear(x, gu_w).chunk(2, dim=-1)
+    return h + linear(F.silu(gate) * up, d_w)
+
+
+# deterministic generation: a row's bits do not depend on the other rows, the bucket or stale slot columns
+invariant_decode_layer = functools.partial(decode_layer, linear=invariant.linear, norm=invariant.rms_norm,
+                                           attention=_invariant_attention)

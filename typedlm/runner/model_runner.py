@@ -54,19 +54,29 @@ class ModelRunner:
         # token prefix -> KV across requests, for prefill and decisions (runner/prefix_reuse.py)
         self.prefix_cache = PrefixCache(default_limit(device), stamp=lambda: weights_stamp(model))
         self.invariant_reason: str | None = None  # None: scoring is batch-invariant; else why not
+        self.deterministic = False  # generation on the batch-invariant ops too (set_deterministic)
         env = os.environ.get("TYPEDLM_BATCH_INVARIANT", "")
-        if env == "0" or (not env and device.type != "cpu"):
-            self.invariant_reason = "TYPEDLM_BATCH_INVARIANT=0" if env else f"off by default on {device.type}"
+        if env == "0" or (env != "1" and device.type != "cuda"):
+            self.invariant_reason = "TYPEDLM_BATCH_INVARIANT=0" if env == "0" else "off by default on the CPU"
         else:
             self.set_invariant(True)
 
     def set_invariant(self, on: bool) -> bool:
-        """Batch-invariant scoring on or off (benches measure both). Default: on on the CPU (fp32: batched =
-        one row, bit for bit), off on CUDA, where the pure-torch attention costs ~18x a prefill and decide_many
-        is not yet bit-exact (bench/results/decide-invariance-h200.md); ``TYPEDLM_BATCH_INVARIANT=1`` / ``0``
-        forces it. Returns whether it is on: a model the hooks cannot take stays off, with the reason."""
+        """Batch-invariant scoring on or off (benches measure both; ``load_engine(deterministic=)``,
+        ``--deterministic``). Batched = one row, bit for bit (CPU fp32; CUDA bf16 with the Triton kernels). Default
+        on CUDA, where decide without rescoring is faster than with it (bench/results/decide-invariance-h200.md);
+        off on the CPU, where the pure-torch attention loop makes a decision ~14x slower than near-tie rescoring
+        does; ``TYPEDLM_BATCH_INVARIANT=1/0`` forces it on/off. Returns whether it is on: a model the hooks cannot take stays
+        off, with the reason."""
         self.invariant_reason = invariant.install(self.model) if on else "switched off"
         return self.invariant
+
+    def set_deterministic(self, on: bool) -> bool:
+        """Batch-invariant scoring *and* generation (greedy rows give the same bits whatever shares the batch, slot
+        reuse included; decode steps without ``torch.compile``), or neither. Set before schedulers start: the
+        static KV is rebuilt for it. Returns whether it is on."""
+        self.deterministic = self.set_invariant(on) and on
+        return self.deterministic
 
     @property
     def invariant(self) -> bool:
@@ -108,8 +118,8 @@ class ModelRunner:
                              keeps_logits=self.keeps_logits)
         with self._lock:
             kv = self._static
-            if kv is None or (kv.capacity < max_batch and kv.idle):
-                kv = StaticKV(self.model, device=self.device, dtype=self.dtype,
+            if kv is None or ((kv.capacity < max_batch or kv.invariant != self.deterministic) and kv.idle):
+                kv = StaticKV(self.model, device=self.device, dtype=self.dtype, invariant=self.deterministic,
                               capacity=max(max_batch, kv.capacity if kv else 1), max_len=self.kv_len)
                 self._static = kv
             elif kv.capacity < max_batch:
@@ -124,18 +134,21 @@ class ModelRunner:
     def prefill(self, kv: KVCache, prompts: list[list[int]], slots: list[int]) -> torch.Tensor:
         """Prompts of one length into fresh slots -> float32 logits ``[g, V]`` of their last token; each row
         starts from its cached prefix (``kv.cached_tokens(slot)`` tokens) and stores its new blocks."""
-        return prefill_rows(self.prefix_cache, kv, prompts, slots, self.device)
+        with invariant.enabled(self.deterministic):
+            return prefill_rows(self.prefix_cache, kv, prompts, slots, self.device)
 
     def run(self, kv: KVCache, feeds: list[list[int]], slots: list[int], every: bool = False) -> torch.Tensor:
         """Each row's new tokens into its slot -> float32 logits ``[n, V]`` after each row's last token, or
         ``[n, k, V]`` after every fed position (``every``: rows verifying a draft). One token per row takes
         the decode step (CUDA graphs); any row with several, the eager extend."""
-        if every or any(len(f) != 1 for f in feeds):
-            return kv.extend(feeds, slots, every)
-        return kv.step([f[0] for f in feeds], slots)
+        with invariant.enabled(self.deterministic):
+            if every or any(len(f) != 1 for f in feeds):
+                return kv.extend(feeds, slots, every)
+            return kv.step([f[0] for f in feeds], slots)
 
     def capture(self, kv: KVCache, max_tokens: int | None = None) -> float:
-        return kv.capture(max_tokens)
+        with invariant.enabled(self.deterministic):
+            return kv.capture(max_tokens)
 
     # -- scoring (decisions) -----------------------------------------------------------------------------
     @torch.inference_mode()

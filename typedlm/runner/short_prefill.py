@@ -14,7 +14,8 @@ bucket, captured on first use or at ``capture``. The layer math is the decode st
 RMSNorm, RoPE, grouped attention in fp32 softmax) for ``t`` tokens of one row, compiled as the decode
 layer is (``TYPEDLM_COMPILE_DECODE=0`` keeps it eager). On the CPU the same code
 runs eagerly at exact sizes when switched on (tests compare it with the eager prefill); by default the CPU
-keeps the eager prefill, where nothing is gained. ``TYPEDLM_SHORT_PREFILL=0`` turns it off on CUDA.
+keeps the eager prefill, where nothing is gained. ``TYPEDLM_SHORT_PREFILL=0`` turns it off on CUDA; deterministic
+generation (``StaticKV(invariant=True)``) never uses it.
 """
 
 from __future__ import annotations
@@ -63,7 +64,9 @@ class ShortPrefill:
 
     def __init__(self, kv):
         self.kv, dev = kv, kv.dev
-        self.enabled = dev.type == "cuda" and os.environ.get("TYPEDLM_SHORT_PREFILL", "1") != "0"
+        # not in deterministic generation: its GEMMs and attention are the fast, shape-dependent ones
+        self.enabled = (dev.type == "cuda" and not kv.invariant
+                        and os.environ.get("TYPEDLM_SHORT_PREFILL", "1") != "0")
         top = BUCKETS[-1]
         # inputs: ids, positions (padding: the scratch column), the slot (column 0), the last real token (column 0)
         self._io = torch.zeros(4, top, dtype=torch.long, device=dev)

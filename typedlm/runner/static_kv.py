@@ -32,11 +32,10 @@ import os
 import threading
 
 import torch
-import torch.nn.functional as F
 
 from ..errors import TypedLMError
 from .graphs import MIN_BUCKET, DecodeGraphs, batch_buckets, bucket, column_buckets
-from .layers import decode_layer, fuse, project_qkv
+from .layers import attend, decode_layer, fuse, invariant_decode_layer, project_qkv
 from .short_prefill import ShortPrefill
 from .slots import SlotCache, SlotPool
 from .tensors import device_tensor
@@ -64,8 +63,12 @@ def unsupported(model, placed: bool) -> str | None:
 class StaticKV(SlotCache):
     partial_steps = True
 
-    def __init__(self, model, *, device: torch.device, dtype: torch.dtype, capacity: int, max_len: int):
+    def __init__(self, model, *, device: torch.device, dtype: torch.dtype, capacity: int, max_len: int,
+                 invariant: bool = False):
+        """``invariant``: decode steps on the batch-invariant ops (deterministic generation; the caller runs the
+        forwards with :func:`typedlm.runner.invariant.mode.enabled` so the eager prefill/extend use them too)."""
         self.model, self.capacity, self.max_len, self.dev = model, capacity, max_len, device
+        self.invariant = invariant
         self.base = model.model
         self.layers = list(self.base.layers)
         a = self.layers[0].self_attn
@@ -84,8 +87,8 @@ class StaticKV(SlotCache):
         self._host = torch.zeros(2, capacity, dtype=torch.long, pin_memory=device.type == "cuda")
         self.eps = float(getattr(cfg, "rms_norm_eps", 1e-6))
         self.weights = [fuse(layer) for layer in self.layers]
-        self._layer = decode_layer
-        if device.type == "cuda" and os.environ.get("TYPEDLM_COMPILE_DECODE", "1") == "1":
+        self._layer = invariant_decode_layer if invariant else decode_layer
+        if not invariant and device.type == "cuda" and os.environ.get("TYPEDLM_COMPILE_DECODE", "1") == "1":
             # one decoder layer compiled once (inductor fuses norms, rope, softmax, SiLU), shared by every
             # layer and bucket
             torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
@@ -208,13 +211,12 @@ class StaticKV(SlotCache):
             if fresh:
                 self.k[i][slot_t, :, :k] = kk
                 self.v[i][slot_t, :, :k] = v
-                o = F.scaled_dot_product_attention(q, kk, v, is_causal=True, scale=self.scaling, enable_gqa=True)
+                o = attend(q, kk, v, None, self.scaling)
             else:
                 self.k[i][slot_t.view(n, 1), :, write] = kk.transpose(1, 2)
                 self.v[i][slot_t.view(n, 1), :, write] = v.transpose(1, 2)
-                o = F.scaled_dot_product_attention(q, self.k[i][slot_t, :, :width], self.v[i][slot_t, :, :width],
-                                                   attn_mask=visible, scale=self.scaling, enable_gqa=True)
-            h = h + a.o_proj(o.transpose(1, 2).reshape(n, k, -1))
+                o = attend(q, self.k[i][slot_t, :, :width], self.v[i][slot_t, :, :width], visible, self.scaling)
+            h = h + a.o_proj(o.reshape(n, k, -1))
             h = h + layer.mlp(layer.post_attention_layernorm(h))
         for s, x in zip(slots, lens):
             self.length[s] += x

@@ -11,7 +11,7 @@ from typing import Optional
 
 import typer
 
-from ..cliutil import backend_option, fail
+from ..cliutil import backend_option, deterministic_option, fail
 from ..scale.cli import SERVE_FLAGS, serve_on_ray
 from .config import ServeSettings
 
@@ -51,6 +51,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                                                         help="KV of prompt prefixes kept across requests, in GB "
                                                              "(0: off; default 10% of a GPU's memory, max 16, "
                                                              "1 on the CPU)"),
+        deterministic: Optional[bool] = deterministic_option(),
         threads: Optional[int] = typer.Option(None, "--threads",
                                               help="torch intra-op threads (CPU); fewer than the cores leaves "
                                                    "one for parallel decide"),
@@ -95,5 +96,6 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         from ..runner.prefix_cache import configure
 
         app = create_app(lambda: configure(load_engine(s.model, device=s.device, dtype=s.dtype, progress=True,
-                                                       backend=s.backend), s.prefix_cache_gb), server_config)
+                                                       backend=s.backend, deterministic=s.deterministic),
+                                           s.prefix_cache_gb), server_config)
         uvicorn.run(app, host=s.host, port=s.port, log_level=s.log_level, log_config=uvicorn_log_config(s.log_level))

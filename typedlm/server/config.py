@@ -49,6 +49,7 @@ class ServeSettings(BaseModel):
     decide_mode: Literal["auto", "interleaved", "parallel", "exclusive"] = "auto"
     threads: int | None = Field(None, ge=1)
     prefix_cache_gb: float | None = Field(None, ge=0)  # None: the device's default (runner/prefix_cache.py)
+    deterministic: bool | None = None  # batch-invariant decisions + generation; None: decisions only
 
     @property
     def url(self) -> str:

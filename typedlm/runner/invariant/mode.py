@@ -17,7 +17,7 @@ import types
 from torch import nn
 
 from . import attention as inv_attention
-from . import ops
+from . import ops, triton_attention, triton_ops
 
 NAME = "typedlm_invariant"
 _per_thread = threading.local()
@@ -50,22 +50,37 @@ def bound(fn):
     return call
 
 
+def linear(x, weight, bias=None):
+    """The invariant ``F.linear`` for ``x``'s device: the Triton GEMM on CUDA, fixed row tiles elsewhere."""
+    return (triton_ops if triton_ops.available(x) else ops).linear(x, weight, bias)
+
+
+def rms_norm(x, weight, eps: float):
+    return (triton_ops if triton_ops.available(x) else ops).rms_norm(x, weight, eps)
+
+
+def attention(query, key, value, mask, scale: float):
+    """Invariant attention (contract of :func:`.attention.attention`): the Triton kernel where it runs."""
+    fn = triton_attention.attention if triton_attention.available(query) else inv_attention.attention
+    return fn(query, key, value, mask, scale)
+
+
 def _linear_forward(self, x):
     if active():
-        return ops.linear(x, self.weight, self.bias)
+        return linear(x, self.weight, self.bias)
     return nn.Linear.forward(self, x)
 
 
 def _rms_forward(self, x):
     if active():
-        return ops.rms_norm(x, self.weight, self.variance_epsilon)
+        return rms_norm(x, self.weight, self.variance_epsilon)
     return type(self).forward(self, x)
 
 
 def _attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
     if active():
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-        return inv_attention.attention(query, key, value, attention_mask, scale), None
+        return attention(query, key, value, attention_mask, scale), None
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
