@@ -13,6 +13,7 @@ from fractions import Fraction
 from .branches import (KEYWORD, Array, Enum, Number, Object, Ref, Scalar, String, any_, is_any, keywords, plain,
                        same, type_of)
 from .refusal import TYPES, Refuse
+from .subsume import prune
 
 MAX_BRANCHES = 64  # a rewrite that needs more alternatives than this is refused (size, compile time)
 MAX_CONTAINS = 3  # contains on one array (allOf): 2**n classes of items
@@ -30,10 +31,7 @@ class Algebra:
             return y
         if is_any(y):
             return x
-        out = []
-        for a in x:
-            for b in y:
-                out.extend(self.meet(a, b, p, kw))
+        out = prune([c for a in x for b in y for c in self.meet(a, b, p, kw)])
         if len(out) > MAX_BRANCHES:
             raise Refuse(kw, p, f"the exact rewrite needs more than {MAX_BRANCHES} alternatives")
         return out
@@ -149,11 +147,17 @@ class Algebra:
             implied=frozenset(n for n in props if n not in listed(a) and n not in listed(b))))
 
     def complement(self, d, p, kw) -> list:
-        out = any_()
+        return self.minus(any_(), d, p, kw)
+
+    def minus(self, x, d, p, kw) -> list:
+        """``x ∧ ¬d``: ``x`` met with the complement of each branch of ``d`` in turn (``x`` keeps the
+        intermediate lists small where ``¬d`` alone would multiply out)."""
         for b in d:
+            if not x:
+                return x
             c = self.complement(self.expand(b, p, kw), p, kw) if isinstance(b, Ref) else self.complement_branch(b, p, kw)
-            out = self.intersect(out, c, p, kw)
-        return out
+            x = self.intersect(x, c, p, kw)
+        return x
 
     def complement_branch(self, b, p, kw) -> list:
         if isinstance(b, Enum):

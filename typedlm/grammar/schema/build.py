@@ -274,14 +274,13 @@ class Builder:
             d = self.n.algebra.intersect(d, self.one_of(s["oneOf"], ptr(p, "oneOf")), ptr(p, "oneOf"), "oneOf")
         if "not" in s:
             q = ptr(p, "not")
-            d = self.n.algebra.intersect(d, self.n.algebra.complement(self.norm(s["not"], q), q, "not"), q, "not")
+            d = self.n.algebra.minus(d, self.norm(s["not"], q), q, "not")
         if "if" in s:
             q = ptr(p, "if")
             cond = self.norm(s["if"], q)
             then = self.norm(s.get("then", True), ptr(p, "then"))
             other = self.norm(s.get("else", True), ptr(p, "else"))
-            alt = self.n.algebra.intersect(cond, then, q, "if") + \
-                self.n.algebra.intersect(self.n.algebra.complement(cond, q, "if"), other, q, "if")
+            alt = self.n.algebra.intersect(cond, then, q, "if") + self.n.algebra.minus(other, cond, q, "if")
             d = self.n.algebra.intersect(d, alt, q, "if")
         for kw in ("dependentRequired", "dependentSchemas"):
             deps = s.get(kw, {})
@@ -315,6 +314,6 @@ class Builder:
             part = a
             for j, b in enumerate(ds):
                 if i != j:
-                    part = self.n.algebra.intersect(part, self.n.algebra.complement(b, p, "oneOf"), p, "oneOf")
+                    part = self.n.algebra.minus(part, b, p, "oneOf")
             out.extend(part)
         return out

@@ -1,0 +1,88 @@
+"""Pruning covered branches (grammar/schema/subsume.py): exact in values and in key order, and what lets
+nested overlapping ``oneOf`` compile."""
+
+import itertools
+
+import jsonschema
+import pytest
+
+from typedlm.grammar.schema.branches import Enum, Number, Object, String, any_
+from typedlm.grammar.schema.subsume import covers, prune
+from typedlm.grammar.spec import make_constraint
+
+NEVER: list = []
+
+
+def obj(*names, required=(), **kw):
+    """An object branch listing ``names`` (a trailing '!' : the key must be absent)."""
+    props = {n.rstrip("!"): NEVER if n.endswith("!") else any_() for n in names}
+    return Object(properties=props, required=tuple(required), **kw)
+
+
+def test_a_narrower_object_is_dropped_and_twins_said_once():
+    wide, narrow = obj("a", required=["a"]), obj("a", "b", required=["a", "b"])
+    assert covers(wide, narrow) and not covers(narrow, wide)
+    assert prune([narrow, wide, wide]) == [wide]
+    assert prune([obj("a", "c!", required=["a"]), wide]) == [wide]  # c absent: narrower
+
+
+def test_key_order_and_extra_keys_decide_too():
+    # b writes a before b; a branch listing b first writes them the other way round: not the same texts
+    assert not covers(obj("b", "a"), obj("a", "b", required=["a", "b"]))
+    # a key b lists that a does not: a writes it after its own keys only when extra keys are free
+    assert covers(obj("a"), obj("a", "x", required=["x"]))
+    assert not covers(obj("a", additional=NEVER), obj("a", "x", required=["x"]))
+    assert not covers(obj("x", "a"), obj("a", "x", required=["x"]))
+    # a key only the wider one lists: the other writes it among its extra keys, elsewhere
+    assert not covers(obj("a", "z"), obj("a"))
+
+
+def test_what_unevaluated_keywords_read_must_agree():
+    assert not covers(obj("a"), obj("a", "b", evaluated_names=frozenset({"a"})))
+    assert not covers(obj("a", partial=True), obj("a", "b"))
+
+
+def test_scalars_and_enums():
+    assert covers(Number(), Number(integer=True, lo=(0, False)))
+    assert not covers(Number(integer=True), Number())
+    assert covers(String(), String(pattern="a+"))
+    assert not covers(String(max_length=3), String())
+    assert covers(Enum([1, "a"]), Enum(["a"]))
+    assert not covers(Enum([1]), Enum([1.0])) and not covers(Enum([True]), Enum([1]))  # written differently
+    assert not covers(Enum(["a"]), String())
+
+
+@pytest.fixture(scope="module")
+def grammars():
+    from typedlm.bench.jsonschema_suite import default_grammars
+
+    return default_grammars()
+
+
+NESTED_ONE_OF = {
+    "$defs": {"pair": {"oneOf": [{"required": ["c"], "properties": {"c": True}},
+                                 {"required": ["d"], "properties": {"d": True}}]}},
+    "oneOf": [{"oneOf": [{"$ref": "#/$defs/pair"}, {"required": ["b"], "properties": {"b": True}},
+                         {"required": ["all"]}]},
+              {"required": ["a"], "properties": {"a": True}}],
+    "unevaluatedProperties": False,
+}
+
+
+def test_nested_overlapping_one_of_compiles_exactly(grammars):
+    """Refused before pruning ('more than 64 alternatives'): every complement multiplied the branches."""
+    from typedlm.bench.jsonschema_suite import accepts, renderings
+    from typedlm.grammar.schema import prepare_schema
+
+    compiled, _ = grammars.compile(make_constraint(json_schema=NESTED_ONE_OF, strict=False, any_whitespace=False))
+    core = prepare_schema(NESTED_ONE_OF)
+    validator = jsonschema.Draft202012Validator(NESTED_ONE_OF)
+    names = ["a", "b", "c", "d", "all", "z"]
+    seen = set()
+    for k in range(4):
+        for keys in itertools.combinations(names, k):
+            inst = {n: 1 for n in keys}
+            valid = validator.is_valid(inst)
+            seen.add(valid)
+            assert any(accepts(compiled, t) for t in renderings(inst, core)) == valid, inst
+    assert seen == {True, False}
