@@ -1,5 +1,5 @@
-"""Pruning covered branches (grammar/schema/subsume.py): exact in values and in key order, and what lets
-nested overlapping ``oneOf`` compile."""
+"""``oneOf`` rewrites: pruning covered branches (grammar/schema/subsume.py: exact in values and in key
+order), which lets nested overlapping ``oneOf`` compile, and branches judged within their context."""
 
 import itertools
 
@@ -86,3 +86,25 @@ def test_nested_overlapping_one_of_compiles_exactly(grammars):
             seen.add(valid)
             assert any(accepts(compiled, t) for t in renderings(inst, core)) == valid, inst
     assert seen == {True, False}
+
+
+TAGGED = {"type": "object", "oneOf": [
+    {"properties": {"t": {"enum": ["a"]}, "x": {"type": "number"}}, "required": ["t"], "additionalProperties": False},
+    {"properties": {"t": {"enum": ["b"]}, "y": {"type": "string"}}, "required": ["t"], "additionalProperties": False},
+]}
+
+
+@pytest.mark.parametrize("instance", [{"t": "a"}, {"t": "a", "x": 1}, {"t": "b", "y": "s"}, {"t": "a", "y": "s"},
+                                      {"t": "c"}, {}, {"t": "b", "x": 1}, {"x": 1}])
+def test_one_of_branches_are_judged_within_their_object(grammars, instance):
+    """Each branch alone also admits every non-object, so the branches overlap and the exact rewrite needed
+    the complement of ``additionalProperties`` (refused). Within ``type: object`` they are disjoint (each
+    requires its own tag): a plain union (SchemaStore: 17 ``abc-*`` schemas, ``expo``, ``kustomization``)."""
+    from typedlm.bench.jsonschema_suite import accepts, renderings
+    from typedlm.grammar.schema import prepare_schema
+
+    compiled, _ = grammars.compile(make_constraint(json_schema=TAGGED, strict=False, any_whitespace=False))
+    core = prepare_schema(TAGGED)
+    assert len(core["anyOf"]) == 2
+    valid = jsonschema.Draft202012Validator(TAGGED).is_valid(instance)
+    assert any(accepts(compiled, t) for t in renderings(instance, core)) == valid
