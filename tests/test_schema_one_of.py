@@ -108,3 +108,18 @@ def test_one_of_branches_are_judged_within_their_object(grammars, instance):
     assert len(core["anyOf"]) == 2
     valid = jsonschema.Draft202012Validator(TAGGED).is_valid(instance)
     assert any(accepts(compiled, t) for t in renderings(instance, core)) == valid
+
+
+ARRAYS = {"oneOf": [{"type": "array", "items": {"type": "string"}}, {"type": "array", "items": {"type": "integer"}}]}
+
+
+@pytest.mark.parametrize("instance", [[], ["a"], [1], [1, "a"], ["a", 1, 2], [1.5], "x"])
+def test_one_of_arrays_by_item_type(grammars, instance):
+    """Both branches take ``[]``, so each is met with the complement of the other's ``items``: an array with
+    some item outside them (``contains`` the complement; refused before, SchemaStore: packer, traefik)."""
+    from typedlm.bench.jsonschema_suite import accepts, renderings
+    from typedlm.grammar.schema import prepare_schema
+
+    compiled, _ = grammars.compile(make_constraint(json_schema=ARRAYS, strict=False, any_whitespace=False))
+    valid = jsonschema.Draft202012Validator(ARRAYS).is_valid(instance)
+    assert any(accepts(compiled, t) for t in renderings(instance, prepare_schema(ARRAYS))) == valid

@@ -223,6 +223,9 @@ class Algebra:
                 if neg:
                     out.append(Array(prefix=[any_() for _ in range(i)] + [neg], min_items=i + 1, at=q))
             return out
+        if isinstance(b, Array) and k == "items" and not b.prefix:  # some item fails items: contains ¬items
+            neg = self.complement(b.items, p, kw)
+            return [Array(contains=((neg, 1, None),), at=q)] if neg else []
         if isinstance(b, Array) and k == "contains":  # fewer than minContains matches, or more than maxContains
             out = []
             for c, mn, mx in b.contains:
