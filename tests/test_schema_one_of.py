@@ -123,3 +123,23 @@ def test_one_of_arrays_by_item_type(grammars, instance):
     compiled, _ = grammars.compile(make_constraint(json_schema=ARRAYS, strict=False, any_whitespace=False))
     valid = jsonschema.Draft202012Validator(ARRAYS).is_valid(instance)
     assert any(accepts(compiled, t) for t in renderings(instance, prepare_schema(ARRAYS))) == valid
+
+
+SORT_OPTIONS = {"oneOf": [  # SchemaStore kustomization.json, sortOptions
+    {"type": "object", "properties": {"order": {"const": "legacy"}, "legacy": {"type": "object"}},
+     "additionalProperties": False},
+    {"type": "object", "properties": {"order": {"const": "fifo"}}, "additionalProperties": False}]}
+
+
+@pytest.mark.parametrize("instance", [{}, {"order": "legacy"}, {"order": "fifo"}, {"legacy": {}}, {"x": 1},
+                                      {"order": "fifo", "legacy": {}}, {"order": "legacy", "legacy": {}}])
+def test_complement_of_additional_properties_within_a_closed_object(grammars, instance):
+    """``{}`` matches both branches. ``¬additionalProperties: false`` (some key the branch does not list) is
+    no object branch in general, but within the other branch, whose keys are listed, it is one branch per
+    listed key the first lacks (``legacy`` present)."""
+    from typedlm.bench.jsonschema_suite import accepts, renderings
+    from typedlm.grammar.schema import prepare_schema
+
+    compiled, _ = grammars.compile(make_constraint(json_schema=SORT_OPTIONS, strict=False, any_whitespace=False))
+    valid = jsonschema.Draft202012Validator(SORT_OPTIONS).is_valid(instance)
+    assert any(accepts(compiled, t) for t in renderings(instance, prepare_schema(SORT_OPTIONS))) == valid
