@@ -26,12 +26,32 @@ import schemastore  # the same runner and summary as the hand-written corpus
 FOLDER = "maskbench/data"
 
 
+def documents(repo: Path) -> dict[str, object]:
+    """Every JSON file under :data:`FOLDER` by path, read through one ``git cat-file --batch``."""
+    listing = subprocess.run(["git", "--git-dir", str(repo), "ls-tree", "-r", "HEAD", FOLDER], check=True,
+                             capture_output=True, text=True).stdout.splitlines()
+    blobs = {line.split("\t", 1)[1]: line.split()[2] for line in listing if line.endswith(".json")}
+    out = subprocess.run(["git", "--git-dir", str(repo), "cat-file", "--batch"], check=True, capture_output=True,
+                         input="".join(f"{b}\n" for b in blobs.values()).encode()).stdout
+    docs, at = {}, 0
+    for path in blobs:
+        header_end = out.index(b"\n", at)
+        header = out[at:header_end].split()
+        if len(header) < 3:  # "<id> missing": a large file the snapshot left out
+            at = header_end + 1
+            continue
+        size = int(header[2])
+        docs[path] = json.loads(out[header_end + 1:header_end + 1 + size].decode("utf-8-sig"))
+        at = header_end + 1 + size + 1
+    return docs
+
+
 def extract(repo: Path, stride: int) -> tuple[dict, list[dict]]:
     """Every ``stride``-th schema with tests: ``{name: schema}`` and rows ``{"name", "split", "valid", "invalid"}``."""
-    names = sorted(schemastore.git_files(repo, FOLDER))
+    docs = documents(repo)
     schemas, rows = {}, []
-    for path in names:
-        doc = schemastore.git_json(repo, path)
+    for path in sorted(docs):
+        doc = docs[path]
         tests = doc.get("tests") or []
         if not tests or not isinstance(doc.get("schema"), (dict, bool)):
             continue
