@@ -13,6 +13,7 @@ from fractions import Fraction
 from .branches import (KEYWORD, Array, Enum, Number, Object, Ref, Scalar, String, any_, is_any, keywords, plain,
                        same, type_of)
 from .refusal import TYPES, Refuse
+from .subsume import prune
 
 MAX_BRANCHES = 64  # a rewrite that needs more alternatives than this is refused (size, compile time)
 MAX_CONTAINS = 3  # contains on one array (allOf): 2**n classes of items
@@ -30,10 +31,7 @@ class Algebra:
             return y
         if is_any(y):
             return x
-        out = []
-        for a in x:
-            for b in y:
-                out.extend(self.meet(a, b, p, kw))
+        out = prune([c for a in x for b in y for c in self.meet(a, b, p, kw)])
         if len(out) > MAX_BRANCHES:
             raise Refuse(kw, p, f"the exact rewrite needs more than {MAX_BRANCHES} alternatives")
         return out
@@ -149,13 +147,24 @@ class Algebra:
             implied=frozenset(n for n in props if n not in listed(a) and n not in listed(b))))
 
     def complement(self, d, p, kw) -> list:
-        out = any_()
-        for b in d:
-            c = self.complement(self.expand(b, p, kw), p, kw) if isinstance(b, Ref) else self.complement_branch(b, p, kw)
-            out = self.intersect(out, c, p, kw)
-        return out
+        return self.minus(any_(), d, p, kw)
 
-    def complement_branch(self, b, p, kw) -> list:
+    def minus(self, x, d, p, kw) -> list:
+        """``x ∧ ¬d``: ``x`` met with the complement of each branch of ``d`` in turn (``x`` keeps the
+        intermediate lists small where ``¬d`` alone would multiply out)."""
+        for b in d:
+            if not x:
+                return x
+            if isinstance(b, Object) and b.additional is not None and not is_any(b.additional):
+                # ¬additionalProperties names a key outside b's: known only within each branch of x
+                x = prune([y for a in x for y in self.intersect([a], self.complement_branch(b, p, kw, a), p, kw)])
+                continue
+            c = self.complement(self.expand(b, p, kw), p, kw) if isinstance(b, Ref) else self.complement_branch(b, p, kw)
+            x = self.intersect(x, c, p, kw)
+        return x
+
+    def complement_branch(self, b, p, kw, within=None) -> list:
+        """``¬b``, or only its part inside branch ``within`` (where a keyword's complement needs one)."""
         if isinstance(b, Enum):
             out = []
             for t in TYPES:
@@ -194,10 +203,10 @@ class Algebra:
             if b.additional is not None and is_any(b.additional):
                 keys.remove("additional")
         for k in keys:
-            out += self.complement_keyword(b, k, p, kw)
+            out += self.complement_keyword(b, k, p, kw, within)
         return out
 
-    def complement_keyword(self, b, k, p, kw) -> list:
+    def complement_keyword(self, b, k, p, kw, within=None) -> list:
         q = b.at or p
         if isinstance(b, Number) and k == "frac":
             return [Number(integer=True, at=q)]
@@ -219,6 +228,9 @@ class Algebra:
                 if neg:
                     out.append(Array(prefix=[any_() for _ in range(i)] + [neg], min_items=i + 1, at=q))
             return out
+        if isinstance(b, Array) and k == "items" and not b.prefix:  # some item fails items: contains ¬items
+            neg = self.complement(b.items, p, kw)
+            return [Array(contains=((neg, 1, None),), at=q)] if neg else []
         if isinstance(b, Array) and k == "contains":  # fewer than minContains matches, or more than maxContains
             out = []
             for c, mn, mx in b.contains:
@@ -238,7 +250,20 @@ class Algebra:
                     neg = self.complement(d, p, kw)
                     out += [Object(properties={name: neg}, required=(name,), at=q, implied=frozenset([name]))] if neg else []
             return out
+        if isinstance(b, Object) and k == "additional" and within is not None and not b.patterns:
+            return self.other_key(b, within, p, kw)
         raise Refuse(kw, p, f"the complement of '{KEYWORD.get(k, k)}' on {b.type}s cannot be enforced")
+
+    def other_key(self, b, within, p, kw) -> list:
+        """Objects of branch ``within`` with a key ``b`` does not list whose value fails ``b``'s
+        ``additionalProperties``: one branch per such key, when ``within`` allows only listed keys."""
+        if isinstance(within, (Scalar, Number, String, Array)):
+            return []  # not an object: no object is inside it
+        if not isinstance(within, Object) or within.additional != [] or within.patterns or within.names is not None:
+            raise Refuse(kw, p, "the complement of 'additionalProperties' on objects cannot be enforced")
+        neg = self.complement(b.additional, p, kw)
+        return [Object(properties={name: neg}, required=(name,), at=b.at or p, implied=frozenset([name]))
+                for name, d in within.properties.items() if d != [] and name not in b.properties] if neg else []
 
 
 def listed(b) -> list[str]:

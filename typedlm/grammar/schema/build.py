@@ -271,17 +271,16 @@ class Builder:
                 u = [replace(b, partial=True) if isinstance(b, (Object, Array)) else b for b in u]
             d = self.n.algebra.intersect(d, u, ptr(p, "anyOf"), "anyOf")
         if "oneOf" in s:
-            d = self.n.algebra.intersect(d, self.one_of(s["oneOf"], ptr(p, "oneOf")), ptr(p, "oneOf"), "oneOf")
+            d = self.one_of(s["oneOf"], ptr(p, "oneOf"), d)
         if "not" in s:
             q = ptr(p, "not")
-            d = self.n.algebra.intersect(d, self.n.algebra.complement(self.norm(s["not"], q), q, "not"), q, "not")
+            d = self.n.algebra.minus(d, self.norm(s["not"], q), q, "not")
         if "if" in s:
             q = ptr(p, "if")
             cond = self.norm(s["if"], q)
             then = self.norm(s.get("then", True), ptr(p, "then"))
             other = self.norm(s.get("else", True), ptr(p, "else"))
-            alt = self.n.algebra.intersect(cond, then, q, "if") + \
-                self.n.algebra.intersect(self.n.algebra.complement(cond, q, "if"), other, q, "if")
+            alt = self.n.algebra.intersect(cond, then, q, "if") + self.n.algebra.minus(other, cond, q, "if")
             d = self.n.algebra.intersect(d, alt, q, "if")
         for kw in ("dependentRequired", "dependentSchemas"):
             deps = s.get(kw, {})
@@ -301,20 +300,25 @@ class Builder:
 
     def disjoint(self, ds, p) -> bool:
         """Whether no instance matches two of the alternatives (as far as intersection can tell)."""
+        return all(self.apart(a, b, p) for i, a in enumerate(ds) for b in ds[i + 1:])
+
+    def apart(self, a, b, p) -> bool:
+        """Whether no instance matches both ``a`` and ``b`` (as far as intersection can tell)."""
         try:
-            return all(not self.n.algebra.intersect(a, b, p, "oneOf") for i, a in enumerate(ds) for b in ds[i + 1:])
+            return not self.n.algebra.intersect(a, b, p, "oneOf")
         except Refuse:
             return False
 
-    def one_of(self, subs, p) -> list:
-        ds = [self.norm(sub, ptr(p, i)) for i, sub in enumerate(subs)]
-        if self.disjoint(ds, p):
-            return [b for d in ds for b in d]
+    def one_of(self, subs, p, context) -> list:
+        """``context ∧ oneOf(subs)``: each branch within ``context`` (where the instance is anyway), minus the
+        branches it can overlap there (``A ∧ ¬B``; a pair that cannot overlap needs no complement)."""
+        raw = [self.norm(sub, ptr(p, i)) for i, sub in enumerate(subs)]
+        ds = [self.n.algebra.intersect(context, d, p, "oneOf") for d in raw]
         out = []
         for i, a in enumerate(ds):
             part = a
-            for j, b in enumerate(ds):
-                if i != j:
-                    part = self.n.algebra.intersect(part, self.n.algebra.complement(b, p, "oneOf"), p, "oneOf")
+            for j, b in enumerate(raw):
+                if i != j and part and not self.apart(part, ds[j], p):
+                    part = self.n.algebra.minus(part, b, p, "oneOf")
             out.extend(part)
         return out

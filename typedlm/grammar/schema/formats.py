@@ -6,13 +6,14 @@ draft, including those that do not define it (``date`` or ``uuid`` in a draft-04
 means a date); an unknown format (Pydantic's ``binary``, ``password``, ...) is an annotation, ignored
 as the validator ignores it. A known format
 is enforced by a whole-match regex (:data:`PATTERNS`), or by xgrammar's own format grammar
-(:data:`XGRAMMAR`), or refused (``iri*``: rfc3987-syntax rejects some URIs (``http://[::1]:80/``), so
-the URI grammar is no subset; ``uri-template``, ``regex``: not regular or not decided exactly).
+(:data:`XGRAMMAR`), or refused (``regex``: not regular).
 ``uri``/``uri-reference`` beside a large ``maxLength`` (Pydantic's ``HttpUrl``): :data:`BOUNDED_URI`.
 
 Exactness (``tests/test_formats.py``, hypothesis through the compiled grammar, generated strings and
 near misses): ``date``, ``time``, ``date-time``, ``ipv4``, ``ipv6``, ``json-pointer``,
-``relative-json-pointer``, ``uri``, ``uri-reference`` (rfc3986-validator's own regexes, converted):
+``relative-json-pointer``, ``uri``, ``uri-reference`` (rfc3986-validator's own regexes, converted),
+``iri``, ``iri-reference`` (rfc3987-syntax's grammar, transcribed: it rejects ``http://[::1]/``, so
+the URI grammar is no subset):
 the grammar accepts a string iff the checker does, except the checker accepting a trailing newline
 (Python's ``$``) on ``date-time``/``time``/``uri*`` and leading zeros in an IPv4 part inside an IPv6
 literal of a ``uri*``, which the suite calls invalid.
@@ -21,7 +22,8 @@ literal of a ``uri*``, which the suite calls invalid.
 language whose exact grammar is far too large): every accepted string is accepted by the checker (and
 the suite), but the checker also takes some the grammar does not (isoduration's fractions and signs,
 an ``@`` anywhere, UUIDs with extra dashes, longer host names): stricter, never looser. So are
-``idn-hostname`` (the ASCII lower-case host names) and ``idn-email`` (xgrammar's email) (:data:`STRICTER`).
+``idn-hostname`` (the ASCII lower-case host names), ``uri-template`` (simple expressions) and ``idn-email``
+(xgrammar's email) (:data:`STRICTER`).
 
 Every pattern is written with ``{0,1}`` instead of ``(...)?``: measured, xgrammar 0.2.9 compiles
 ``(ab+)?`` as if ``a?b*`` (the duration pattern accepted ``P1Y2M3DT4H5M6``).
@@ -77,6 +79,48 @@ def _rfc3986(rx: str) -> str:
     return _ipv6().join([_from_verbose(head)] + [_from_verbose(r) for r in rest])
 
 _URI = _rfc3986(rfc3986_validator.URI_RE)
+_UCS, _PRIVATE = "\\u00a0-\\ud7ff\\uf900-\\ufdcf\\ufdf0-\\uffef", "\\ue000-\\uf8ff"  # RFC 3987 (BMP)
+
+
+def _rfc3987_syntax() -> tuple[str, str]:
+    """``iri`` and ``iri-reference`` as rfc3987-syntax (what jsonschema's checkers run) defines them: its
+    Lark grammar (``syntax_rfc3987.lark``) has no recursion, so it is transcribed rule by rule, exactly
+    (its IPv6 literal too, which lacks most of RFC 4291's '::' forms: ``http://[::1]/`` is no IRI to it)."""
+    ucs, private = _UCS, _PRIVATE
+    unreserved, sub_delims = "-A-Za-z0-9._~", "!$&'()*+,;="
+    pct = "%[0-9A-Fa-f][0-9A-Fa-f]"
+
+    def chars(cls: str) -> str:  # a character of the class or a percent-encoded octet
+        return f"([{cls}]|{pct})"
+
+    ipchar = chars(f"{unreserved}{ucs}{sub_delims}:@")
+    h16, octet = "[0-9A-Fa-f]{1,4}", "([0-9]|[1-9][0-9]|1[0-9][0-9]|2[0-4][0-9]|25[0-5])"
+    ls32 = f"({h16}:{h16}|{octet}\\.{octet}\\.{octet}\\.{octet})"
+    groups = [f"{h16}:" * 6 + ls32, "::" + f"{h16}:" * 5 + ls32]
+    groups += [":".join([h16] * k) + "::" + f"{h16}:" * (5 - k) + ls32 for k in range(1, 6)]
+    groups += [":".join([h16] * 7) + "::" + h16, ":".join([h16] * 7) + "::"]
+    ip_literal = f"\\[(({'|'.join(groups)})|v[0-9A-Fa-f]+\\.[{unreserved}{sub_delims}:]+)\\]"
+    authority = (f"({chars(unreserved + ucs + sub_delims + ':')}*@){{0,1}}"
+                 f"({ip_literal}|{chars(unreserved + ucs + sub_delims)}*)(:[0-9]*){{0,1}}")
+    segments = f"(/{ipchar}*)*"
+    absolute = f"/({ipchar}+{segments}){{0,1}}"
+    query, fragment = f"(\\?({ipchar}|[{private}/?])*){{0,1}}", f"(#({ipchar}|[/?])*){{0,1}}"
+    iri = f"[A-Za-z][-A-Za-z0-9+.]*:(//{authority}{segments}|{absolute}|{ipchar}+{segments}|){query}{fragment}"
+    noscheme = f"{chars(unreserved + ucs + sub_delims + '@')}+{segments}"
+    relative = f"(//{authority}{segments}|{absolute}|{noscheme}|){query}{fragment}"
+    return iri, f"({iri}|{relative})"
+
+
+_IRI, _IRI_REFERENCE = _rfc3987_syntax()
+
+# RFC 6570 templates, within what uri-template (the checker) parses: literal text of RFC 6570's characters
+# (no space, '"', '<', '>', '\\', '^', '`', '|', braces; '%' only in an escape); an expression is an
+# operator, then variables (letters, digits, '_', single inner dots), each with a prefix length 1-999 or
+# an explode '*'. Stricter than both (no '%' in names, no ',' operator, lengths to 999), never looser.
+_VAR = "[A-Za-z0-9_]+(\\.[A-Za-z0-9_]+)*(:[1-9][0-9]{0,2}|\\*){0,1}"
+_TEMPLATE_LITERAL = f"([!#$&-;=?-\\[\\]_a-z~{_UCS}{_PRIVATE}]|%[0-9A-Fa-f][0-9A-Fa-f])"
+_URI_TEMPLATE = f"({_TEMPLATE_LITERAL}|\\{{[+#./;?&]{{0,1}}{_VAR}(,{_VAR})*\\}})*"
+
 # RFC 1123 host names as the checker (fqdn) reads them: labels of letters, digits and inner hyphens, at
 # most 253 characters in all. Written with at most 4 labels of at most 62 characters (251 in all), so
 # no length has to be counted; no "--" in a label's 3rd and 4th place (IDNA A-labels, which the suite
@@ -98,8 +142,11 @@ PATTERNS = {
     "uri-reference": f"({_URI}|{_rfc3986(rfc3986_validator.RELATIVE_REF_RE)})",
     "hostname": f"({_LABEL}\\.){{0,3}}{_LABEL}",
     "idn-hostname": f"({_LOWER_LABEL}\\.){{0,3}}{_LOWER_LABEL}",  # a stricter subset: ASCII host names
+    "iri": _IRI,
+    "iri-reference": _IRI_REFERENCE,
+    "uri-template": _URI_TEMPLATE,
 }
-STRICTER = {"duration", "hostname", "idn-hostname"}  # regexes: accepted => checker accepts
+STRICTER = {"duration", "hostname", "idn-hostname", "uri-template"}  # regexes: accepted => checker accepts
 
 # ``uri``/``uri-reference`` beside a ``maxLength`` of at least BOUNDED_URI_LENGTHS[1] (Pydantic's ``HttpUrl``:
 # 2083): a stricter-but-sound form whose length bound holds by construction, as the product of the URI
