@@ -86,6 +86,28 @@ def _invariant_attention(q, kc, vc, hidden, scaling: float):
     return o.view(b, kvh, g, hd)
 
 
+def qkv_rope(h, n1, qkv_w, qkv_b, qn, kn, cos, sin, eps: float, heads: int, kv_heads: int, hd: int, *,
+             linear=F.linear, norm=rms):
+    """A layer's first half for ``n`` new tokens (``h`` ``[b, 1, hidden]`` one a row, or ``[1, t, hidden]`` one
+    row's): RMSNorm, fused q/k/v, (q/k norm), RoPE -> q ``[n, heads, hd]``, k and v ``[n, kv_heads, hd]``."""
+    n = h.shape[0] * h.shape[1]
+    qkv = linear(norm(h, n1, eps), qkv_w, qkv_b).reshape(n, -1)
+    q, k, v = qkv.split([heads * hd, kv_heads * hd, kv_heads * hd], dim=-1)
+    q, k, v = q.view(n, heads, hd), k.view(n, kv_heads, hd), v.view(n, kv_heads, hd)
+    if qn is not None:
+        q, k = norm(q, qn, eps), norm(k, kn, eps)
+    c, s_ = cos.view(n, 1, hd), sin.view(n, 1, hd)
+    return q * c + rotate_half(q) * s_, k * c + rotate_half(k) * s_, v
+
+
+def out_mlp(h, o, o_w, o_b, n2, gu_w, d_w, eps: float, *, linear=F.linear, norm=rms):
+    """A layer's second half: ``h`` plus the attention output ``o`` (``h``'s shape) through o_proj, then the
+    RMSNorm'd SiLU-gated MLP's residual."""
+    h = h + linear(o, o_w, o_b)
+    gate, up = linear(norm(h, n2, eps), gu_w).chunk(2, dim=-1)
+    return h + linear(F.silu(gate) * up, d_w)
+
+
 def decode_layer(h, cos, sin, hidden, rows, pos, kc, vc, n1, qkv_w, qkv_b, qn, kn, o_w, o_b, n2, gu_w, d_w,
                  eps: float, scaling: float, heads: int, kv_heads: int, hd: int, cols: int, *,
                  linear=F.linear, norm=rms, attention=_dense_attention):
@@ -94,23 +116,12 @@ def decode_layer(h, cos, sin, hidden, rows, pos, kc, vc, n1, qkv_w, qkv_b, qn, k
     grouped attention over the first ``cols`` columns, o_proj, RMSNorm, SiLU-gated MLP. The ops are
     torch's (fast, fused by ``torch.compile``) or, in :data:`invariant_decode_layer`, the batch-invariant ones."""
     b = h.shape[0]
-    x = norm(h, n1, eps)
-    qkv = linear(x, qkv_w, qkv_b)
-    q, k, v = qkv.split([heads * hd, kv_heads * hd, kv_heads * hd], dim=-1)
-    q, k, v = q.view(b, heads, hd), k.view(b, kv_heads, hd), v.view(b, kv_heads, hd)
-    if qn is not None:
-        q, k = norm(q, qn, eps), norm(k, kn, eps)
-    c, s_ = cos.view(b, 1, hd), sin.view(b, 1, hd)
-    q = q * c + rotate_half(q) * s_
-    k = k * c + rotate_half(k) * s_
+    q, k, v = qkv_rope(h, n1, qkv_w, qkv_b, qn, kn, cos, sin, eps, heads, kv_heads, hd, linear=linear, norm=norm)
     kc[rows, :, pos] = k
     vc[rows, :, pos] = v
     qg = q.view(b, kv_heads, heads // kv_heads, hd)
     o = attention(qg, kc[:b, :, :cols], vc[:b, :, :cols], hidden, scaling)  # [b, kv_heads, group, hd]
-    h = h + linear(o.reshape(b, 1, heads * hd), o_w, o_b)
-    x = norm(h, n2, eps)
-    gate, up = linear(x, gu_w).chunk(2, dim=-1)
-    return h + linear(F.silu(gate) * up, d_w)
+    return out_mlp(h, o.reshape(b, 1, heads * hd), o_w, o_b, n2, gu_w, d_w, eps, linear=linear, norm=norm)
 
 
 # deterministic generation: a row's bits do not depend on the other rows, the bucket or stale slot columns

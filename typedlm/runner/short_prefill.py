@@ -23,10 +23,9 @@ from __future__ import annotations
 import os
 
 import torch
-import torch.nn.functional as F
 
 from .graphs import MIN_BUCKET, DecodeGraphs, bucket, column_buckets
-from .layers import rms, rotate_half
+from .layers import out_mlp, qkv_rope
 from .tensors import device_tensor
 
 BUCKETS = (16, 32, 64, 128)  # tokens of a short prefill (more: the eager prefill, bound by the GPU anyway)
@@ -38,14 +37,7 @@ def extend_layer(h, cos, sin, visible, slot, pos, kc, vc, n1, qkv_w, qkv_b, qn, 
     ``[t]`` of slot ``slot`` (``[1]``): K/V written first, then each token attends over the first ``cols``
     columns where ``visible`` (``[t, cols]``) allows."""
     t, group = h.shape[1], heads // kv_heads
-    x = rms(h, n1, eps)
-    q, k, v = F.linear(x, qkv_w, qkv_b)[0].split([heads * hd, kv_heads * hd, kv_heads * hd], dim=-1)
-    q, k, v = q.view(t, heads, hd), k.view(t, kv_heads, hd), v.view(t, kv_heads, hd)
-    if qn is not None:
-        q, k = rms(q, qn, eps), rms(k, kn, eps)
-    c, s_ = cos.view(t, 1, hd), sin.view(t, 1, hd)
-    q = q * c + rotate_half(q) * s_
-    k = k * c + rotate_half(k) * s_
+    q, k, v = qkv_rope(h, n1, qkv_w, qkv_b, qn, kn, cos, sin, eps, heads, kv_heads, hd)
     kc[slot, :, pos] = k
     vc[slot, :, pos] = v
     qg = q.view(t, kv_heads, group, hd).permute(1, 2, 0, 3).reshape(kv_heads, group * t, hd)
@@ -53,10 +45,7 @@ def extend_layer(h, cos, sin, visible, slot, pos, kc, vc, n1, qkv_w, qkv_b, qn, 
     att = att.view(kv_heads, group, t, cols).masked_fill(~visible, float("-inf")).softmax(-1).to(q.dtype)
     o = torch.matmul(att.view(kv_heads, group * t, cols), vc[slot, :, :cols][0])  # [kv_heads, group*t, hd]
     o = o.view(kv_heads, group, t, hd).permute(2, 0, 1, 3).reshape(1, t, heads * hd)
-    h = h + F.linear(o, o_w, o_b)
-    x = rms(h, n2, eps)
-    gate, up = F.linear(x, gu_w).chunk(2, dim=-1)
-    return h + F.linear(F.silu(gate) * up, d_w)
+    return out_mlp(h, o, o_w, o_b, n2, gu_w, d_w, eps)
 
 
 class ShortPrefill:
