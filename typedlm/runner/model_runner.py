@@ -34,8 +34,9 @@ from ..errors import TypedLMError
 from .contract import KVCache
 from .dynamic_kv import DynamicKV
 from .invariant import mode as invariant
-from .prefix_cache import PrefixCache, default_limit
+from .prefix_cache import PrefixCache, default_limit, to_hf
 from .prefix_reuse import cached_pass, prefill_prompt, prefill_prompts, prefill_rows, store_pass, weights_stamp
+from .score_graph import ScoreGraphs
 from .static_kv import StaticKV, unsupported
 
 
@@ -53,6 +54,9 @@ class ModelRunner:
         self._lock = threading.Lock()
         # token prefix -> KV across requests, for prefill and decisions (runner/prefix_reuse.py)
         self.prefix_cache = PrefixCache(default_limit(device), stamp=lambda: weights_stamp(model))
+        # a decision's invariant pass on a cached prefix as a CUDA graph (runner/score_graph.py)
+        self.score_graphs = ScoreGraphs(model, device=device, dtype=dtype, max_len=self.kv_len) \
+            if self.static_reason is None else None
         self.invariant_reason: str | None = None  # None: scoring is batch-invariant; else why not
         self.deterministic = False  # generation on the batch-invariant ops too (set_deterministic)
         env = os.environ.get("TYPEDLM_BATCH_INVARIANT", "")
@@ -95,6 +99,7 @@ class ModelRunner:
         scoring: decode caches are made by the runner itself, never by a view)."""
         view = copy.copy(self)
         view.forward = wrap
+        view.score_graphs = None  # every scoring pass goes through ``wrap``, none through a graph
         return view
 
     def weight_samples(self, n: int):
@@ -188,7 +193,14 @@ class ModelRunner:
         dev = self.device
         prompt = ids[:keep] if prefix is None and keep else None
         if prompt is not None:
-            prefix, ids, positions, allow, read = cached_pass(self.prefix_cache, ids, positions, allow, read, keep)
+            past, ids, positions, allow, read = cached_pass(self.prefix_cache, ids, positions, allow, read, keep)
+            m = 0 if past is None else int(past.shape[3])
+            if self.invariant and self.score_graphs is not None and self.score_graphs.fits(m, len(ids)):
+                logits, kv = self.score_graphs.run(past, ids, positions, allow, read, keep)
+                prefix = to_hf(kv)
+                store_pass(self.prefix_cache, prompt, prefix)
+                return logits, prefix
+            prefix = None if past is None else to_hf(past)
         cut = keep if keep is not None else (prefix_length(prefix) if prefix is not None else None)
         read_t = torch.tensor(read, device=dev)
         try:

@@ -96,13 +96,13 @@ def _forward_rests(runner, rests: list[list[int]], past) -> list:
 def cached_pass(cache: PrefixCache, ids: list[int], positions: list[int], allow: torch.Tensor, read: list[int],
                 keep: int):
     """A scoring pass that starts with a ``keep``-token prompt (causal, positions 0..keep-1) and has no prefix
-    cache yet: its cached part -> (prefix cache or None, ids, positions, allow, read) for the rest of the pass
-    (the same keys: the cached tokens then the pass's own)."""
+    cache yet: its cached part -> (the cached KV ``[layers, 2, kv_heads, m, head_dim]`` or None, ids, positions,
+    allow, read) for the rest of the pass (the same keys: the cached tokens then the pass's own)."""
     hit = cache.match(ids[:keep], limit=min([keep, *read]))
     m = hit.length
     if not m:
         return None, ids, positions, allow, read
-    return to_hf(hit.kv()), ids[m:], positions[m:], allow[m:], [r - m for r in read]
+    return hit.kv(), ids[m:], positions[m:], allow[m:], [r - m for r in read]
 
 
 def store_pass(cache: PrefixCache, prompt: list[int], kv) -> None:
