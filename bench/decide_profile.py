@@ -38,8 +38,7 @@ def host_top(fn, rows: int = 25) -> str:
     return buf.getvalue()
 
 
-def section(name: str, fn, runs: int = 3) -> None:
-    fn()
+def section(name: str, fn, runs: int = 1) -> None:
     fn()
     torch.cuda.synchronize()
     walls = []

@@ -28,7 +28,7 @@ CANDIDATES = [dict(BM=bm, BN=bn, BK=bk, num_warps=w, num_stages=s) for bm, bn, b
     (128, 64, 64, 4, 4), (64, 64, 64, 4, 4), (64, 64, 128, 4, 4), (128, 256, 64, 8, 5)]]
 
 
-def ms(fn, runs: int = 10) -> float:
+def ms(fn, runs: int = 5) -> float:
     fn()
     torch.cuda.synchronize()
     ts = []
