@@ -61,7 +61,7 @@ def main() -> None:
         res = {"cublas": {m: ms(lambda m=m: F.linear(xs[m], w)) for m in rows}}
         for c in CANDIDATES:
             triton_ops.GEMM.update(c)
-            triton_ops.SHAPE_CONFIGS.clear()
+            triton_ops.SHAPE_CONFIGS.clear()  # every candidate on every shape
             try:
                 res[key(c)] = {m: ms(lambda m=m: triton_ops.linear(xs[m], w)) for m in rows}
             except Exception as e:  # noqa: BLE001 - a config that does not fit the shared memory

@@ -38,6 +38,7 @@ from .prefix_cache import PrefixCache, default_limit, to_hf
 from .prefix_reuse import cached_pass, prefill_prompt, prefill_prompts, prefill_rows, store_pass, weights_stamp
 from .score_graph import ScoreGraphs
 from .static_kv import StaticKV, unsupported
+from .tensors import device_tensor
 
 
 class ModelRunner:
@@ -202,10 +203,9 @@ class ModelRunner:
                 return logits, prefix
             prefix = None if past is None else to_hf(past)
         cut = keep if keep is not None else (prefix_length(prefix) if prefix is not None else None)
-        read_t = torch.tensor(read, device=dev)
+        read_t = device_tensor(read, dev)  # pinned staging: a copy from pageable memory would wait for the queue
         try:
-            logits, cache = self.forward(torch.tensor([ids], device=dev), prefix,
-                                         position_ids=torch.tensor([positions], device=dev),
+            logits, cache = self.forward(device_tensor([ids], dev), prefix, position_ids=device_tensor([positions], dev),
                                          attention_mask=self._additive(allow), **self._keep(read_t))
             logits = logits[0] if self.keeps_logits else logits[0, read_t]
         finally:
@@ -240,7 +240,7 @@ class ModelRunner:
 
     def _additive(self, allow: torch.Tensor) -> torch.Tensor:
         """The bool matrix -> a [1, 1, Q, K] additive mask, built on the device (only the bools travel)."""
-        allow = allow.to(self.device, non_blocking=True)
+        allow = allow.pin_memory().to(self.device, non_blocking=True) if self.device.type == "cuda" else allow
         mask = torch.zeros(allow.shape, dtype=self.dtype, device=self.device)
         return mask.masked_fill_(~allow, torch.finfo(self.dtype).min)[None, None]
 

@@ -75,7 +75,8 @@ class ScoreGraphs:
             read: list[int], keep: int):
         """The pass of ``ids`` (per-token ``positions``; ``allow`` ``[n, m + n]`` bool over the ``m`` cached keys
         ``past`` ``[layers, 2, kv_heads, m, head_dim]`` (or None) then the pass's own) -> (logits ``[len(read),
-        V]`` at pass positions ``read``, the first ``keep`` tokens' KV ``[layers, 2, kv_heads, keep, head_dim]``)."""
+        V]`` at pass positions ``read``, the first ``keep`` tokens' KV ``[layers, 2, kv_heads, keep, head_dim]``).
+        The graph's outputs are read before the lock is let go (the next replay overwrites them)."""
         n, m = len(ids), 0 if past is None else int(past.shape[3])
         b = bucket_of(n)
         cols = min(max(MIN_BUCKET, bucket(m + n, 1 << 30)), self.max_len)
@@ -96,18 +97,20 @@ class ScoreGraphs:
             self._allow[:n, :m + n].copy_(allow.pin_memory().to(self.device, non_blocking=True) if cuda else allow)
             if cuda:
                 graph[0].replay()
-                out = graph[1]
+                hidden = graph[1]
             else:
-                out = self._run(b, cols)
+                hidden = self._run(b, cols)
             self.passes += 1
-            return out[:len(read)].clone(), self._kv[:, :, 0, :, :keep].clone()
+            # the lm_head on the rows read only, outside the graph (their count varies more than the pass's)
+            logits = self.model.lm_head(hidden.index_select(0, self._io[3, :len(read)]))
+            return logits, self._kv[:, :, 0, :, :keep].clone()
 
     def _reset(self, b: int) -> None:
         self._io[:, :b] = 0
         self._io[2, :b] = self.max_len  # K/V to the scratch column
 
     def _run(self, b: int, cols: int) -> torch.Tensor:
-        ids, pos, col, read = self._io[0, :b], self._io[1, :b], self._io[2, :b], self._io[3, :b]
+        ids, pos, col = self._io[0, :b], self._io[1, :b], self._io[2, :b]
         mask = self._allow[:b, :cols].view(1, 1, b, cols)
         h = self.base.embed_tokens(ids.view(1, b))
         pe = self.base.rotary_emb(h, pos.view(1, b))
@@ -116,7 +119,7 @@ class ScoreGraphs:
             h = layer(h, attention_mask=mask, position_ids=pos.view(1, b), use_cache=True, position_embeddings=pe,
                       **cache)
             h = h[0] if isinstance(h, tuple) else h
-        return self.model.lm_head(self.base.norm(h)[0].index_select(0, read))
+        return self.base.norm(h)[0]  # [b, hidden]: the final norm of every row (the lm_head reads some)
 
 
 def bucket_of(n: int) -> int:

@@ -18,10 +18,13 @@ try:
 except ImportError:  # pragma: no cover
     triton = None
 
-GEMM = {"BM": 128, "BN": 128, "BK": 64, "GROUP": 8, "num_warps": 8, "num_stages": 4}  # any other weight shape
-# per weight shape (N, K): the config picked by ``bench/gemm_sweep.py`` on the H200 (never per row count M: one
-# config per weight keeps every row's result independent of how many rows share the pass)
-SHAPE_CONFIGS: dict[tuple[int, int], dict] = {}
+# the config of any weight shape: the best over 7 shapes x 14 configs x M 128/1,024/2,048 (H200, bf16; was
+# stages 4: 8-22 % slower per shape, bench/results/gemm-sweep-h200.json)
+GEMM = {"BM": 128, "BN": 128, "BK": 64, "GROUP": 8, "num_warps": 8, "num_stages": 3}
+# per weight shape (N, K) where another config won (``bench/gemm_sweep.py``: the least time summed over the row
+# counts; never chosen per row count M: one config per weight keeps every row's result independent of how many
+# rows share the pass): Qwen2.5-7B's down_proj and fused q/k/v
+SHAPE_CONFIGS: dict[tuple[int, int], dict] = {(3584, 18944): {"BK": 128}, (4608, 3584): {"BK": 128}}
 
 
 def available(x: torch.Tensor) -> bool:
