@@ -35,7 +35,7 @@ from .contract import KVCache
 from .dynamic_kv import DynamicKV
 from .invariant import mode as invariant
 from .prefix_cache import PrefixCache, default_limit, to_hf
-from .prefix_reuse import cached_pass, prefill_prompt, prefill_prompts, prefill_rows, store_pass, weights_stamp
+from .prefix_reuse import cached_pass, prefill_prompt, prefill_prompts, prefill_rows, store_pass, WeightsStamp
 from .score_graph import ScoreGraphs
 from .static_kv import StaticKV, unsupported
 from .tensors import device_tensor
@@ -54,7 +54,7 @@ class ModelRunner:
         self._static: StaticKV | None = None
         self._lock = threading.Lock()
         # token prefix -> KV across requests, for prefill and decisions (runner/prefix_reuse.py)
-        self.prefix_cache = PrefixCache(default_limit(device), stamp=lambda: weights_stamp(model))
+        self.prefix_cache = PrefixCache(default_limit(device), stamp=WeightsStamp(model))
         # a decision's invariant pass on a cached prefix as a CUDA graph (runner/score_graph.py)
         self.score_graphs = ScoreGraphs(model, device=device, dtype=dtype, max_len=self.kv_len) \
             if self.static_reason is None else None
