@@ -10,13 +10,13 @@ import cProfile
 import io
 import pstats
 import sys
-import time
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 from typedlm.bench.decide import contexts
 from typedlm.bench.models import random_engine
+from typedlm.bench.timing import cuda_ms
 from typedlm.decide import decide, decide_many, presets
 
 arch = sys.argv[1] if len(sys.argv) > 1 else "qwen2.5-7b"
@@ -39,18 +39,11 @@ def host_top(fn, rows: int = 25) -> str:
 
 
 def section(name: str, fn, runs: int = 1) -> None:
-    fn()
-    torch.cuda.synchronize()
-    walls = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        walls.append(time.perf_counter() - t0)
+    wall = cuda_ms(fn, runs)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
-    print(f"## {name}: wall {sorted(walls)[len(walls) // 2] * 1e3:.1f} ms (p50 of {runs}, no profiler)")
+    print(f"## {name}: wall {wall:.1f} ms (p50 of {runs}, no profiler)")
     print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=70))
     print(host_top(fn))
 

@@ -12,14 +12,13 @@ reads).
 """
 
 import json
-import statistics
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 
 from typedlm.bench.models import ARCHS
+from typedlm.bench.timing import cuda_ms
 from typedlm.runner.invariant import triton_ops
 
 arch = sys.argv[1] if len(sys.argv) > 1 else "qwen2.5-7b"
@@ -29,18 +28,6 @@ BASES = [(128, 128, 64, 8, 3), (128, 128, 128, 8, 3), (64, 128, 64, 4, 4), (128,
          (128, 256, 64, 8, 3)]
 CANDIDATES = [dict(BM=bm, BN=bn, BK=bk, num_warps=w, num_stages=st, SPLIT=sp)
               for i, (bm, bn, bk, w, st) in enumerate(BASES) for sp in ((1, 2, 4, 8) if i < 3 else (1,))]
-
-
-def ms(fn, runs: int = 5) -> float:
-    fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts) * 1e3
 
 
 def shapes(cfg: dict) -> dict:
@@ -62,11 +49,11 @@ def main() -> None:
     for label, (N, K) in shapes(ARCHS[arch]).items():
         w = torch.randn(N, K, device=dev, dtype=bf) * 0.02
         xs = {m: torch.randn(m, K, device=dev, dtype=bf) for m in rows}
-        res = {"cublas": {m: ms(lambda m=m: F.linear(xs[m], w)) for m in rows}}
+        res = {"cublas": {m: cuda_ms(lambda m=m: F.linear(xs[m], w), 5) for m in rows}}
         for c in CANDIDATES:
             triton_ops.SHAPE_CONFIGS[(N, K)] = c
             try:
-                res[key(c)] = {m: ms(lambda m=m: triton_ops.linear(xs[m], w)) for m in rows}
+                res[key(c)] = {m: cuda_ms(lambda m=m: triton_ops.linear(xs[m], w), 5) for m in rows}
             except Exception as e:  # noqa: BLE001 - a config that does not fit the shared memory
                 res[key(c)] = {"error": str(e)[:120]}
         triton_ops.SHAPE_CONFIGS.pop((N, K))

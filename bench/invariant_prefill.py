@@ -5,31 +5,18 @@ the GEMMs: cuBLAS, fixed row tiles over cuBLAS, the Triton GEMM with its per-sha
 
 import json
 import os
-import statistics
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 
 os.environ.setdefault("TYPEDLM_PREFIX_CACHE_GB", "0")  # every prefill computed, none read back
 from typedlm.bench.models import random_engine  # noqa: E402
+from typedlm.bench.timing import cuda_ms as p50  # noqa: E402
 from typedlm.runner.invariant import mode, ops, triton_attention, triton_ops  # noqa: E402
 
 arch = sys.argv[1] if len(sys.argv) > 1 else "qwen2.5-0.5b"
 sizes = [int(s) for s in sys.argv[2].split(",")] if len(sys.argv) > 2 else [500, 1000, 2000]
-
-
-def p50(fn, runs: int = 7) -> float:
-    fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts) * 1e3
 
 
 def prefill_ms(engine) -> dict:
