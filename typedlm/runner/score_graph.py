@@ -1,10 +1,11 @@
 """A decision's scoring pass on a cached prompt prefix as a CUDA graph (batch-invariant scoring, Llama / Qwen2 /
 Qwen3): the context's uncached tokens and the plan's row tree, one replay.
 
-Why: after the first call on a schema the plan prefix (~900 tokens) comes from the prefix cache and a decision's
-one forward holds only ~170 context tokens and the ~110-token row tree; eagerly that forward of the invariant
-Triton kernels took 33 ms on the H200 (random Qwen2.5-7B, bf16; ``bench/results/prefix-cache-h200-3.md``), bound
-by ~1,000 kernel launches, not by the GPU.
+Why: after the first call on a schema the plan prefix (~830 tokens) comes from the prefix cache and a decision's
+one forward holds only ~170 context tokens and the ~110-token row tree; eagerly that forward's ~1,000 launches of
+the invariant kernels cost the host about as long as the GPU needs for them. Measured on the H200 (random
+Qwen2.5-7B, bf16; ``bench/results/score-graph-h200.json``): a later decision 34.4 ms p50 with the graph vs 44.8 ms
+eager, the pass itself 21.7 ms (GPU-bound now: 72 % of it the GEMMs at ~300 rows).
 
 How: the pass's tokens are padded to a bucket of :data:`BUCKETS` and its keys to a power-of-two column bucket
 (>= 256) of one static buffer ``[layers, 2, 1, kv_heads, columns + 1, head_dim]``: the cached prefix is copied
@@ -63,7 +64,7 @@ class ScoreGraphs:
         top = BUCKETS[-1]
         self._io = torch.zeros(4, top, dtype=torch.long, device=device)  # ids, positions, K/V column, rows read
         self._allow = torch.zeros(top, max_len, dtype=torch.bool, device=device)
-        self.graphs = DecodeGraphs(device, self._run, self._reset, self._io)
+        self.graphs = DecodeGraphs(device, self._run, self._reset, self._io, capture_mode="thread_local")
         self._lock = threading.Lock()
         self.passes = 0  # passes run here (tests, benches)
 
