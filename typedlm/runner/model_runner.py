@@ -195,11 +195,10 @@ class ModelRunner:
         prompt = ids[:keep] if prefix is None and keep else None
         if prompt is not None:
             past, ids, positions, allow, read = cached_pass(self.prefix_cache, ids, positions, allow, read, keep)
-            m = 0 if past is None else int(past.shape[3])
-            if self.invariant and self.score_graphs is not None and self.score_graphs.fits(m, len(ids)):
-                logits, kv = self.score_graphs.run(past, ids, positions, allow, read, keep)
-                prefix = to_hf(kv)
-                store_pass(self.prefix_cache, prompt, prefix)
+            graphs, m = self.score_graphs, 0 if past is None else int(past.shape[3])
+            if self.invariant and graphs is not None and graphs.fits(m, len(ids)):  # = the eager pass, bit for bit
+                logits, kv = graphs.run(past, ids, positions, allow, read, keep)
+                store_pass(self.prefix_cache, prompt, prefix := to_hf(kv))
                 return logits, prefix
             prefix = None if past is None else to_hf(past)
         cut = keep if keep is not None else (prefix_length(prefix) if prefix is not None else None)
