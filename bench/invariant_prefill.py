@@ -1,41 +1,22 @@
 """Price of batch invariance on CUDA (issue 20): a bare prompt prefill with invariant scoring on vs off, and
 its parts on one layer's shapes (attention: the Triton kernel vs SDPA, causal and under a decide-style mask;
-the GEMMs on fixed row tiles vs plain). Prints JSON (bench/results/invariant-prefill-h200.json).
+the GEMMs: cuBLAS, fixed row tiles over cuBLAS, the Triton GEMM with its per-shape configs). Prints JSON (bench/results/invariant-prefill-h200.json).
 ``TYPEDLM_PREFIX_CACHE_GB=0 python bench/invariant_prefill.py qwen2.5-7b``"""
 
 import json
 import os
-import statistics
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 
 os.environ.setdefault("TYPEDLM_PREFIX_CACHE_GB", "0")  # every prefill computed, none read back
 from typedlm.bench.models import random_engine  # noqa: E402
+from typedlm.bench.timing import cuda_ms as p50  # noqa: E402
 from typedlm.runner.invariant import mode, ops, triton_attention, triton_ops  # noqa: E402
 
 arch = sys.argv[1] if len(sys.argv) > 1 else "qwen2.5-0.5b"
 sizes = [int(s) for s in sys.argv[2].split(",")] if len(sys.argv) > 2 else [500, 1000, 2000]
-
-
-CONFIGS = {"128x128x64_s4_w8": dict(BM=128, BN=128, BK=64, num_warps=8, num_stages=4),  # the default
-           "128x256x64_s3_w8": dict(BM=128, BN=256, BK=64, num_warps=8, num_stages=3),
-           "64x128x64_s4_w4": dict(BM=64, BN=128, BK=64, num_warps=4, num_stages=4),
-           "128x128x64_s3_w4": dict(BM=128, BN=128, BK=64, num_warps=4, num_stages=3)}
-
-
-def p50(fn, runs: int = 7) -> float:
-    fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts) * 1e3
 
 
 def prefill_ms(engine) -> dict:
@@ -74,11 +55,8 @@ def layer_ms(cfg) -> dict:
         xs = [x, x, x, torch.randn(n, inter, device=dev, dtype=bf)]
         out[f"gemms/{n}/torch"] = p50(lambda: [F.linear(a, w) for a, w in zip(xs, ws)])
         out[f"gemms/{n}/tiled"] = p50(lambda: [ops.linear(a, w) for a, w in zip(xs, ws)])
-        default = dict(triton_ops.GEMM)
-        for name, cfg in CONFIGS.items():
-            triton_ops.GEMM.update(cfg)
-            out[f"gemms/{n}/triton_{name}"] = p50(lambda: [triton_ops.linear(a, w) for a, w in zip(xs, ws)])
-        triton_ops.GEMM.update(default)
+        out[f"gemms/{n}/triton"] = p50(lambda: [triton_ops.linear(a, w) for a, w in zip(xs, ws)])  # configs:
+        # the measured table (bench/gemm_sweep.py)
         g = torch.randn(hid, device=dev, dtype=bf)
         out[f"rms/{n}/torch"] = p50(lambda: g * (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True)
                                                                          + 1e-6)).to(bf))

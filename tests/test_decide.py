@@ -164,9 +164,14 @@ def test_naive_baseline_is_schema_valid(tiny):
 def test_bench_decide_runs_on_tiny(tiny):
     from typedlm.bench.decide import run_bench, to_markdown
 
-    r = run_bench(tiny, preset="invoice_routing", runs=1, naive_runs=1, warmup=0, packings=("packed",),
+    limit = tiny.runner.prefix_cache.limit_bytes
+    assert limit > 0
+    r = run_bench(tiny, preset="invoice_routing", runs=2, naive_runs=1, warmup=0, packings=("packed",),
                   progress=lambda m: None)
     assert set(r["decide"]) == {"labels/packed", "slots/packed"}
+    # the same prompt every round, each computed whole (the cache's effect is bench prefix-cache's); restored after
+    assert all(c["cached_prompt_tokens"] == 0 for c in r["decide"].values())
+    assert tiny.runner.prefix_cache.limit_bytes == limit
     assert r["naive"]["schema_valid"] and all(c["speedup_vs_naive"] > 0 for c in r["decide"].values())
     assert all(p["within_tolerance"] and p["same_values"] for p in r["parity"].values())
     assert "| labels/packed |" in to_markdown(r, "cmd")

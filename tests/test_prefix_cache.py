@@ -121,6 +121,11 @@ def test_a_weights_change_empties_the_cache(eng, cache):
     with torch.no_grad():
         w.add_(0.0)  # written in place: the version counter moves
     assert cache.match(ids).length == 0 and cache.stats.blocks == 0
+    run_batch(eng, [build_sequence(eng, ids, SamplingParams(max_tokens=1, temperature=0.0), None)])
+    assert cache.match(ids).length > 0
+    norm = eng.model.model.norm
+    norm.weight = torch.nn.Parameter(norm.weight.detach().clone())  # a new Parameter object (the stamp's list is stale)
+    assert cache.match(ids).length == 0 and cache.stats.blocks == 0
 
 
 def test_size_flag_and_backend_without_a_cache(eng, cache):

@@ -37,6 +37,20 @@ def test_triton_linear_is_invariant_and_equals_torch(tops):
                                rtol=1e-2, atol=1e-2)
 
 
+@pytest.mark.parametrize("cfg", [{"SPLIT": 3, "BK": 32, "BM": 32, "BN": 32}, {"SPLIT": 2, "BK": 64}])
+def test_split_k_is_invariant_and_equals_torch(tops, cfg):
+    torch.manual_seed(2)
+    x, w = torch.randn(130, 160).half(), (torch.randn(72, 160) * 0.1).half()
+    tops.SHAPE_CONFIGS[(72, 160)] = cfg  # a fixed split of K for this weight shape
+    try:
+        alone = _rows_alone_equal(lambda t: tops.linear(t, w), x)
+        split = tops.linear(x, w)
+    finally:
+        del tops.SHAPE_CONFIGS[(72, 160)]
+    assert torch.equal(split[::13], alone)
+    torch.testing.assert_close(split.float(), F.linear(x.float(), w.float()), rtol=1e-2, atol=1e-2)
+
+
 def test_triton_rms_norm_is_invariant_and_equals_torch(tops):
     torch.manual_seed(1)
     x, g = torch.randn(130, 96).half(), torch.randn(96).half()

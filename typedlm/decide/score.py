@@ -30,6 +30,7 @@ import torch
 from ..engine import Engine
 from ..errors import TypedLMError
 from ..runner.invariant.ops import log_softmax as invariant_log_softmax
+from ..runner.tensors import device_tensor
 from .plan import Plan, Row
 
 PACKINGS = ("packed", "expand", "fused")
@@ -147,14 +148,14 @@ def _gather(engine: Engine, plan: Plan, part: list[Row], logits: torch.Tensor, w
         for point, pos in row.reads:
             reads.append((r_i // size, row.question, point))
             idx.append(where(r_i // size, r_i % size, pos))
-    rows_t = torch.stack([logits[i] for i in idx]).float()[:, : engine.tokenizer_vocab_size]
+    if logits.dim() == 3:  # [rows, reads, V] (expand): (row, read) -> a row of the flattened logits
+        idx = [b * logits.shape[1] + j for b, j in idx]
+    flat = logits.reshape(-1, logits.shape[-1])
+    rows_t = flat.index_select(0, device_tensor(idx, flat.device)).float()[:, : engine.tokenizer_vocab_size]
     lsm = invariant_log_softmax(rows_t) if getattr(engine.runner, "invariant", False) else torch.log_softmax(rows_t, -1)
-    width = max(len(plan.questions[q].trie.points[p].children) for _, q, p in reads)
-    index = torch.zeros(len(reads), width, dtype=torch.long)
-    for k, (_, q, p) in enumerate(reads):
-        ch = plan.questions[q].trie.points[p].children
-        index[k, : len(ch)] = torch.tensor(ch)
-    on_device = lsm.gather(1, index.to(lsm.device))
+    kids = [plan.questions[q].trie.points[p].children for _, q, p in reads]
+    width = max(len(ch) for ch in kids)
+    on_device = lsm.gather(1, device_tensor([list(ch) + [0] * (width - len(ch)) for ch in kids], lsm.device))
 
     def finish() -> list[dict]:
         picked = on_device.cpu()

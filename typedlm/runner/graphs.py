@@ -46,8 +46,11 @@ class DecodeGraphs:
     harmless inputs in them (rows write the scratch column) before a capture's warm-up runs."""
 
     def __init__(self, device: torch.device, run: Callable[[int, int], torch.Tensor],
-                 reset: Callable[[int], None], inputs: torch.Tensor):
+                 reset: Callable[[int], None], inputs: torch.Tensor, capture_mode: str = "global"):
+        """``capture_mode``: ``torch.cuda.graph``'s ``capture_error_mode`` ("thread_local": captures on first use
+        while other threads keep running CUDA work, as a decision's beside generation streams)."""
         self.device, self._run, self._reset, self._inputs = device, run, reset, inputs
+        self.capture_mode = capture_mode
         self.graphs: dict[tuple[int, int], tuple] = {}
         self._pool = None
         self.capture_s = 0.0
@@ -69,7 +72,7 @@ class DecodeGraphs:
                     self._run(b, cols)
             torch.cuda.current_stream(self.device).wait_stream(s)
             g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g, pool=self._pool):
+            with torch.cuda.graph(g, pool=self._pool, capture_error_mode=self.capture_mode):
                 out = self._run(b, cols)
             self.graphs[key] = (g, out)
             self.capture_s += time.perf_counter() - t0

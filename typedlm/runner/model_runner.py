@@ -34,9 +34,11 @@ from ..errors import TypedLMError
 from .contract import KVCache
 from .dynamic_kv import DynamicKV
 from .invariant import mode as invariant
-from .prefix_cache import PrefixCache, default_limit
-from .prefix_reuse import cached_pass, prefill_prompt, prefill_prompts, prefill_rows, store_pass, weights_stamp
+from .prefix_cache import PrefixCache, default_limit, to_hf
+from .prefix_reuse import cached_pass, prefill_prompt, prefill_prompts, prefill_rows, store_pass, WeightsStamp
+from .score_graph import ScoreGraphs
 from .static_kv import StaticKV, unsupported
+from .tensors import device_tensor
 
 
 class ModelRunner:
@@ -52,7 +54,10 @@ class ModelRunner:
         self._static: StaticKV | None = None
         self._lock = threading.Lock()
         # token prefix -> KV across requests, for prefill and decisions (runner/prefix_reuse.py)
-        self.prefix_cache = PrefixCache(default_limit(device), stamp=lambda: weights_stamp(model))
+        self.prefix_cache = PrefixCache(default_limit(device), stamp=WeightsStamp(model))
+        # a decision's invariant pass on a cached prefix as a CUDA graph (runner/score_graph.py)
+        self.score_graphs = ScoreGraphs(model, device=device, dtype=dtype, max_len=self.kv_len) \
+            if self.static_reason is None else None
         self.invariant_reason: str | None = None  # None: scoring is batch-invariant; else why not
         self.deterministic = False  # generation on the batch-invariant ops too (set_deterministic)
         env = os.environ.get("TYPEDLM_BATCH_INVARIANT", "")
@@ -95,6 +100,7 @@ class ModelRunner:
         scoring: decode caches are made by the runner itself, never by a view)."""
         view = copy.copy(self)
         view.forward = wrap
+        view.score_graphs = None  # every scoring pass goes through ``wrap``, none through a graph
         return view
 
     def weight_samples(self, n: int):
@@ -188,12 +194,17 @@ class ModelRunner:
         dev = self.device
         prompt = ids[:keep] if prefix is None and keep else None
         if prompt is not None:
-            prefix, ids, positions, allow, read = cached_pass(self.prefix_cache, ids, positions, allow, read, keep)
+            past, ids, positions, allow, read = cached_pass(self.prefix_cache, ids, positions, allow, read, keep)
+            graphs, m = self.score_graphs, 0 if past is None else int(past.shape[3])
+            if self.invariant and graphs is not None and graphs.fits(m, len(ids)):  # = the eager pass, bit for bit
+                logits, kv = graphs.run(past, ids, positions, allow, read, keep)
+                store_pass(self.prefix_cache, prompt, prefix := to_hf(kv))
+                return logits, prefix
+            prefix = None if past is None else to_hf(past)
         cut = keep if keep is not None else (prefix_length(prefix) if prefix is not None else None)
-        read_t = torch.tensor(read, device=dev)
+        read_t = device_tensor(read, dev)  # pinned staging: a copy from pageable memory would wait for the queue
         try:
-            logits, cache = self.forward(torch.tensor([ids], device=dev), prefix,
-                                         position_ids=torch.tensor([positions], device=dev),
+            logits, cache = self.forward(device_tensor([ids], dev), prefix, position_ids=device_tensor([positions], dev),
                                          attention_mask=self._additive(allow), **self._keep(read_t))
             logits = logits[0] if self.keeps_logits else logits[0, read_t]
         finally:
@@ -228,7 +239,7 @@ class ModelRunner:
 
     def _additive(self, allow: torch.Tensor) -> torch.Tensor:
         """The bool matrix -> a [1, 1, Q, K] additive mask, built on the device (only the bools travel)."""
-        allow = allow.to(self.device, non_blocking=True)
+        allow = allow.pin_memory().to(self.device, non_blocking=True) if self.device.type == "cuda" else allow
         mask = torch.zeros(allow.shape, dtype=self.dtype, device=self.device)
         return mask.masked_fill_(~allow, torch.finfo(self.dtype).min)[None, None]
 

@@ -18,9 +18,29 @@ import torch
 from .prefix_cache import PrefixCache, from_hf, to_hf
 
 
-def weights_stamp(model) -> int:
-    """Changes when any weight is replaced or written in place (storage pointer, version counter)."""
-    return hash(tuple((p.data_ptr(), p._version) for p in model.parameters()))
+class WeightsStamp:
+    """``stamp()`` changes when any weight of ``model`` is replaced or written in place (storage pointer, version
+    counter). The modules are walked for their parameters once, and again only after a parameter is registered on
+    any module (a replaced ``nn.Parameter``): a lookup reads two integers a parameter (walking the modules each time
+    was 1.0 of 1.2 ms a lookup for Qwen2.5-0.5B's 290 parameters on this CPU)."""
+
+    epoch = 0  # parameters registered anywhere so far (a global module hook counts them)
+    _hooked = False
+
+    def __init__(self, model):
+        self.model, self._params, self._seen = model, [], -1
+        if not WeightsStamp._hooked:
+            torch.nn.modules.module.register_module_parameter_registration_hook(WeightsStamp._registered)
+            WeightsStamp._hooked = True
+
+    @staticmethod
+    def _registered(module, name, param):
+        WeightsStamp.epoch += 1
+
+    def __call__(self) -> int:
+        if self._seen != WeightsStamp.epoch:
+            self._seen, self._params = WeightsStamp.epoch, list(self.model.parameters())
+        return hash(tuple((p.data_ptr(), p._version) for p in self._params))
 
 
 def prefill_rows(cache: PrefixCache, kv, prompts: list[list[int]], slots: list[int], device) -> torch.Tensor:
@@ -96,13 +116,13 @@ def _forward_rests(runner, rests: list[list[int]], past) -> list:
 def cached_pass(cache: PrefixCache, ids: list[int], positions: list[int], allow: torch.Tensor, read: list[int],
                 keep: int):
     """A scoring pass that starts with a ``keep``-token prompt (causal, positions 0..keep-1) and has no prefix
-    cache yet: its cached part -> (prefix cache or None, ids, positions, allow, read) for the rest of the pass
-    (the same keys: the cached tokens then the pass's own)."""
+    cache yet: its cached part -> (the cached KV ``[layers, 2, kv_heads, m, head_dim]`` or None, ids, positions,
+    allow, read) for the rest of the pass (the same keys: the cached tokens then the pass's own)."""
     hit = cache.match(ids[:keep], limit=min([keep, *read]))
     m = hit.length
     if not m:
         return None, ids, positions, allow, read
-    return to_hf(hit.kv()), ids[m:], positions[m:], allow[m:], [r - m for r in read]
+    return hit.kv(), ids[m:], positions[m:], allow[m:], [r - m for r in read]
 
 
 def store_pass(cache: PrefixCache, prompt: list[int], kv) -> None:

@@ -1,14 +1,22 @@
 """Batch-invariant GEMM and RMSNorm as Triton kernels (CUDA, bf16/fp16; :mod:`.ops` is the torch version).
 
 Invariant by construction, the technique of Thinking Machines' ``batch_invariant_ops`` and vLLM's
-batch-invariant mode: one compiled kernel for every batch size, no split of the reduction, so each output
-element is reduced in the same order whatever the number of rows. The GEMM computes each ``[BM, BN]``
-output tile by one program walking K in fixed ``BK`` steps (one config for all shapes: :data:`GEMM`); the
-row count only changes how many programs run. RMSNorm reduces one row per program over a fixed-width block.
-Unlike :mod:`.ops`' fixed row tiles over cuBLAS, nothing is padded and each weight is read once per pass.
+batch-invariant mode: one compiled kernel for every batch size and one reduction order per weight, so each output
+element is reduced in the same order whatever the number of rows. The GEMM computes each ``[BM, BN]`` output tile
+by one program walking K in fixed ``BK`` steps; a weight shape may split K into a fixed number ``SPLIT`` of
+ranges (split-K: more programs when few rows give few tiles), their float32 partial sums then added in
+order ``((p0 + p1) + p2) ..`` by elementwise adds. The config (tiles, stages, split) depends on the weight shape
+``(N, K)`` and the device only (:func:`config`: :data:`GEMM`, or the table ``bench/gemm_sweep.py --write``
+measured, ``gemm_configs.json``), never on the row count M, which only changes how many programs run.
+RMSNorm reduces one row per program over a fixed-width block. Unlike :mod:`.ops`' fixed row tiles over cuBLAS,
+nothing is padded and each weight is read once per pass.
 """
 
 from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
 
 import torch
 
@@ -18,7 +26,25 @@ try:
 except ImportError:  # pragma: no cover
     triton = None
 
-GEMM = {"BM": 128, "BN": 128, "BK": 64, "GROUP": 8, "num_warps": 8, "num_stages": 4}
+# any weight shape the table does not name: the best single config of the first H200 sweep (7 shapes x 14 configs,
+# M 128 / 1,024 / 2,048; bench/results/gemm-sweep-h200.json)
+GEMM = {"BM": 128, "BN": 128, "BK": 64, "GROUP": 8, "num_warps": 8, "num_stages": 3, "SPLIT": 1}
+TABLE = Path(__file__).with_name("gemm_configs.json")  # {device name: {"NxK": config}}
+SHAPE_CONFIGS: dict[tuple[int, int], dict] = {}  # (N, K) -> config overrides for this process (the sweep's)
+
+
+@functools.lru_cache(maxsize=8)
+def _table(device: torch.device) -> dict:
+    """The measured configs of ``device``'s kind (none off CUDA: the interpreter's tests)."""
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else ""
+    mine = json.loads(TABLE.read_text()).get(name, {}) if TABLE.exists() else {}
+    return {tuple(int(v) for v in k.split("x")): c for k, c in mine.items()}
+
+
+def config(N: int, K: int, device: torch.device) -> dict:
+    """The GEMM config of a ``[N, K]`` weight on ``device``: :data:`GEMM`, overridden by the measured table."""
+    own = SHAPE_CONFIGS.get((N, K)) or _table(device).get((N, K), {})
+    return {**GEMM, **own}
 
 
 def available(x: torch.Tensor) -> bool:
@@ -27,9 +53,10 @@ def available(x: torch.Tensor) -> bool:
 
 if triton is not None:
     @triton.jit(do_not_specialize=["M"])
-    def _gemm(A, W, C, M, N, K, sam, swn, scm,
-              BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr):
+    def _gemm(A, W, C, M, N, K, K_PER, sam, swn, scm, scs,
+              BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr, PARTIAL: tl.constexpr):
         pid = tl.program_id(0)
+        k0 = tl.program_id(1) * K_PER  # this program's range of K (split-K; the whole of K when not split)
         grid_m, grid_n = tl.cdiv(M, BM), tl.cdiv(N, BN)
         per_group = GROUP * grid_n  # programs ordered in groups of GROUP row blocks (weight tiles reused in L2)
         first_m = (pid // per_group) * GROUP
@@ -38,18 +65,22 @@ if triton is not None:
         pn = (pid % per_group) // size_m
         rm = pm * BM + tl.arange(0, BM)
         rn = pn * BN + tl.arange(0, BN)
-        rk = tl.arange(0, BK)
+        rk = k0 + tl.arange(0, BK)
         a_ptr = A + rm[:, None].to(tl.int64) * sam + rk[None, :]
         w_ptr = W + rn[None, :].to(tl.int64) * swn + rk[:, None]
         acc = tl.zeros([BM, BN], tl.float32)
-        for k in range(0, K, BK):
-            a = tl.load(a_ptr, mask=(rm[:, None] < M) & (rk[None, :] + k < K), other=0.0)
-            w = tl.load(w_ptr, mask=(rn[None, :] < N) & (rk[:, None] + k < K), other=0.0)
+        for k in range(0, K_PER, BK):
+            live = rk + k < tl.minimum(K, k0 + K_PER)
+            a = tl.load(a_ptr, mask=(rm[:, None] < M) & live[None, :], other=0.0)
+            w = tl.load(w_ptr, mask=(rn[None, :] < N) & live[:, None], other=0.0)
             acc = tl.dot(a, w, acc)
             a_ptr += BK
             w_ptr += BK
-        tl.store(C + rm[:, None].to(tl.int64) * scm + rn[None, :], acc.to(C.dtype.element_ty),
-                 mask=(rm[:, None] < M) & (rn[None, :] < N))
+        out = C + tl.program_id(1).to(tl.int64) * scs + rm[:, None].to(tl.int64) * scm + rn[None, :]
+        if PARTIAL:
+            tl.store(out, acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+        else:
+            tl.store(out, acc.to(C.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
 
     @triton.jit(do_not_specialize=["M"])
     def _rms(X, Wt, Y, M, D, sx, sy, eps, BD: tl.constexpr):
@@ -71,12 +102,22 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         a = a.contiguous()
     w = weight if weight.stride(-1) == 1 else weight.contiguous()
     M, N = a.shape[0], w.shape[0]
+    g = config(N, K, x.device)
+    split = max(1, min(int(g["SPLIT"]), triton.cdiv(K, g["BK"])))
+    k_per = triton.cdiv(triton.cdiv(K, split), g["BK"]) * g["BK"]
+    split = triton.cdiv(K, k_per)  # no empty range
     c = torch.empty(M, N, dtype=x.dtype, device=x.device)
     if M:
-        g = GEMM
-        grid = (triton.cdiv(M, g["BM"]) * triton.cdiv(N, g["BN"]),)
-        _gemm[grid](a, w, c, M, N, K, a.stride(0), w.stride(0), c.stride(0), BM=g["BM"], BN=g["BN"], BK=g["BK"],
-                    GROUP=g["GROUP"], num_warps=g["num_warps"], num_stages=g["num_stages"])
+        out = c if split == 1 else torch.empty(split, M, N, dtype=torch.float32, device=x.device)
+        grid = (triton.cdiv(M, g["BM"]) * triton.cdiv(N, g["BN"]), split)
+        _gemm[grid](a, w, out, M, N, K, k_per, a.stride(0), w.stride(0), N, out.stride(0) if split > 1 else 0,
+                    BM=g["BM"], BN=g["BN"], BK=g["BK"], GROUP=g["GROUP"], PARTIAL=split > 1,
+                    num_warps=g["num_warps"], num_stages=g["num_stages"])
+        if split > 1:  # the partial sums in a fixed order, whatever M
+            acc = out[0]
+            for s in range(1, split):
+                acc = acc + out[s]
+            c.copy_(acc)
     y = c.view(*lead, N)
     return y + bias if bias is not None else y
 

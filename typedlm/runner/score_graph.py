@@ -1,0 +1,127 @@
+"""A decision's scoring pass on a cached prompt prefix as a CUDA graph (batch-invariant scoring, Llama / Qwen2 /
+Qwen3): the context's uncached tokens and the plan's row tree, one replay.
+
+Why: after the first call on a schema the plan prefix (~830 tokens) comes from the prefix cache and a decision's
+one forward holds only ~170 context tokens and the ~110-token row tree; eagerly that forward's ~1,000 launches of
+the invariant kernels cost the host about as long as the GPU needs for them. Measured on the H200 (random
+Qwen2.5-7B, bf16; ``bench/results/score-graph-h200.json``): a later decision 34.4 ms p50 with the graph vs 44.8 ms
+eager, the pass itself 21.7 ms (GPU-bound now: 72 % of it the GEMMs at ~300 rows).
+
+How: the pass's tokens are padded to a bucket of :data:`BUCKETS` and its keys to a power-of-two column bucket
+(>= 256) of one static buffer ``[layers, 2, 1, kv_heads, columns + 1, head_dim]``: the cached prefix is copied
+into its first ``m`` columns, the pass writes its own K/V at columns ``m ..`` (padding rows: the scratch column,
+never read) and attends under the pass's allowed-attention matrix (padding: no key at all). The layers are the
+model's own modules (``layer(hidden, mask, positions, cache)``: the hooks of :mod:`.invariant.mode` give the
+invariant GEMM, RMSNorm and attention), with this module's buffer as their cache, so the ops are the eager
+pass's one for one. **Bit-identical to the eager pass**, by construction of the invariant kernels: a row's GEMM
+and RMSNorm results do not depend on the row count (padding), a query's attention only on its own ordered list of
+allowed keys (the same columns hold the same K/V here), and the lm_head reads the same rows. Tested on the CPU
+(the torch invariant ops, run eagerly at the padded sizes) and on the H200 (``bench/gpu_check.py``).
+One graph per ``(tokens, columns)`` bucket, captured on first use; one pass at a time (a lock).
+``TYPEDLM_SCORE_GRAPH=0`` turns it off.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import threading
+
+import torch
+
+from .graphs import MIN_BUCKET, DecodeGraphs, bucket
+from .tensors import device_tensor
+
+BUCKETS = (16, 32, 64, 128, 256, 384, 512)  # tokens of a graphed pass (GEMM row tiles are 128: padding to a
+# multiple of 128 costs no extra tile above 128)
+
+
+class _Columns:
+    """The cache the model's attention modules write into: each layer's K/V of this pass go to ``col`` of
+    the static buffer; attention reads its first ``cols`` columns."""
+
+    def __init__(self, kv: torch.Tensor, col: torch.Tensor, cols: int):
+        self.kv, self.col, self.cols = kv, col, cols
+
+    def update(self, key, value, layer_idx: int, *args, **kwargs):
+        buf = self.kv[layer_idx]  # [2, 1, kv_heads, columns + 1, head_dim]
+        buf[0][:, :, self.col] = key
+        buf[1][:, :, self.col] = value
+        return buf[0][:, :, :self.cols], buf[1][:, :, :self.cols]
+
+
+class ScoreGraphs:
+    """Graphed invariant scoring passes of ``model`` (the runner's; hooked by :mod:`.invariant.mode`)."""
+
+    def __init__(self, model, *, device: torch.device, dtype: torch.dtype, max_len: int):
+        self.model, self.device, self.dtype, self.max_len = model, device, dtype, max_len
+        self.enabled = device.type == "cuda" and os.environ.get("TYPEDLM_SCORE_GRAPH", "1") != "0"
+        self.base = model.model
+        self.layers = list(self.base.layers)
+        params = inspect.signature(self.layers[0].forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self._kv = None  # the static buffer, made on first use
+        top = BUCKETS[-1]
+        self._io = torch.zeros(4, top, dtype=torch.long, device=device)  # ids, positions, K/V column, rows read
+        self._allow = torch.zeros(top, max_len, dtype=torch.bool, device=device)
+        self.graphs = DecodeGraphs(device, self._run, self._reset, self._io, capture_mode="thread_local")
+        self._lock = threading.Lock()
+        self.passes = 0  # passes run here (tests, benches)
+
+    def fits(self, cached: int, new: int) -> bool:
+        """A pass of ``new`` tokens after ``cached`` prefix tokens goes through a graph."""
+        return self.enabled and 0 < new <= BUCKETS[-1] and cached + new <= self.max_len
+
+    def run(self, past: torch.Tensor | None, ids: list[int], positions: list[int], allow: torch.Tensor,
+            read: list[int], keep: int):
+        """The pass of ``ids`` (per-token ``positions``; ``allow`` ``[n, m + n]`` bool over the ``m`` cached keys
+        ``past`` ``[layers, 2, kv_heads, m, head_dim]`` (or None) then the pass's own) -> (logits ``[len(read),
+        V]`` at pass positions ``read``, the first ``keep`` tokens' KV ``[layers, 2, kv_heads, keep, head_dim]``).
+        The graph's outputs are read before the lock is let go (the next replay overwrites them)."""
+        n, m = len(ids), 0 if past is None else int(past.shape[3])
+        b = bucket_of(n)
+        cols = min(max(MIN_BUCKET, bucket(m + n, 1 << 30)), self.max_len)
+        with self._lock:
+            if self._kv is None:
+                cfg, a = self.model.config, self.layers[0].self_attn
+                self._kv = torch.zeros(len(self.layers), 2, 1, cfg.num_key_value_heads, self.max_len + 1, a.head_dim,
+                                       dtype=self.dtype, device=self.device)
+            cuda = self.device.type == "cuda"
+            graph = self.graphs.get(b, cols) if cuda else None  # captured before the inputs are staged
+            if past is not None:
+                self._kv[:, :, 0, :, :m].copy_(past)
+            pad = b - n
+            self._io[:, :b].copy_(device_tensor([ids + [0] * pad, positions + [0] * pad,
+                                                 list(range(m, m + n)) + [self.max_len] * pad,
+                                                 read + [0] * (b - len(read))], self.device))
+            self._allow[:b, :cols].zero_()
+            self._allow[:n, :m + n].copy_(allow.pin_memory().to(self.device, non_blocking=True) if cuda else allow)
+            if cuda:
+                graph[0].replay()
+                hidden = graph[1]
+            else:
+                hidden = self._run(b, cols)
+            self.passes += 1
+            # the lm_head on the rows read only, outside the graph (their count varies more than the pass's)
+            logits = self.model.lm_head(hidden.index_select(0, self._io[3, :len(read)]))
+            return logits, self._kv[:, :, 0, :, :keep].clone()
+
+    def _reset(self, b: int) -> None:
+        self._io[:, :b] = 0
+        self._io[2, :b] = self.max_len  # K/V to the scratch column
+
+    def _run(self, b: int, cols: int) -> torch.Tensor:
+        ids, pos, col = self._io[0, :b], self._io[1, :b], self._io[2, :b]
+        mask = self._allow[:b, :cols].view(1, 1, b, cols)
+        h = self.base.embed_tokens(ids.view(1, b))
+        pe = self.base.rotary_emb(h, pos.view(1, b))
+        cache = {self._cache_kw: _Columns(self._kv, col, cols)}
+        for layer in self.layers:
+            h = layer(h, attention_mask=mask, position_ids=pos.view(1, b), use_cache=True, position_embeddings=pe,
+                      **cache)
+            h = h[0] if isinstance(h, tuple) else h
+        return self.base.norm(h)[0]  # [b, hidden]: the final norm of every row (the lm_head reads some)
+
+
+def bucket_of(n: int) -> int:
+    return next(b for b in BUCKETS if b >= n)
