@@ -26,6 +26,7 @@ chunking is the ``max_rows`` path whose parity with one pass is pinned by
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from typing import Any, Callable
@@ -35,8 +36,9 @@ import torch
 from ..engine import Engine
 from ..generate.scheduler import Scheduler
 from ..runner.invariant import mode as invariant
+from .slices import DecideSlices, checkpoint
 
-DECIDE_MODES = ("auto", "interleaved", "parallel", "exclusive")
+DECIDE_MODES = ("auto", "interleaved", "parallel", "sliced", "exclusive")
 
 
 def resolve_decide_mode(mode: str, engine: Engine) -> str:
@@ -88,6 +90,7 @@ class SteppedEngine:
     def _call(self, input_ids, *args, **kwargs):
         self.forwards += 1
         if self.parallel:  # on this worker thread, beside the decode steps (grad mode is per thread)
+            checkpoint()  # sliced: waits for the step's slice
             with torch.inference_mode():
                 return self._engine.runner.forward(input_ids, *args, **kwargs)
         took = {}
@@ -127,19 +130,22 @@ class SteppedEngine:
 
 
 async def run_stepwise(engine: Engine, scheduler: Scheduler, fn: Callable[..., Any], *args, prefill_chunk: int,
-                       row_chunk: int, parallel: bool = False, **kwargs) -> Any:
+                       row_chunk: int, parallel: bool = False, slices: DecideSlices | None = None, **kwargs) -> Any:
     """``fn(*args, engine=<SteppedEngine>, **kwargs)`` on a worker thread. Interleaved: rows are scored
     ``row_chunk`` per pass (``max_rows``) and, with streams decoding, the prompt is prefilled in measured chunks
     of at most ``prefill_chunk`` tokens (``ServerConfig.decide_chunk_rows`` / ``decide_chunk_tokens``).
-    Parallel: the decision's own passes, unchanged, beside the decode steps."""
+    Parallel: the decision's own passes, unchanged, beside the decode steps. ``slices`` (sliced): those passes,
+    paused at layer boundaries outside the slices the engine thread lends (:mod:`.slices`)."""
+    parallel = parallel or slices is not None
     stepped = SteppedEngine(engine, scheduler, max_chunk=prefill_chunk, parallel=parallel)
     if not parallel and kwargs.get("max_rows") is None:  # always: a stream may arrive while the rows are scored
         kwargs["max_rows"] = row_chunk
 
     def work():
-        if parallel and engine.device.type == "cuda":  # its own stream: its kernels beside the decode graphs
-            with torch.cuda.stream(torch.cuda.Stream(engine.device)):
-                return fn(*args, engine=stepped, **kwargs)
-        return fn(*args, engine=stepped, **kwargs)
+        with slices.worker() if slices is not None else contextlib.nullcontext():
+            if parallel and engine.device.type == "cuda":  # its own stream: its kernels beside the decode graphs
+                with torch.cuda.stream(torch.cuda.Stream(engine.device)):
+                    return fn(*args, engine=stepped, **kwargs)
+            return fn(*args, engine=stepped, **kwargs)
 
     return await asyncio.to_thread(work)
