@@ -5,7 +5,7 @@ GPU, like ``parallel``), so it computes exactly what it computes alone: the same
 the same batch-invariance setting. What changes is *when* it may run while streams decode: the engine
 thread lends it a slice of every step (:meth:`DecideSlices.lend`, called by the scheduler right after it
 has queued the step's decode forward, so on a GPU the slice's host work overlaps the decode on the device),
-and the worker stops at the next decoder-layer boundary (a forward pre-hook on each layer, a no-op on any
+and the worker stops at the next decoder-layer or lm_head boundary (a forward pre-hook, a no-op on any
 thread that is not a sliced worker) or forward once the slice is spent, until the next step lends another.
 
 Why slices of time and not a token budget inside one forward (vLLM's chunked prefill): the decode step is a
@@ -45,7 +45,7 @@ class DecideSlices:
 
     EMA = 0.2
     GRACE = 0.5  # of a slice: how long the engine waits past the deadline for a worker to reach a boundary
-    POLL_S = 0.002  # a parked worker re-checks whether streams are still decoding
+    POLL_S = 0.02  # a parked worker re-checks whether streams still decode (slices wake it sooner)
     MAX_STEP_S = 1.0  # a longer gap between two slices is idle time, not a step
 
     def __init__(self, layers: list[torch.nn.Module], busy: Callable[[], bool], *, share: float):
@@ -86,13 +86,15 @@ class DecideSlices:
     def checkpoint(self) -> None:
         """At a layer or forward boundary of a worker: go on inside a slice or with no stream decoding, else park
         until the next slice."""
+        if time.perf_counter() < self._deadline or not self.busy():
+            return
         with self._cond:
+            self.parks += 1
+            self._parked += 1
+            self._cond.notify_all()
             while self.busy() and time.perf_counter() >= self._deadline:
-                self._parked += 1
-                self.parks += 1
-                self._cond.notify_all()
                 self._cond.wait(self.POLL_S)
-                self._parked -= 1
+            self._parked -= 1
 
     # -- engine side ------------------------------------------------------------------------------------
     def _measure(self, now: float) -> None:
@@ -124,7 +126,11 @@ class DecideSlices:
 
 
 def decoder_layers(model) -> list[torch.nn.Module]:
-    """A torch model's decoder layers (Llama / Qwen / Mistral / Gemma shape: ``model.model.layers``); none known
-    (or not a torch model: MLX): the workers stop at forward boundaries only."""
+    """Where a worker may stop inside a torch model's forward: each decoder layer (Llama / Qwen / Mistral / Gemma
+    shape: ``model.model.layers``) and the lm_head; none known (or not a torch model: MLX): the workers stop at
+    forward boundaries only."""
     layers = getattr(getattr(model, "model", None), "layers", None)
-    return [m for m in layers if isinstance(m, torch.nn.Module)] if layers is not None else []
+    if layers is None or not isinstance(model, torch.nn.Module):
+        return []
+    head = model.get_output_embeddings()
+    return [m for m in layers if isinstance(m, torch.nn.Module)] + ([head] if head is not None else [])
