@@ -152,6 +152,8 @@ def bench_itl(engine, *, modes=MODES, streams: int = 4, rounds: int = 1, max_tok
                 _beside(url, model, base, streams=streams, rounds=rounds, max_tokens=max_tokens,
                         decide_clients=decide_clients, decide_body=decide_body)
             runs.append({**run, "mode": mode})
+            if progress:
+                progress(f"{mode}: {json.dumps(runs[-1])}")
     _ratios(runs)
     return {"model": engine.name, "device": str(engine.device), "dtype": str(engine.dtype).replace("torch.", ""),
             "machine": f"{os.cpu_count()}-core {platform.machine()} CPU" if engine.device.type == "cpu"
