@@ -118,7 +118,7 @@ def _beside(url: str, model: str, mode: str, *, streams: int, rounds: int, max_t
 def _configure(state, mode: str) -> str:
     """The server's decide mode for a run name (``sliced@0.5``: sliced, slices of half a decode step)."""
     base, _, share = mode.partition("@")
-    state.config.decide_mode = "interleaved" if base in ("alone", "decide-alone") else base
+    state.config.decide_mode = "exclusive" if base in ("alone", "decide-alone") else base  # alone: as decide() runs
     if share:
         state.config.decide_step_share = float(share)
     return base
