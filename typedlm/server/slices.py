@@ -14,7 +14,7 @@ attention masks; one forward carrying both needs a varlen attention over the two
 graphs for every mixed token count. An eager decide forward on a GPU is launch-bound (about the same time
 for 4 or 256 tokens), so the cost to bound is host time, and a layer boundary is the finest point where the
 model's code can be paused without changing what it computes. Slice length = ``share`` x the measured
-decode step (EMA): the streams' step grows by at most about that (less where the slice hides under the
+decode step (a low quantile of recent steps: the steps a worker slowed do not count): the streams' step grows by at most about that (less where the slice hides under the
 device's decode work), and the decision gets ``share / (1 + share)`` of the engine's time.
 
 While no stream is decoding or waiting, workers run freely (the decision's own speed). Several decisions
@@ -23,6 +23,7 @@ share one slice (all active workers run in it).
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 from contextlib import contextmanager
@@ -43,7 +44,8 @@ def checkpoint(*_args) -> None:
 class DecideSlices:
     """The engine thread lends workers slices of its steps; workers park at layer boundaries between them."""
 
-    EMA = 0.2
+    WINDOW = 64  # recent decode steps the slice length is read from ...
+    QUANTILE = 0.1  # ... at this quantile: a step slowed by a worker past its slice must not lengthen the next slice
     GRACE = 0.5  # of a slice: how long the engine waits past the deadline for a worker to reach a boundary
     POLL_S = 0.02  # a parked worker re-checks whether streams still decode (slices wake it sooner)
     MAX_STEP_S = 1.0  # a longer gap between two slices is idle time, not a step
@@ -53,7 +55,8 @@ class DecideSlices:
         ``share``: a slice's length as a fraction of the measured decode step."""
         self.share = share
         self.busy = busy
-        self.step_s: float | None = None  # EMA of a decode step without its slice
+        self._steps: collections.deque[float] = collections.deque(maxlen=self.WINDOW)
+        self.step_s: float | None = None  # a decode step without its slice (QUANTILE of the last WINDOW)
         self._cond = threading.Condition()
         self._deadline = 0.0
         self._last = 0.0  # when the last slice ended
@@ -101,7 +104,8 @@ class DecideSlices:
         """A decode step's own time: from the end of the last slice to this one (an idle gap is no step)."""
         gap, self._last = now - self._last, now
         if gap < self.MAX_STEP_S:
-            self.step_s = gap if self.step_s is None else (1 - self.EMA) * self.step_s + self.EMA * gap
+            self._steps.append(gap)
+            self.step_s = sorted(self._steps)[int(self.QUANTILE * (len(self._steps) - 1))]
 
     def slice_s(self) -> float:
         return self.share * (self.step_s or 0.0)
