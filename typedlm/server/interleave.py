@@ -2,7 +2,7 @@
 
 Before, the whole decision ran as one block on the engine thread (``exclusive``): every running stream
 waited for it (10.9 s seen on the CPU). Now the decision runs on a worker thread with a
-:class:`SteppedEngine` in place of the Engine, in one of two modes (``ServerConfig.decide_mode``):
+:class:`SteppedEngine` in place of the Engine, in one of three modes (``ServerConfig.decide_mode``):
 
 - ``interleaved``: each of its forwards is handed to the engine thread as one queued call
   (``Scheduler.call``), which runs between two decode steps. While streams are decoding, a prefill is cut
@@ -14,6 +14,9 @@ waited for it (10.9 s seen on the CPU). Now the decision runs on a worker thread
 - ``parallel``: the forwards run on the worker thread itself, beside the decode steps (torch releases the
   GIL inside its ops; the model is read-only and the decision has its own KV cache); on a GPU the whole
   decision runs on its own CUDA stream. On a CPU it needs a core that torch's intra-op threads leave free.
+
+- ``sliced``: as ``parallel``, but the worker runs only inside a bounded slice of each decode step that the
+  engine thread lends it, pausing at layer boundaries in between (:mod:`.slices`).
 
 ``auto`` (the default) picks ``parallel`` on CUDA and for a CPU engine with ``torch.get_num_threads()``
 below the core count, else ``interleaved``. Measured p99 ITL of 4 streams beside back-to-back decisions vs
