@@ -71,10 +71,9 @@ def _latencies(spans: list[tuple[float, float]]) -> dict:
             "decide_s": {k: round(_pct(lat, q), 4) for k, q in (("p50", .5), ("p99", .99))} if lat else None}
 
 
-def _decide_alone(url: str, body: dict, clients: int, decisions: int) -> dict:
+def _clients_alone(url: str, body: dict, clients: int, decisions: int) -> list[tuple[float, float]]:
     stop, spans = threading.Event(), []
     deciders = [threading.Thread(target=_decider, args=(url, body, stop, spans)) for _ in range(clients)]
-    t0 = time.perf_counter()
     for t in deciders:
         t.start()
     while len(spans) < decisions and all(t.is_alive() for t in deciders):
@@ -82,7 +81,18 @@ def _decide_alone(url: str, body: dict, clients: int, decisions: int) -> dict:
     stop.set()
     for t in deciders:
         t.join()
-    return {"mode": "decide-alone", "itl_ms": None, **_latencies(spans), "wall_s": round(time.perf_counter() - t0, 2)}
+    return spans
+
+
+def _decide_alone(url: str, body: dict, clients: int, decisions: int) -> dict:
+    """The decide clients with no stream (the baseline of ``decide p50 vs alone``), and one client alone (``solo``:
+    one decision at a time; with several clients their decisions also wait for each other)."""
+    t0 = time.perf_counter()
+    spans = _clients_alone(url, body, clients, decisions)
+    wall = time.perf_counter() - t0
+    solo = _clients_alone(url, body, 1, max(2, decisions // 2)) if clients > 1 else spans
+    return {"mode": "decide-alone", "itl_ms": None, **_latencies(spans), "wall_s": round(wall, 2),
+            "solo": _latencies(solo)}
 
 
 def _beside(url: str, model: str, mode: str, *, streams: int, rounds: int, max_tokens: int, decide_clients: int,
@@ -210,10 +220,21 @@ def to_markdown(res: dict) -> str:
              f"{res['torch_threads']}; interleaved chunks: at most {res['decide_chunk_tokens']} prefill tokens, "
              f"{res['decide_chunk_rows']} rows per pass. Targets: streams' p99 <= {tg['p99_vs_alone']}x alone and "
              f"decide p50 <= {tg['decide_p50_vs_alone']}x alone, in one run. Decisions beside the streams: those that "
-             "started and ended while the streams ran.", "",
+             "started and ended while the streams ran.", ""] + _solo_line(res) + [
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(_row(r)) + " |" for r in res["runs"]]
     return "\n".join(lines) + "\n"
+
+
+def _solo_line(res: dict) -> list[str]:
+    alone = next((r for r in res["runs"] if r["mode"] == "decide-alone"), None)
+    if not alone or not alone["solo"]["decide_s"] or res["decide_clients"] < 2:
+        return []
+    solo = alone["solo"]["decide_s"]["p50"]
+    beside = ", ".join(f"{r['mode']} {round(r['decide_s']['p50'] / solo, 2)}x" for r in res["runs"]
+                       if r["decide_s"] and r["mode"] != "decide-alone")
+    return [f"One decision at a time with nothing else running (1 client): p50 {solo} s; decide p50 beside the "
+            f"streams vs that: {beside}.", ""]
 
 
 def _check_modes(modes: tuple[str, ...]) -> str | None:
