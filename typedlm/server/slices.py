@@ -74,11 +74,13 @@ class DecideSlices:
     # -- worker side ------------------------------------------------------------------------------------
     @contextmanager
     def worker(self):
-        """This thread is a sliced worker inside the block (one decision)."""
+        """This thread is a sliced worker inside the block (one decision), which starts inside a slice (its host work
+        before the first forward — prompt, tokens, plan — must not run beside a step either)."""
         with self._cond:
             self._active += 1
         _worker.slices = self
         try:
+            self.checkpoint()
             yield
         finally:
             _worker.slices = None
