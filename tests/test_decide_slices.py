@@ -120,9 +120,12 @@ def test_without_streams_a_sliced_decision_never_waits(tiny):
     assert got.to_dict()["fields"] == decide(p["schema"], p["examples"][0], engine=tiny).to_dict()["fields"]
 
 
-def test_hooks_on_every_layer_and_the_head_and_share_must_be_positive(tiny):
+def test_hooks_on_every_layer_and_the_head_once_and_share_must_be_positive(tiny):
     model = tiny.runner.model
     assert decoder_layers(model) == [*model.model.layers, model.lm_head]
+    for _ in range(3):  # one server after another on the same engine: still one hook per module
+        DecideSlices(decoder_layers(model), lambda: False, share=1.0)
+    assert all(list(m._forward_pre_hooks.values()).count(checkpoint) == 1 for m in decoder_layers(model))
     assert decoder_layers(object()) == []
     with pytest.raises(ValueError, match="decide_step_share must be > 0"):
         ServerConfig(decide_mode="sliced", decide_step_share=0)

@@ -14,8 +14,9 @@ attention masks; one forward carrying both needs a varlen attention over the two
 graphs for every mixed token count. An eager decide forward on a GPU is launch-bound (about the same time
 for 4 or 256 tokens), so the cost to bound is host time, and a layer boundary is the finest point where the
 model's code can be paused without changing what it computes. Slice length = ``share`` x the measured
-decode step (a low quantile of recent steps: the steps a worker slowed do not count): the streams' step grows by at most about that (less where the slice hides under the
-device's decode work), and the decision gets ``share / (1 + share)`` of the engine's time.
+decode step (a low quantile of recent steps: the steps a worker slowed do not count): the streams' step
+grows by at most about that (less where the slice hides under the device's decode work), and the decision
+gets ``share / (1 + share)`` of the engine's time.
 
 While no stream is decoding or waiting, workers run freely (the decision's own speed). Several decisions
 share one slice (all active workers run in it).
@@ -26,12 +27,14 @@ from __future__ import annotations
 import collections
 import threading
 import time
+import weakref
 from contextlib import contextmanager
 from typing import Callable
 
 import torch
 
 _worker = threading.local()  # .slices: the DecideSlices this thread is a worker of
+_hooked: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()  # modules that carry the checkpoint hook
 
 
 def checkpoint(*_args) -> None:
@@ -64,12 +67,10 @@ class DecideSlices:
         self._parked = 0  # of them, waiting for a slice
         self.slices = 0  # slices lent to at least one worker (tests, bench)
         self.parks = 0  # times a worker stopped at a boundary
-        self._hooks = [layer.register_forward_pre_hook(checkpoint) for layer in layers]
-
-    def close(self) -> None:
-        for h in self._hooks:
-            h.remove()
-        self._hooks = []
+        for layer in layers:  # once per module, whichever server made it: the hook finds its worker's slices
+            if layer not in _hooked:
+                layer.register_forward_pre_hook(checkpoint)
+                _hooked.add(layer)
 
     # -- worker side ------------------------------------------------------------------------------------
     @contextmanager
