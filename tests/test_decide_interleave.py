@@ -124,7 +124,7 @@ def test_auto_mode_is_parallel_only_with_a_spare_cpu_core(tiny, monkeypatch):
         ServerConfig(decide_mode="sometimes")
 
 
-@pytest.mark.parametrize("mode", ["interleaved", "parallel"])
+@pytest.mark.parametrize("mode", ["interleaved", "parallel", "sliced"])
 def test_http_decide_and_stream_both_progress(tiny, mode):
     p, raw = presets.load(PRESET), presets.raw(PRESET)
     with live_server(create_app(tiny, ServerConfig(warmup=False, decide_chunk_tokens=32, decide_mode=mode))) as url:
@@ -156,4 +156,4 @@ def test_http_decide_and_stream_both_progress(tiny, mode):
     if mode == "interleaved":
         assert d.json()["usage"]["passes"] > alone["usage"]["passes"], "rows were scored in smaller passes"
     else:
-        assert d.json()["usage"]["passes"] == alone["usage"]["passes"], "parallel: the decision's own passes"
+        assert d.json()["usage"]["passes"] == alone["usage"]["passes"], "parallel, sliced: the decision's own passes"

@@ -1,19 +1,24 @@
 """``typedlm bench itl``: inter-token latency of streaming requests, alone and beside decide traffic.
 
-A real server on loopback (the app ``typedlm serve`` runs) serves ``--streams`` streaming chat requests at
-once; every SSE content chunk's arrival time is recorded per stream and the gaps between consecutive
-chunks are the inter-token latencies (the first chunk, TTFT, is not one). Runs on the same engine:
+A real server on loopback (the app ``typedlm serve`` runs, one server for every run: only its decide mode
+changes between runs) serves ``--streams`` streaming chat requests at once, ``--rounds`` times over; every SSE
+content chunk's arrival time is recorded per stream and the gaps between consecutive chunks are the
+inter-token latencies (the first chunk, TTFT, is not one). ``--decide-clients`` clients post ``/v1/decide``
+back to back. Runs:
 
 - ``alone``        the streams only
-- ``interleaved``  the streams while ``--decide-clients`` clients post ``/v1/decide`` back to back
-                   (decide forwards interleave with decode steps: :mod:`typedlm.server.interleave`)
-- ``parallel``     the same traffic with decide forwards on their own thread beside the decode steps
-                   (CPU, with a core left free by ``--threads``)
+- ``decide-alone`` the decide clients only, until ``--decisions`` decisions: the decision's own latency
+- ``interleaved``  streams + decide clients; decide forwards between decode steps
+                   (:mod:`typedlm.server.interleave`)
+- ``parallel``     the same traffic, decide forwards on their own thread beside the decode steps
+- ``sliced``       the same traffic, the decision on its own thread inside a bounded slice of each decode step
+                   (:mod:`typedlm.server.slices`), once per ``--share`` (``sliced@0.5``: slices of half a step)
 - ``exclusive``    the same traffic with each decision run as one block between two steps (the old path)
 
-Reported: p50 / p90 / p99 / max ITL per run, decisions completed and their p50 latency, and p99 ITL
-relative to ``alone``. ``--threads`` sets torch's intra-op threads (on a CPU shared with other work, one
-thread avoids OpenMP barrier stalls that dwarf the model's own cost).
+Reported per run: p50 / p90 / p99 / max ITL, decisions that started and ended while the streams ran and their
+p50 / p99 latency, and the ratios against the targets: streams' p99 vs ``alone`` (target <= 1.2) and decide
+p50 vs ``decide-alone`` (target <= 2). ``--threads`` sets torch's intra-op threads (on a CPU shared with other
+work, one thread avoids OpenMP barrier stalls that dwarf the model's own cost).
 """
 
 from __future__ import annotations
@@ -21,7 +26,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import statistics
 import threading
 import time
 from pathlib import Path
@@ -33,96 +37,165 @@ from ..cliutil import backend_option
 
 from .grammar import _pct
 
-MODES = ("alone", "interleaved", "parallel", "exclusive")
+MODES = ("alone", "decide-alone", "interleaved", "parallel", "sliced", "exclusive")
+TARGETS = {"p99_vs_alone": 1.2, "decide_p50_vs_alone": 2.0}  # issue 20, item 5
 
 
-def _stream(url: str, body: dict, arrivals: list[float]) -> None:
+def _stream(url: str, bodies: list[dict], arrivals: list[list[float]]) -> None:
     import httpx
 
-    with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=600) as r:
-        r.raise_for_status()
-        for line in r.iter_lines():
-            if line.startswith("data: {") and any(c.get("delta", {}).get("content")
-                                                  for c in json.loads(line[6:])["choices"]):
-                arrivals.append(time.perf_counter())
+    for body in bodies:  # one request after another: each its own list of arrivals
+        got = []
+        arrivals.append(got)
+        with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=600) as r:
+            r.raise_for_status()
+            for line in r.iter_lines():
+                if line.startswith("data: {") and any(c.get("delta", {}).get("content")
+                                                      for c in json.loads(line[6:])["choices"]):
+                    got.append(time.perf_counter())
 
 
-def _decider(url: str, body: dict, stop: threading.Event, latencies: list[float]) -> None:
+def _decider(url: str, body: dict, stop: threading.Event, spans: list[tuple[float, float]]) -> None:
     import httpx
 
     while not stop.is_set():
         t0 = time.perf_counter()
         r = httpx.post(url + "/v1/decide", json=body, timeout=600)
         r.raise_for_status()
-        latencies.append(time.perf_counter() - t0)
+        spans.append((t0, time.perf_counter()))
 
 
-def run_mode(engine, mode: str, *, streams: int, max_tokens: int, decide_clients: int, preset: str,
-             chunk_tokens: int, chunk_rows: int) -> dict:
+def _latencies(spans: list[tuple[float, float]]) -> dict:
+    lat = [b - a for a, b in spans]
+    return {"decisions": len(lat),
+            "decide_s": {k: round(_pct(lat, q), 4) for k, q in (("p50", .5), ("p99", .99))} if lat else None}
+
+
+def _clients_alone(url: str, body: dict, clients: int, decisions: int) -> list[tuple[float, float]]:
+    stop, spans = threading.Event(), []
+    deciders = [threading.Thread(target=_decider, args=(url, body, stop, spans)) for _ in range(clients)]
+    for t in deciders:
+        t.start()
+    while len(spans) < decisions and all(t.is_alive() for t in deciders):
+        time.sleep(0.01)
+    stop.set()
+    for t in deciders:
+        t.join()
+    return spans
+
+
+def _decide_alone(url: str, body: dict, clients: int, decisions: int) -> dict:
+    """The decide clients with no stream (the baseline of ``decide p50 vs alone``), and one client alone (``solo``:
+    one decision at a time; with several clients their decisions also wait for each other)."""
+    t0 = time.perf_counter()
+    spans = _clients_alone(url, body, clients, decisions)
+    wall = time.perf_counter() - t0
+    solo = _clients_alone(url, body, 1, max(2, decisions // 2)) if clients > 1 else spans
+    return {"mode": "decide-alone", "itl_ms": None, **_latencies(spans), "wall_s": round(wall, 2),
+            "solo": _latencies(solo)}
+
+
+def _beside(url: str, model: str, mode: str, *, streams: int, rounds: int, max_tokens: int, decide_clients: int,
+            decide_body: dict) -> dict:
+    bodies = [[{"model": model, "stream": True, "max_tokens": max_tokens, "temperature": 1.0, "seed": 1000 * r + i,
+                "messages": [{"role": "user", "content": f"Tell me a long story about the number {i}."}]}
+               for r in range(rounds)] for i in range(streams)]
+    arrivals = [[] for _ in bodies]
+    stop, spans = threading.Event(), []
+    deciders = [threading.Thread(target=_decider, args=(url, decide_body, stop, spans))
+                for _ in range(decide_clients if mode != "alone" else 0)]
+    for t in deciders:
+        t.start()
+    if deciders:
+        time.sleep(0.2)  # decide traffic is under way when the streams start
+    threads = [threading.Thread(target=_stream, args=(url, b, a)) for b, a in zip(bodies, arrivals)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    t1 = time.perf_counter()
+    stop.set()
+    for t in deciders:
+        t.join()
+    itl = [b - a for per_stream in arrivals for arr in per_stream for a, b in zip(arr, arr[1:])]
+    inside = [(a, b) for a, b in spans if a >= t0 and b <= t1]  # started and ended beside the streams
+    return {"mode": mode, "chunks": sum(len(a) for s in arrivals for a in s), "itl_count": len(itl),
+            "itl_ms": {k: round(1e3 * _pct(itl, q), 2) for k, q in (("p50", .5), ("p90", .9), ("p99", .99), ("max", 1))},
+            **_latencies(inside), "wall_s": round(t1 - t0, 2)}
+
+
+def _configure(state, mode: str) -> str:
+    """The server's decide mode for a run name (``sliced@0.5``: sliced, slices of half a decode step)."""
+    base, _, share = mode.partition("@")
+    state.config.decide_mode = "exclusive" if base in ("alone", "decide-alone") else base  # alone: as decide() runs
+    if share:
+        state.config.decide_step_share = float(share)
+    return base
+
+
+def bench_itl(engine, *, modes=MODES, streams: int = 4, rounds: int = 1, max_tokens: int = 64, decide_clients: int = 1,
+              decisions: int = 20, preset: str = "support_triage", chunk_tokens: int = 256, chunk_rows: int = 1,
+              progress=None) -> dict:
+    import httpx
+    import torch
+
     from ..decide import presets
     from ..server.app import create_app
+    from ..server.interleave import resolve_decide_mode
     from ..server.state import ServerConfig
     from ..server.testing import live_server
 
     raw = presets.raw(preset)
-    config = ServerConfig(warmup=True, max_batch=streams, decide_mode="interleaved" if mode == "alone" else mode,
-                          decide_chunk_tokens=chunk_tokens, decide_chunk_rows=chunk_rows)
     decide_body = {"schema": raw["schema"], "context": raw["examples"][0]}
-    with live_server(create_app(engine, config), timeout=600) as url:
-        import httpx
-
+    app = create_app(engine, ServerConfig(warmup=True, max_batch=streams, decide_chunk_tokens=chunk_tokens,
+                                          decide_chunk_rows=chunk_rows))
+    runs = []
+    with live_server(app, timeout=600) as url:
         model = httpx.get(url + "/v1/models").json()["data"][0]["id"]
         httpx.post(url + "/v1/decide", json=decide_body, timeout=600).raise_for_status()  # plan compiled once
-        bodies = [{"model": model, "stream": True, "max_tokens": max_tokens, "temperature": 1.0, "seed": i,
-                   "messages": [{"role": "user", "content": f"Tell me a long story about the number {i}."}]}
-                  for i in range(streams)]
-        arrivals = [[] for _ in bodies]
-        stop, latencies = threading.Event(), []
-        deciders = [threading.Thread(target=_decider, args=(url, decide_body, stop, latencies))
-                    for _ in range(decide_clients if mode != "alone" else 0)]
-        for t in deciders:
-            t.start()
-        if deciders:
-            time.sleep(0.2)  # decide traffic is under way when the streams start
-        threads = [threading.Thread(target=_stream, args=(url, b, a)) for b, a in zip(bodies, arrivals)]
-        t0 = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        wall = time.perf_counter() - t0
-        stop.set()
-        for t in deciders:
-            t.join()
-    itl = [b - a for arr in arrivals for a, b in zip(arr, arr[1:])]
-    return {"mode": mode, "chunks": sum(len(a) for a in arrivals), "itl_count": len(itl),
-            "itl_ms": {k: round(1e3 * _pct(itl, q), 2) for k, q in (("p50", .5), ("p90", .9), ("p99", .99), ("max", 1))},
-            "decisions": len(latencies),
-            "decide_p50_s": round(statistics.median(latencies), 3) if latencies else None,
-            "wall_s": round(wall, 2)}
-
-
-def bench_itl(engine, *, modes=MODES, streams: int = 4, max_tokens: int = 64, decide_clients: int = 1,
-              preset: str = "support_triage", chunk_tokens: int = 256, chunk_rows: int = 1, progress=None) -> dict:
-    import torch
-
-    from ..server.interleave import resolve_decide_mode
-
-    runs = []
-    for mode in modes:
-        if progress:
-            progress(f"{mode} ...")
-        runs.append(run_mode(engine, mode, streams=streams, max_tokens=max_tokens, decide_clients=decide_clients,
-                             preset=preset, chunk_tokens=chunk_tokens, chunk_rows=chunk_rows))
-    base = next((r["itl_ms"]["p99"] for r in runs if r["mode"] == "alone"), None)
-    for r in runs:
-        r["p99_vs_alone"] = round(r["itl_ms"]["p99"] / base, 2) if base else None
+        for mode in modes:
+            if progress:
+                progress(f"{mode} ...")
+            base = _configure(app.state.typedlm, mode)
+            run = _decide_alone(url, decide_body, max(1, decide_clients), decisions) if base == "decide-alone" else \
+                _beside(url, model, base, streams=streams, rounds=rounds, max_tokens=max_tokens,
+                        decide_clients=decide_clients, decide_body=decide_body)
+            runs.append({**run, "mode": mode})
+            if progress:
+                progress(f"{mode}: {json.dumps(runs[-1])}")
+    _ratios(runs)
     return {"model": engine.name, "device": str(engine.device), "dtype": str(engine.dtype).replace("torch.", ""),
             "machine": f"{os.cpu_count()}-core {platform.machine()} CPU" if engine.device.type == "cpu"
             else torch.cuda.get_device_name(engine.device),
-            "torch_threads": torch.get_num_threads(), "auto_decide_mode": resolve_decide_mode("auto", engine), "streams": streams, "max_tokens": max_tokens,
-            "decide_clients": decide_clients, "preset": preset, "decide_chunk_tokens": chunk_tokens,
-            "decide_chunk_rows": chunk_rows, "runs": runs}
+            "torch_threads": torch.get_num_threads(), "auto_decide_mode": resolve_decide_mode("auto", engine),
+            "streams": streams, "rounds": rounds, "max_tokens": max_tokens, "decide_clients": decide_clients,
+            "preset": preset, "decide_chunk_tokens": chunk_tokens, "decide_chunk_rows": chunk_rows,
+            "targets": TARGETS, "runs": runs}
+
+
+def _ratios(runs: list[dict]) -> None:
+    """Each run's p99 ITL vs ``alone`` and decide p50 vs ``decide-alone``, and whether both meet their targets."""
+    base = next((r["itl_ms"]["p99"] for r in runs if r["mode"] == "alone"), None)
+    solo = next((r["decide_s"]["p50"] for r in runs if r["mode"] == "decide-alone" and r["decide_s"]), None)
+    for r in runs:
+        r["p99_vs_alone"] = round(r["itl_ms"]["p99"] / base, 2) if base and r["itl_ms"] else None
+        r["decide_p50_vs_alone"] = round(r["decide_s"]["p50"] / solo, 2) if solo and r["decide_s"] else None
+        if r["mode"] not in ("alone", "decide-alone"):
+            r["meets_targets"] = None if None in (r["p99_vs_alone"], r["decide_p50_vs_alone"]) else \
+                (r["p99_vs_alone"] <= TARGETS["p99_vs_alone"] and r["decide_p50_vs_alone"] <= TARGETS["decide_p50_vs_alone"])
+
+
+COLUMNS = ("run", "ITL p50 ms", "p90 ms", "p99 ms", "max ms", "p99 vs alone", "decisions", "decide p50 s",
+           "decide p99 s", "decide p50 vs alone", "targets met")
+
+
+def _row(r: dict) -> list[str]:
+    i, d = r["itl_ms"] or {}, r["decide_s"] or {}
+    ratio = (lambda x: "" if x is None else f"{x}x")
+    met = {True: "yes", False: "no"}.get(r.get("meets_targets"), "")
+    return [r["mode"], *(str(i.get(k, "")) for k in ("p50", "p90", "p99", "max")), ratio(r["p99_vs_alone"]),
+            str(r["decisions"]), str(d.get("p50", "")), str(d.get("p99", "")), ratio(r["decide_p50_vs_alone"]), met]
 
 
 def print_table(res: dict) -> None:
@@ -131,73 +204,101 @@ def print_table(res: dict) -> None:
 
     t = Table(title=f"ITL of {res['streams']} streams, {res['model']} on {res['device']} "
                     f"({res['torch_threads']} torch threads)")
-    for col in ("run", "p50 ms", "p90 ms", "p99 ms", "max ms", "p99 vs alone", "decisions", "decide p50 s"):
+    for col in COLUMNS:
         t.add_column(col)
     for r in res["runs"]:
-        i = r["itl_ms"]
-        t.add_row(r["mode"], f"{i['p50']:.1f}", f"{i['p90']:.1f}", f"{i['p99']:.1f}", f"{i['max']:.1f}",
-                  f"{r['p99_vs_alone']:.2f}x" if r["p99_vs_alone"] else "", str(r["decisions"]),
-                  "" if r["decide_p50_s"] is None else f"{r['decide_p50_s']:.3f}")
+        t.add_row(*_row(r))
     Console(stderr=True).print(t)
 
 
 def to_markdown(res: dict) -> str:
+    tg = res["targets"]
     lines = [f"# Inter-token latency beside decide traffic ({res['model']}, {res['machine']})", "",
              f"`{res['command']}`", "",
-             f"{res['streams']} streams x {res['max_tokens']} tokens, {res['decide_clients']} decide client(s) "
-             f"(preset `{res['preset']}`), torch threads {res['torch_threads']}, decide chunks: at most "
-             f"{res['decide_chunk_tokens']} prefill tokens, {res['decide_chunk_rows']} rows per pass.", "",
-             "| run | p50 ms | p90 ms | p99 ms | max ms | p99 vs alone | decisions | decide p50 s |",
-             "|---|---|---|---|---|---|---|---|"]
-    for r in res["runs"]:
-        i = r["itl_ms"]
-        lines.append(f"| {r['mode']} | {i['p50']} | {i['p90']} | {i['p99']} | {i['max']} | {r['p99_vs_alone']} | "
-                     f"{r['decisions']} | {r['decide_p50_s'] if r['decide_p50_s'] is not None else ''} |")
+             f"{res['streams']} streams x {res['rounds']} round(s) x {res['max_tokens']} tokens, "
+             f"{res['decide_clients']} decide client(s) (preset `{res['preset']}`), torch threads "
+             f"{res['torch_threads']}; interleaved chunks: at most {res['decide_chunk_tokens']} prefill tokens, "
+             f"{res['decide_chunk_rows']} rows per pass. Targets: streams' p99 <= {tg['p99_vs_alone']}x alone and "
+             f"decide p50 <= {tg['decide_p50_vs_alone']}x alone, in one run. Decisions beside the streams: those that "
+             "started and ended while the streams ran.", ""] + _solo_line(res) + [
+             "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(_row(r)) + " |" for r in res["runs"]]
     return "\n".join(lines) + "\n"
+
+
+def _solo_line(res: dict) -> list[str]:
+    alone = next((r for r in res["runs"] if r["mode"] == "decide-alone"), None)
+    if not alone or not alone["solo"]["decide_s"] or res["decide_clients"] < 2:
+        return []
+    solo = alone["solo"]["decide_s"]["p50"]
+    beside = ", ".join(f"{r['mode']} {round(r['decide_s']['p50'] / solo, 2)}x" for r in res["runs"]
+                       if r["decide_s"] and r["mode"] != "decide-alone")
+    return [f"One decision at a time with nothing else running (1 client): p50 {solo} s; decide p50 beside the "
+            f"streams vs that: {beside}.", ""]
+
+
+def _check_modes(modes: tuple[str, ...]) -> str | None:
+    for m in modes:
+        base, at, share = m.partition("@")
+        if base not in MODES or (at and base != "sliced"):
+            return f"--mode must be one of {', '.join(MODES)} (sliced@SHARE for a slice share), not {m!r}"
+        try:
+            if at and not float(share) > 0:
+                raise ValueError
+        except ValueError:
+            return f"--mode {m!r}: the share after @ must be a number > 0"
+    return None
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     @bench_app.command("itl")
     def itl(
         model: str = typer.Option("tiny", "--model", "-m", help="tiny (random-weight test model) | default | HF dir"),
+        arch: Optional[str] = typer.Option(None, "--arch", help="random-weight real architecture, e.g. qwen2.5-0.5b"),
         device: str = typer.Option("cpu", "--device"),
         backend: Optional[str] = backend_option(),
         streams: int = typer.Option(4, "--streams"),
+        rounds: int = typer.Option(1, "--rounds", help="requests per stream client, one after another"),
         max_tokens: int = typer.Option(64, "--max-tokens"),
         decide_clients: int = typer.Option(1, "--decide-clients"),
+        decisions: int = typer.Option(20, "--decisions", help="decisions the decide-alone run measures"),
         preset: str = typer.Option("support_triage", "--preset"),
-        chunk_tokens: int = typer.Option(256, "--chunk-tokens", help="at most this many decide prefill tokens per forward"),
-        chunk_rows: int = typer.Option(1, "--chunk-rows", help="decision rows per scoring pass"),
+        chunk_tokens: int = typer.Option(256, "--chunk-tokens", help="interleaved: at most this many decide prefill "
+                                                                     "tokens per forward"),
+        chunk_rows: int = typer.Option(1, "--chunk-rows", help="interleaved: decision rows per scoring pass"),
         threads: Optional[int] = typer.Option(None, "--threads", help="torch intra-op threads"),
-        mode: Optional[list[str]] = typer.Option(None, "--mode", help="alone | interleaved | parallel | exclusive (repeatable)"),
+        mode: Optional[list[str]] = typer.Option(None, "--mode", help="alone | decide-alone | interleaved | parallel | "
+                                                 "sliced[@SHARE] | exclusive (repeatable)"),
         out: Optional[Path] = typer.Option(None, "--json", help="write the results JSON here"),
     ):
-        """p50/p99 inter-token latency of streaming requests alone and beside /v1/decide traffic."""
+        """p50/p99 inter-token latency of streaming requests and decide latency, alone and together."""
         import shlex
         import sys
 
         from ..cliutil import fail, print_json, user_errors
 
         modes = tuple(mode or MODES)
-        if any(m not in MODES for m in modes):
-            fail(f"--mode must be one of {', '.join(MODES)}")
-        if streams < 1 or max_tokens < 2 or decide_clients < 0 or chunk_tokens < 1 or chunk_rows < 1:
-            fail("--streams, --chunk-tokens, --chunk-rows >= 1; --max-tokens >= 2; --decide-clients >= 0")
+        if (bad := _check_modes(modes)) is not None:
+            fail(bad)
+        if min(streams, rounds, chunk_tokens, chunk_rows, decisions) < 1 or max_tokens < 2 or decide_clients < 0:
+            fail("--streams, --rounds, --decisions, --chunk-tokens, --chunk-rows >= 1; --max-tokens >= 2; "
+                 "--decide-clients >= 0")
         import torch
 
         if threads:
             torch.set_num_threads(threads)
         with user_errors():
-            if model == "tiny":
+            if model == "tiny" and not arch:
                 from ..testing import tiny_engine
 
                 engine = tiny_engine()
             else:
-                from ..engine import load_engine
+                from .models import bench_engine
 
-                engine = load_engine(model, device=device, backend=backend, progress=False)
-            res = bench_itl(engine, modes=modes, streams=streams, max_tokens=max_tokens, decide_clients=decide_clients,
-                            preset=preset, chunk_tokens=chunk_tokens, chunk_rows=chunk_rows,
+                engine = bench_engine(arch, model, device=device, backend=backend)
+            res = bench_itl(engine, modes=modes, streams=streams, rounds=rounds, max_tokens=max_tokens,
+                            decide_clients=decide_clients, decisions=decisions, preset=preset,
+                            chunk_tokens=chunk_tokens, chunk_rows=chunk_rows,
                             progress=lambda m: typer.echo(f"... {m}", err=True))
         res["command"] = "typedlm bench itl " + shlex.join(sys.argv[sys.argv.index("itl") + 1:]
                                                            if "itl" in sys.argv else [])

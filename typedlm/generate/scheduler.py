@@ -118,6 +118,7 @@ class Scheduler:
         self._thread: threading.Thread | None = None
         self._stop = False
         self.peak_batch = 0  # most rows ever decoded together
+        self.side_work: Callable[[], None] | None = None  # run once per step (``_side_work``)
 
     # -- client side (any thread) -----------------------------------------------------------------
     def submit(self, req: Request) -> Request:
@@ -195,11 +196,20 @@ class Scheduler:
         self.accept(plan, *self.sample(plan))
         if plan.overlap:  # the next forward queued first, the masks filled while it runs (module docstring)
             ahead = self.run()
+            self._side_work()
             self.postprocess(plan)
             self.hand_out(ahead)
         else:
             self.postprocess(plan)
-            self.hand_out(self.run())
+            ahead = self.run()
+            self._side_work()
+            self.hand_out(ahead)
+
+    def _side_work(self) -> None:
+        """Once per step, while the step's forward is queued on the device: ``side_work`` (the server's decide
+        slices, :mod:`typedlm.server.slices`)."""
+        if self.side_work is not None:
+            self.side_work()
 
     def schedule(self) -> StepPlan:
         self._drop_cancelled()

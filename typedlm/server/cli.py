@@ -46,7 +46,11 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                                           help="append grammar-forced text without sampling (requests may override)"),
         decide_mode: str = typer.Option(D["decide_mode"], "--decide-mode",
                                         help="how /v1/decide shares the engine with streams: auto | interleaved "
-                                             "(between decode steps) | parallel (own thread; CPU) | exclusive"),
+                                             "(between decode steps) | parallel (own thread; CPU) | sliced (own "
+                                             "thread, a bounded slice of each decode step) | exclusive"),
+        decide_step_share: float = typer.Option(D["decide_step_share"], "--decide-step-share",
+                                                help="sliced: decide time lent per decode step, as a fraction of "
+                                                     "the step's own measured time"),
         prefix_cache_gb: Optional[float] = typer.Option(None, "--prefix-cache-gb",
                                                         help="KV of prompt prefixes kept across requests, in GB "
                                                              "(0: off; default 10% of a GPU's memory, max 16, "
@@ -84,7 +88,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         server_config = ServerConfig(api_key=s.api_key or None, max_batch=s.max_batch, max_queue=s.max_queue,
                                      max_tokens_cap=s.max_tokens_cap, max_prompt_tokens=s.max_prompt_tokens,
                                      max_body_bytes=s.max_body_bytes, model_names=names, jump_forward=s.jump_forward,
-                                     decide_mode=s.decide_mode, settings=s)
+                                     decide_mode=s.decide_mode, decide_step_share=s.decide_step_share, settings=s)
         if ray:
             return serve_on_ray(s, server_config, address=address, replicas=replicas,
                                 gpus_per_replica=gpus_per_replica, max_replicas=max_replicas)

@@ -30,6 +30,7 @@ from ..grammar.spec import make_constraint
 from .config import REDACTED
 from .errors import APIError
 from .interleave import DECIDE_MODES, resolve_decide_mode, run_stepwise
+from .slices import DecideSlices, decoder_layers
 
 log = logging.getLogger("typedlm.server")
 # Parallel decide: the engine thread waits for the GIL while the decision's thread runs Python between ops;
@@ -49,7 +50,8 @@ class ServerConfig:
     model_names: tuple[str, ...] = ()  # extra names /v1/models lists and requests may use
     warmup: bool = True
     jump_forward: bool = False  # default for requests that do not set ``jump_forward``
-    decide_mode: str = "auto"  # auto | interleaved | parallel | exclusive (typedlm.server.interleave)
+    decide_mode: str = "auto"  # auto | interleaved | parallel | sliced | exclusive (typedlm.server.interleave)
+    decide_step_share: float = 1.0  # sliced: decide time lent per decode step, x the step's own (server/slices.py)
     decide_chunk_tokens: int = 256  # while streams decode: at most this many decide prefill tokens per forward ...
     decide_chunk_rows: int = 1  # ... and decision rows per scoring pass (typedlm.server.interleave)
     settings: Any = None  # typedlm.server.config.ServeSettings under `typedlm serve` (/v1/config, the ready line)
@@ -57,6 +59,8 @@ class ServerConfig:
     def __post_init__(self):
         if self.decide_mode not in DECIDE_MODES:
             raise ValueError(f"decide_mode must be one of {', '.join(DECIDE_MODES)}, not {self.decide_mode!r}")
+        if not self.decide_step_share > 0:
+            raise ValueError(f"decide_step_share must be > 0, not {self.decide_step_share}")
 
     def redacted(self) -> dict:
         """The limits as /v1/config shows them: the API key is never returned."""
@@ -75,6 +79,7 @@ class ServerState:
     load_error: str | None = None
     started: float = field(default_factory=time.time)
     metrics: Any = None
+    _slices: DecideSlices | None = None
 
     @property
     def engine(self) -> Engine:
@@ -114,8 +119,22 @@ class ServerState:
         mode = self.decide_mode
         if mode == "exclusive":
             return await self.run_exclusive(fn, *args, engine=self.engine, **kwargs)
+        if mode in ("parallel", "sliced"):
+            sys.setswitchinterval(min(sys.getswitchinterval(), PARALLEL_SWITCH_S))
         return await run_stepwise(self.engine, self.scheduler, fn, *args, prefill_chunk=self.config.decide_chunk_tokens,
-                                  row_chunk=self.config.decide_chunk_rows, parallel=mode == "parallel", **kwargs)
+                                  row_chunk=self.config.decide_chunk_rows, parallel=mode == "parallel",
+                                  slices=self.decide_slices() if mode == "sliced" else None, **kwargs)
+
+    def decide_slices(self) -> DecideSlices:
+        """The sliced mode's gate, made on first use; the scheduler lends it a slice of every step."""
+        sched = self.scheduler
+        if self._slices is None:
+            model = self.engine.runner.model if self.engine.backend == "torch" else None
+            self._slices = DecideSlices(decoder_layers(model), lambda: bool(sched.batch_size or sched.queue_depth),
+                                        share=self.config.decide_step_share)
+            sched.side_work = self._slices.lend
+        self._slices.share = self.config.decide_step_share
+        return self._slices
 
     @property
     def decide_mode(self) -> str:
@@ -133,8 +152,6 @@ class ServerState:
             engine = self.engine_or_none or self.loader()
             sched = Scheduler(engine, max_batch=self.config.max_batch, max_queue=self.config.max_queue).start()
             self.engine_or_none, self.scheduler = engine, sched
-            if self.decide_mode == "parallel":
-                sys.setswitchinterval(min(sys.getswitchinterval(), PARALLEL_SWITCH_S))
             if self.config.warmup:
                 _warm(engine, sched)
             self.ready = True
