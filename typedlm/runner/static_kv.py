@@ -62,6 +62,7 @@ def unsupported(model, placed: bool) -> str | None:
 
 class StaticKV(SlotCache):
     partial_steps = True
+    device_feed = True  # ``step`` takes the ids as a device tensor too
 
     def __init__(self, model, *, device: torch.device, dtype: torch.dtype, capacity: int, max_len: int,
                  invariant: bool = False):
@@ -84,7 +85,8 @@ class StaticKV(SlotCache):
         self._cols = torch.arange(max_len + 1, device=device)
         self._rows = torch.arange(capacity, device=device)
         self._io = torch.zeros(2, capacity, dtype=torch.long, device=device)  # step inputs: ids, positions
-        self._host = torch.zeros(2, capacity, dtype=torch.long, pin_memory=device.type == "cuda")
+        self._host = [torch.zeros(2, capacity, dtype=torch.long, pin_memory=device.type == "cuda") for _ in range(2)]
+        self._turn = 0
         self.eps = float(getattr(cfg, "rms_norm_eps", 1e-6))
         self.weights = [fuse(layer) for layer in self.layers]
         self._layer = invariant_decode_layer if invariant else decode_layer
@@ -135,7 +137,9 @@ class StaticKV(SlotCache):
         return torch.stack([torch.stack((k[slot, :, a:b], v[slot, :, a:b])) for k, v in zip(self.k, self.v)])
 
     @torch.inference_mode()
-    def step(self, tokens: list[int], slots: list[int]) -> torch.Tensor:
+    def step(self, tokens: list[int] | torch.Tensor, slots: list[int]) -> torch.Tensor:
+        """``tokens``: host ids, or the ids on the device (``device_feed``: the sampler's output, queued before the
+        host has read it, so the forward runs while the host handles the previous step)."""
         with self._lock:
             longest = self._check(max(self.length[s] for s in slots) + 1)
             top = max(slots) + 1
@@ -144,16 +148,27 @@ class StaticKV(SlotCache):
                 cols = min(max(MIN_BUCKET, bucket(longest, 1 << 30)), self.max_len)
             else:  # eager on the CPU: exact sizes, no padding
                 b, cols = top, longest
-            host = self._host
+            # two staging buffers taken in turn: with device feeds the host runs a step ahead, so the copy
+            # of the previous step's inputs may still be queued when this one is staged
+            self._turn ^= 1
+            host = self._host[self._turn]
             host[0, :b] = 0
             host[1, :b] = self.max_len  # rows not in this call write the scratch column
-            for s, tok in zip(slots, tokens):
-                host[0, s] = tok
+            on_device = isinstance(tokens, torch.Tensor)
+            for i, s in enumerate(slots):
+                if not on_device:
+                    host[0, s] = tokens[i]
                 host[1, s] = self.length[s]
                 self.length[s] += 1
             self._io[:, :b].copy_(host[:, :b], non_blocking=True)
+            contiguous = slots == list(range(len(slots)))
+            if on_device:
+                if contiguous:
+                    self._io[0, : len(slots)].copy_(tokens)
+                else:
+                    self._io[0].index_copy_(0, device_tensor(slots, self.dev), tokens)
             out = self.graphs.replay(b, cols) if self.dev.type == "cuda" else self._decode(b, cols)
-            if slots == list(range(len(slots))):
+            if contiguous:
                 return out[: len(slots)].clone()  # a copy: the next replay overwrites ``out``
             return out[device_tensor(slots, self.dev)]
 
