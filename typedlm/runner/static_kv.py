@@ -35,7 +35,7 @@ import torch
 
 from ..errors import TypedLMError
 from .graphs import MIN_BUCKET, DecodeGraphs, batch_buckets, bucket, column_buckets
-from .layers import attend, decode_layer, fuse, invariant_decode_layer, project_qkv
+from .layers import attend, decode_layer, fuse, invariant_decode_layer, project_qkv, sdpa_decode_layer
 from .short_prefill import ShortPrefill
 from .slots import SlotCache, SlotPool
 from .tensors import device_tensor
@@ -89,12 +89,16 @@ class StaticKV(SlotCache):
         self._turn = 0
         self.eps = float(getattr(cfg, "rms_norm_eps", 1e-6))
         self.weights = [fuse(layer) for layer in self.layers]
-        self._layer = invariant_decode_layer if invariant else decode_layer
+        attention = os.environ.get("TYPEDLM_DECODE_ATTENTION", "matmul")
+        if attention not in ("matmul", "sdpa"):
+            raise TypedLMError(f"TYPEDLM_DECODE_ATTENTION={attention!r}: choose matmul or sdpa")
+        plain = sdpa_decode_layer if attention == "sdpa" else decode_layer
+        self._layer = invariant_decode_layer if invariant else plain
         if not invariant and device.type == "cuda" and os.environ.get("TYPEDLM_COMPILE_DECODE", "1") == "1":
             # one decoder layer compiled once (inductor fuses norms, rope, softmax, SiLU), shared by every
             # layer and bucket
             torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
-            self._layer = torch.compile(decode_layer, dynamic=True)
+            self._layer = torch.compile(plain, dynamic=True)
         self.graphs = DecodeGraphs(device, self._decode, self._reset_inputs, self._io)
         self.short = ShortPrefill(self)  # short prefills (a cached prompt's tail) as CUDA graphs
 
@@ -250,8 +254,8 @@ class StaticKV(SlotCache):
         rows = self._rows[:b]
         h = self.base.embed_tokens(ids)
         cos, sin = self.base.rotary_emb(h, pos)
-        hidden = self._cols[:cols].view(1, 1, 1, cols) > pos.view(b, 1, 1, 1)  # [b, 1, 1, cols]
+        visible = self._cols[:cols].view(1, 1, 1, cols) <= pos.view(b, 1, 1, 1)  # [b, 1, 1, cols]
         for i, w in enumerate(self.weights):
-            h = self._layer(h, cos, sin, hidden, rows, pos[:, 0], self.k[i], self.v[i], *w,
+            h = self._layer(h, cos, sin, visible, rows, pos[:, 0], self.k[i], self.v[i], *w,
                             self.eps, self.scaling, self.heads, self.kv_heads, self.head_dim, cols)
         return self.model.lm_head(self.base.norm(h[:, 0])).float()
