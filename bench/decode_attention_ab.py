@@ -1,7 +1,8 @@
 """The decode step's attention on the GPU, two ways (issue 20 item 4): the compiled matmul-softmax-matmul of
 ``runner/layers.py`` vs one SDPA kernel, Qwen2.5-7B shapes (4 KV heads, group 7, head 128), 256 columns, 28
 slot buffers (one a layer, as in a step), each way captured in a CUDA graph of 28 calls.
-Prints JSON (microseconds per layer call, max |difference|) and writes the faster way to OUT/attention.txt.
+Prints JSON (microseconds per layer call, max |difference|) and writes the faster way to OUT/attention.txt
+(run on the H200: the matmul way, kept; ``bench/results/decode-attention-ab-h200.json``).
 Usage: python3 bench/decode_attention_ab.py OUT_DIR"""
 
 import json
@@ -9,8 +10,15 @@ import os
 import sys
 
 import torch
+import torch.nn.functional as F
 
-from typedlm.runner.layers import _dense_attention, _sdpa_attention
+from typedlm.runner.layers import _dense_attention
+
+
+def _sdpa_attention(q, kc, vc, visible, scaling: float):
+    """One SDPA kernel: the group's queries as its query axis (no K/V expansion)."""
+    return F.scaled_dot_product_attention(q, kc, vc, attn_mask=visible, scale=scaling)
+
 
 kvh, g, hd, cols, cap, max_len = 4, 7, 128, 256, 32, 4096
 ks = [torch.randn(cap, kvh, max_len + 1, hd, device="cuda", dtype=torch.bfloat16) for _ in range(28)]

@@ -35,7 +35,7 @@ import torch
 
 from ..errors import TypedLMError
 from .graphs import MIN_BUCKET, DecodeGraphs, batch_buckets, bucket, column_buckets
-from .layers import attend, decode_layer, fuse, invariant_decode_layer, project_qkv, sdpa_decode_layer
+from .layers import attend, decode_layer, fuse, invariant_decode_layer, project_qkv
 from .short_prefill import ShortPrefill
 from .slots import SlotCache, SlotPool
 from .tensors import device_tensor
@@ -89,16 +89,12 @@ class StaticKV(SlotCache):
         self._turn = 0
         self.eps = float(getattr(cfg, "rms_norm_eps", 1e-6))
         self.weights = [fuse(layer) for layer in self.layers]
-        attention = os.environ.get("TYPEDLM_DECODE_ATTENTION", "matmul")
-        if attention not in ("matmul", "sdpa"):
-            raise TypedLMError(f"TYPEDLM_DECODE_ATTENTION={attention!r}: choose matmul or sdpa")
-        plain = sdpa_decode_layer if attention == "sdpa" else decode_layer
-        self._layer = invariant_decode_layer if invariant else plain
+        self._layer = invariant_decode_layer if invariant else decode_layer
         if not invariant and device.type == "cuda" and os.environ.get("TYPEDLM_COMPILE_DECODE", "1") == "1":
             # one decoder layer compiled once (inductor fuses norms, rope, softmax, SiLU), shared by every
             # layer and bucket
             torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
-            self._layer = torch.compile(plain, dynamic=True)
+            self._layer = torch.compile(decode_layer, dynamic=True)
         self.graphs = DecodeGraphs(device, self._decode, self._reset_inputs, self._io)
         self.short = ShortPrefill(self)  # short prefills (a cached prompt's tail) as CUDA graphs
 
