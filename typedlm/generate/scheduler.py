@@ -256,7 +256,7 @@ class Scheduler:
         """May the next forward start from the sampled ids before the host reads them? When the cache takes
         device ids, every row's next feed is its sampled token alone (no forced tokens, drafts or logprobs)
         and some row may go on after it; a row the token then ends leaves with its share of that forward unused."""
-        return getattr(self.kv, "device_feed", False) and self.engine.backend == "torch" and all(
+        return getattr(self.kv, "device_feed", False) and all(
             r.logprobs is None and r.seq.jump is None and r.seq.reasoning is None for r in plan.rows) and any(
             len(r.seq.output_ids) + 1 < r.seq.params.max_tokens for r in plan.rows)
 

@@ -85,7 +85,10 @@ class StaticKV(SlotCache):
         self._cols = torch.arange(max_len + 1, device=device)
         self._rows = torch.arange(capacity, device=device)
         self._io = torch.zeros(2, capacity, dtype=torch.long, device=device)  # step inputs: ids, positions
-        self._host = [torch.zeros(2, capacity, dtype=torch.long, pin_memory=device.type == "cuda") for _ in range(2)]
+        cuda = device.type == "cuda"
+        # step inputs staged on the host, two buffers taken in turn, each with the event of its last copy
+        self._host = [torch.zeros(2, capacity, dtype=torch.long, pin_memory=cuda) for _ in range(2)]
+        self._copied = [torch.cuda.Event() if cuda else None for _ in range(2)]
         self._turn = 0
         self.eps = float(getattr(cfg, "rms_norm_eps", 1e-6))
         self.weights = [fuse(layer) for layer in self.layers]
@@ -148,10 +151,12 @@ class StaticKV(SlotCache):
                 cols = min(max(MIN_BUCKET, bucket(longest, 1 << 30)), self.max_len)
             else:  # eager on the CPU: exact sizes, no padding
                 b, cols = top, longest
-            # two staging buffers taken in turn: with device feeds the host runs a step ahead, so the copy
-            # of the previous step's inputs may still be queued when this one is staged
+            # with device feeds the host runs a step ahead: the copy of the previous step's inputs may still be
+            # queued, so the other buffer is staged, once its own last copy is done (at once, in practice)
             self._turn ^= 1
-            host = self._host[self._turn]
+            host, copied = self._host[self._turn], self._copied[self._turn]
+            if copied is not None:
+                copied.synchronize()
             host[0, :b] = 0
             host[1, :b] = self.max_len  # rows not in this call write the scratch column
             on_device = isinstance(tokens, torch.Tensor)
@@ -161,6 +166,8 @@ class StaticKV(SlotCache):
                 host[1, s] = self.length[s]
                 self.length[s] += 1
             self._io[:, :b].copy_(host[:, :b], non_blocking=True)
+            if copied is not None:
+                copied.record()
             contiguous = slots == list(range(len(slots)))
             if on_device:
                 if contiguous:
