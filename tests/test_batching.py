@@ -216,3 +216,32 @@ def test_a_larger_scheduler_leaves_an_earlier_one_working(tiny):
             sched.step()
         assert req.result.finish_reason == "length"
         assert req.result.token_ids == single(tiny, "a", params, None).token_ids
+
+
+def test_decode_steps_feed_the_sampled_ids_on_the_device(tiny, monkeypatch):
+    """Static slots take a step's ids as the sampler's device tensor (the host reads them a step late): rows
+    with grammars, stop ids and different lengths, more rows than slots (reuse), give the same tokens as the
+    host-fed steps and as one row alone, and the device feed is what ran."""
+    kv = tiny.runner.decode_cache(3)
+    fed = []
+    real = tiny.runner.step_ids
+    monkeypatch.setattr(tiny.runner, "step_ids", lambda kv, ids, slots: (fed.append(len(slots)), real(kv, ids, slots))[1])
+    cs = constraints()
+    params = [SamplingParams(max_tokens=6 + 3 * i, temperature=0) for i in range(len(PROMPTS))]
+
+    def batch():
+        seqs = [build_sequence(tiny, tiny.encode_prompt(prompt=p), sp, c) for p, sp, c in zip(PROMPTS, params, cs)]
+        return run_batch(tiny, seqs, max_batch=3)
+
+    on = batch()
+    assert fed and sum(fed) >= sum(r.completion_tokens for r in on) - 2 * len(on)
+    monkeypatch.setattr(kv, "device_feed", False, raising=False)
+    fed.clear()
+    off = batch()
+    assert not fed
+    solo = [single(tiny, p, sp, c) for p, sp, c in zip(PROMPTS, params, cs)]
+    for a, b, s, c in zip(on, off, solo, cs):
+        assert a.token_ids == b.token_ids == s.token_ids
+        assert a.finish_reason == b.finish_reason == s.finish_reason
+        if a.finish_reason == "stop":
+            check_valid(c, a.text)

@@ -65,10 +65,10 @@ def test_matcher_rejection_is_an_error_not_a_silent_continue(tiny, monkeypatch):
 
 def test_matcher_accepts_exactly_the_sampled_tokens(tiny, monkeypatch):
     sampled, accepted = [], []
-    real_finish, real_accept = BatchSampler.finish, GrammarRow.accept
+    real_receive, real_accept = BatchSampler.receive, GrammarRow.accept
 
-    def spy_sample(*a, **k):
-        toks = real_finish(*a, **k)
+    def spy_sample(*a, **k):  # every sampled id reaches the host through ``receive``
+        toks = real_receive(*a, **k)
         sampled.extend(toks)
         return toks
 
@@ -76,15 +76,27 @@ def test_matcher_accepts_exactly_the_sampled_tokens(tiny, monkeypatch):
         accepted.append(tok)
         return real_accept(self, tok)
 
-    monkeypatch.setattr(BatchSampler, "finish", spy_sample)
+    monkeypatch.setattr(BatchSampler, "receive", spy_sample)
     monkeypatch.setattr(GrammarRow, "accept", spy_accept)
     r = generate("x", engine=tiny, json_schema=SCHEMA, seed=3, max_tokens=300)
     assert sampled == accepted
     assert r.token_ids == [t for t in sampled if t not in tiny.stop_ids]
 
 
-def test_complete_grammar_stops_without_eos_and_without_another_forward(tiny, monkeypatch):
-    calls = []  # every model pass (prefill or decode, whichever runner) embeds its input ids once
+@pytest.mark.parametrize("device_feed", [True, False])
+def test_complete_grammar_stops_without_eos_and_without_another_forward(tiny, monkeypatch, device_feed):
+    """The row ends without a step sampling EOS. Host-fed steps spend no forward after the last token; with the
+    device feed (static KV) the forward after it was queued before the host saw the token: exactly one more."""
+    monkeypatch.setattr(tiny.runner.decode_cache(1), "device_feed", device_feed, raising=False)
+    calls, sampled = [], []  # every model pass (prefill or decode, whichever runner) embeds its input ids once
+    real_receive = BatchSampler.receive
+
+    def spy(*a, **k):
+        ids = real_receive(*a, **k)
+        sampled.extend(ids)
+        return ids
+
+    monkeypatch.setattr(BatchSampler, "receive", spy)
     hook = tiny.model.get_input_embeddings().register_forward_hook(lambda *a: calls.append(1))
     try:
         r = generate("x", engine=tiny, regex=r"(yes|no)!", seed=0)
@@ -93,14 +105,15 @@ def test_complete_grammar_stops_without_eos_and_without_another_forward(tiny, mo
     assert r.text in ("yes!", "no!")
     assert r.finish_reason == "stop"
     assert not set(r.token_ids) & tiny.stop_ids
-    # prefill + one forward per emitted token except the last: no step was spent sampling an EOS
-    assert len(calls) == len(r.token_ids)
+    assert sampled == r.token_ids  # no step was spent sampling an EOS
+    # prefill + one forward per emitted token except the last (+ the device feed's queued one)
+    assert len(calls) == len(r.token_ids) + device_feed
 
 
 def test_max_tokens_one_emits_the_sampled_token(tiny, monkeypatch):
     sampled = []
-    real_finish = BatchSampler.finish
-    monkeypatch.setattr(BatchSampler, "finish", lambda *a, **k: sampled.extend(real_finish(*a, **k)) or sampled)
+    real_receive = BatchSampler.receive
+    monkeypatch.setattr(BatchSampler, "receive", lambda *a, **k: sampled.extend(real_receive(*a, **k)) or sampled)
     r = generate("x", engine=tiny, json_schema=SCHEMA, max_tokens=1, seed=5)
     assert r.finish_reason == "length"
     assert r.token_ids == sampled and len(sampled) == 1

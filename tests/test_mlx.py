@@ -128,8 +128,11 @@ def test_rows_ending_together_run_no_forward_after_their_last_token(mlx_tiny, ti
     forwards, none queued after the last tokens (the overlap branch only runs when a row goes on)."""
     eng = mlx_tiny if backend == "mlx" else tiny
     calls = []
-    real = eng.runner.run
-    monkeypatch.setattr(eng.runner, "run", lambda kv, feeds, *a, **k: calls.append(len(feeds)) or real(kv, feeds, *a, **k))
+    for name in ("run", "step_ids"):  # host feeds, or the sampled ids on the device (torch static KV)
+        if hasattr(eng.runner, name):
+            real = getattr(eng.runner, name)
+            monkeypatch.setattr(eng.runner, name, lambda kv, feeds, *a, real=real, **k:
+                                calls.append(len(feeds)) or real(kv, feeds, *a, **k))
     out = _greedy(eng, ["one", "two two", "three"], [None] * 3, 3, max_tokens=5)
     assert [len(r.token_ids) for r in out] == [5] * 3 and calls == [3] * 4
 

@@ -71,11 +71,8 @@ class MLXSampler(BatchSampler):
     def verify(self, logits, seq: "Sequence", slot: int, draft: int) -> bool:
         return super().verify(to_torch(logits), seq, slot, draft)
 
-    def finish(self, tokens: mx.array, seqs: list["Sequence"]) -> list[int]:
-        both = mx.stack([tokens.astype(mx.int32), self._fallback.astype(mx.int32)]).tolist()
-        for s, fb in zip(seqs, both[1]):
-            s.truncation_fallbacks += fb
-        return both[0]
+    def send(self, tokens: mx.array) -> None:
+        self._sent = mx.stack([tokens.astype(mx.int32), self._fallback.astype(mx.int32)])  # ``receive`` evaluates it
 
     def log_softmax(self, logits, want: list[int]):
         rows = logits[mx.array(want)]

@@ -13,7 +13,9 @@ fill one ``[max_batch, V/32]`` host bitmask (``GrammarBatch``, rows without a gr
 skipped) that is copied once and applied by xgrammar's kernel (``apply_bitmask``); draws are exponential races, one
 ``exponential_`` per seeded row on its own generator (so a seeded row draws exactly what it draws
 alone) and one for all unseeded rows (``argmax(p / Exp(1))``: one device op; ``torch.multinomial`` ran
-free text at 12.9 tok/s vs 34 for JSON on the H200, ``bench/gpu_smoke.py``); the step ends in one ``.tolist()``. Stages no row needs are
+free text at 12.9 tok/s vs 34 for JSON on the H200, ``bench/gpu_smoke.py``); the step ends in one host transfer
+(``send``: a pinned copy and an event; ``receive`` waits for that event alone, so the scheduler can queue the
+next forward on the ids still on the device first). Stages no row needs are
 skipped. User ``logits_processors`` are the opt-in slow path (a Python call per row); ``logit_bias``
 is sparse: the (row, id, bias) triples of all rows go into one ``index_put_`` (accumulating).
 """
@@ -47,6 +49,9 @@ class BatchSampler:
         self.top_p = torch.ones(max_batch, device=device)
         self.penalty = torch.ones(max_batch, device=device)
         self.seen: torch.Tensor | None = None  # [max_batch, V] bool, allocated when a row first needs it
+        if device.type == "cuda":  # the step's ids and fallbacks on their way to the host (``send``)
+            self._arrived = torch.zeros(2, max_batch, dtype=torch.long, pin_memory=True)
+            self._ready = torch.cuda.Event()
 
     # -- row life ---------------------------------------------------------------------------------
     def admit(self, slot: int, seq: "Sequence") -> None:
@@ -204,10 +209,26 @@ class BatchSampler:
 
     def finish(self, tokens: torch.Tensor, seqs: list["Sequence"]) -> list[int]:
         """The step's one host transfer: ids and truncation fallbacks together."""
-        both = torch.stack([tokens, self._fallback.long()]).tolist()
-        for s, fb in zip(seqs, both[1]):
+        self.send(tokens)
+        return self.receive(seqs)
+
+    def send(self, tokens: torch.Tensor) -> None:
+        """Queue the copy of the ids and fallbacks to the host (pinned; an event marks it done): work queued after
+        it (the next forward, on the same ids kept on the device) does not delay :meth:`receive`."""
+        both = torch.stack([tokens, self._fallback.long()])
+        if self.device.type == "cuda":
+            both = self._arrived[:, : both.shape[1]].copy_(both, non_blocking=True)
+            self._ready.record()
+        self._sent = both
+
+    def receive(self, seqs: list["Sequence"]) -> list[int]:
+        """Wait for :meth:`send`'s copy alone -> the ids; counts each row's truncation fallback."""
+        if self.device.type == "cuda":
+            self._ready.synchronize()
+        ids, fallbacks = self._sent.tolist()
+        for s, fb in zip(seqs, fallbacks):
             s.truncation_fallbacks += fb
-        return both[0]
+        return ids
 
     def _truncate(self, work: torch.Tensor, slot_t: torch.Tensor) -> None:
         """Per-row top-k then top-p, in place (removed ids -> -inf); one sort for the batch."""

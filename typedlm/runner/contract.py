@@ -18,6 +18,9 @@ A backend (the torch runner's :class:`~typedlm.runner.static_kv.StaticKV` and
 * **Prefix cache** (the runner's :mod:`~typedlm.runner.prefix_cache`): ``prefill`` may start rows from a
   cached prefix's KV (``past``, copied into each slot; ``ids`` are then the tokens after it); ``read`` copies
   a slot's KV out for the cache to keep; ``cached_tokens(slot)`` says how many prompt tokens came from it.
+* ``device_feed`` (optional, default False): ``step`` also takes the ids as a device tensor ``[n]`` (the
+  sampler's output, before the host has read it); the static slots do, so a scheduler queues the next forward
+  without waiting for the host.
 * ``partial_steps``: whether a step may cover a subset of the held slots (static slots: yes; the
   dynamic left-padded cache: no, every held slot steps together).
 """

@@ -5,7 +5,8 @@ What it runs:
     (the engine's shared :class:`StaticKV` for Llama / Qwen2 / Qwen3, else a :class:`DynamicKV` of its
     own); ``prefill`` / ``run`` / ``capture`` run prompts, decode steps (one token per row: CUDA graphs),
     and multi-token extends (forced tokens, jump-forward drafts) on it (the server's warm-up is a throw-away
-    generation through the scheduler, then ``capture``).
+    generation through the scheduler, then ``capture``); ``step_ids`` takes a step's ids as a device tensor
+    (the scheduler's device feed: no host sync between steps).
   * **scoring** (decisions) — ``prefill_prefix`` / ``prefill_prefixes`` give prefix caches;
     ``score`` runs one pass of tokens on a prefix with per-token positions and an allowed-attention
     matrix and returns the logits at the positions asked for; ``score_expand`` runs rows as a batch
@@ -151,6 +152,13 @@ class ModelRunner:
             if every or any(len(f) != 1 for f in feeds):
                 return kv.extend(feeds, slots, every)
             return kv.step([f[0] for f in feeds], slots)
+
+    def step_ids(self, kv: KVCache, ids: torch.Tensor, slots: list[int]) -> torch.Tensor:
+        """One token per row given on the device (``[n]`` long: the last sampling's output, not yet read by the
+        host) -> float32 logits ``[n, V]``; only for a cache with ``device_feed``. The forward is queued behind
+        that sampling, so the host reads the ids while the device runs it (no host sync between steps)."""
+        with invariant.enabled(self.deterministic):
+            return kv.step(ids, slots)
 
     def capture(self, kv: KVCache, max_tokens: int | None = None) -> float:
         with invariant.enabled(self.deterministic):

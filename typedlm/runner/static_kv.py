@@ -62,6 +62,7 @@ def unsupported(model, placed: bool) -> str | None:
 
 class StaticKV(SlotCache):
     partial_steps = True
+    device_feed = True  # ``step`` takes the ids as a device tensor too
 
     def __init__(self, model, *, device: torch.device, dtype: torch.dtype, capacity: int, max_len: int,
                  invariant: bool = False):
@@ -84,7 +85,11 @@ class StaticKV(SlotCache):
         self._cols = torch.arange(max_len + 1, device=device)
         self._rows = torch.arange(capacity, device=device)
         self._io = torch.zeros(2, capacity, dtype=torch.long, device=device)  # step inputs: ids, positions
-        self._host = torch.zeros(2, capacity, dtype=torch.long, pin_memory=device.type == "cuda")
+        cuda = device.type == "cuda"
+        # step inputs staged on the host, two buffers taken in turn, each with the event of its last copy
+        self._host = [torch.zeros(2, capacity, dtype=torch.long, pin_memory=cuda) for _ in range(2)]
+        self._copied = [torch.cuda.Event() if cuda else None for _ in range(2)]
+        self._turn = 0
         self.eps = float(getattr(cfg, "rms_norm_eps", 1e-6))
         self.weights = [fuse(layer) for layer in self.layers]
         self._layer = invariant_decode_layer if invariant else decode_layer
@@ -135,7 +140,9 @@ class StaticKV(SlotCache):
         return torch.stack([torch.stack((k[slot, :, a:b], v[slot, :, a:b])) for k, v in zip(self.k, self.v)])
 
     @torch.inference_mode()
-    def step(self, tokens: list[int], slots: list[int]) -> torch.Tensor:
+    def step(self, tokens: list[int] | torch.Tensor, slots: list[int]) -> torch.Tensor:
+        """``tokens``: host ids, or the ids on the device (``device_feed``: the sampler's output, queued before the
+        host has read it, so the forward runs while the host handles the previous step)."""
         with self._lock:
             longest = self._check(max(self.length[s] for s in slots) + 1)
             top = max(slots) + 1
@@ -144,16 +151,31 @@ class StaticKV(SlotCache):
                 cols = min(max(MIN_BUCKET, bucket(longest, 1 << 30)), self.max_len)
             else:  # eager on the CPU: exact sizes, no padding
                 b, cols = top, longest
-            host = self._host
+            # with device feeds the host runs a step ahead: the copy of the previous step's inputs may still be
+            # queued, so the other buffer is staged, once its own last copy is done (at once, in practice)
+            self._turn ^= 1
+            host, copied = self._host[self._turn], self._copied[self._turn]
+            if copied is not None:
+                copied.synchronize()
             host[0, :b] = 0
             host[1, :b] = self.max_len  # rows not in this call write the scratch column
-            for s, tok in zip(slots, tokens):
-                host[0, s] = tok
+            on_device = isinstance(tokens, torch.Tensor)
+            for i, s in enumerate(slots):
+                if not on_device:
+                    host[0, s] = tokens[i]
                 host[1, s] = self.length[s]
                 self.length[s] += 1
             self._io[:, :b].copy_(host[:, :b], non_blocking=True)
+            if copied is not None:
+                copied.record()
+            contiguous = slots == list(range(len(slots)))
+            if on_device:
+                if contiguous:
+                    self._io[0, : len(slots)].copy_(tokens)
+                else:
+                    self._io[0].index_copy_(0, device_tensor(slots, self.dev), tokens)
             out = self.graphs.replay(b, cols) if self.dev.type == "cuda" else self._decode(b, cols)
-            if slots == list(range(len(slots))):
+            if contiguous:
                 return out[: len(slots)].clone()  # a copy: the next replay overwrites ``out``
             return out[device_tensor(slots, self.dev)]
 
@@ -235,8 +257,8 @@ class StaticKV(SlotCache):
         rows = self._rows[:b]
         h = self.base.embed_tokens(ids)
         cos, sin = self.base.rotary_emb(h, pos)
-        hidden = self._cols[:cols].view(1, 1, 1, cols) > pos.view(b, 1, 1, 1)  # [b, 1, 1, cols]
+        visible = self._cols[:cols].view(1, 1, 1, cols) <= pos.view(b, 1, 1, 1)  # [b, 1, 1, cols]
         for i, w in enumerate(self.weights):
-            h = self._layer(h, cos, sin, hidden, rows, pos[:, 0], self.k[i], self.v[i], *w,
+            h = self._layer(h, cos, sin, visible, rows, pos[:, 0], self.k[i], self.v[i], *w,
                             self.eps, self.scaling, self.heads, self.kv_heads, self.head_dim, cols)
         return self.model.lm_head(self.base.norm(h[:, 0])).float()
