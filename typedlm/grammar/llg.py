@@ -1,0 +1,186 @@
+"""llguidance, the second grammar engine: the normalizer's core form as llguidance's JSON grammar, and a
+matcher with the methods :mod:`.controller` calls on an xgrammar matcher.
+
+Why: xgrammar precomputes a token-mask cache at compile time (MaskBench p99 4.5 s); llguidance builds a
+lexer and Earley parser and computes each mask when asked, so a schema compiles in milliseconds
+(``bench/results/compile-split-cpu.md``).
+
+What llguidance gets: the normalizer stays the single front end (it decides exact / refused / relaxed),
+and llguidance reads the *core form* it emits, whose meaning is plain JSON Schema (jsonschema reads it
+so): ``type``, ``properties`` / ``required`` / ``additionalProperties`` / ``patternProperties``,
+``items`` / ``prefixItems``, ``anyOf``, ``$ref`` + ``$defs``, ``enum`` / ``const``, numeric and length
+bounds and whole-match ``pattern`` s. Two rewrites keep llguidance's reading equal to xgrammar's:
+each ``pattern`` (and ``patternProperties`` name) is a whole-match regex in the core form, so it is
+anchored ``^(?:..)$`` (JSON Schema's ``pattern`` searches; anchored, search and whole match agree);
+``strict`` (no properties or items beyond those listed: xgrammar's ``strict_mode``) becomes
+``additionalProperties: false`` / ``items: false`` where the node says nothing. Not given to llguidance
+(:class:`NotForLLGuidance`, ``auto`` then takes xgrammar): a core form with an ``x-typedlm-*`` node
+(our own EBNF rules: lengths beside patterns, ``contains`` counters, key classes, residues), a
+``format`` left to xgrammar's own grammar (``email``, ``uuid``), and anything llguidance itself does
+not implement (it refuses unknown keywords: ``lenient`` off) or warns about.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from ..errors import GrammarCompileError
+from .schema.ebnf import PRIVATE
+
+ENGINES = ("xgrammar", "llguidance", "auto")
+ENGINE_ENV = "TYPEDLM_GRAMMAR_ENGINE"
+DEFAULT_ENGINE = "xgrammar"
+LLG_KINDS = ("json_schema", "json_object")  # the kinds llguidance compiles; the others are xgrammar's
+
+
+class NotForLLGuidance(GrammarCompileError):
+    """The core form holds something llguidance does not read exactly as xgrammar (``keyword`` names it)."""
+
+
+def check_engine(engine: str | None) -> str | None:
+    """``engine`` itself when it is one of :data:`ENGINES` (or None); else GrammarCompileError naming the choices."""
+    if engine is not None and engine not in ENGINES:
+        raise GrammarCompileError(f"grammar engine {engine!r} is not one of {', '.join(ENGINES)}",
+                                  keyword="grammar_engine")
+    return engine
+
+
+def engine_from_env() -> str:
+    return check_engine(os.environ.get(ENGINE_ENV, "").strip().lower() or DEFAULT_ENGINE)
+
+
+def llg_tokenizer(info):
+    """llguidance's tokenizer over the same vocabulary (bytes per id) and stop ids as xgrammar's
+    ``TokenizerInfo`` ``info``, so both engines fill the same ``[B, ceil(V/32)]`` int32 bitmask layout."""
+    import llguidance
+
+    stops = list(info.stop_token_ids)
+    vocab = list(info.decoded_vocab)
+    special = set(info.special_token_ids) | set(stops)
+    tokens = [b"\xff" + (b"<|typedlm_%d|>" % i) if i in special or not t else t for i, t in enumerate(vocab)]
+    tokens += [b"\xff" + (b"<|typedlm_%d|>" % i) for i in range(len(tokens), info.vocab_size)]
+
+    built: list = []
+
+    class Vocab:  # what llguidance.TokenizerWrapper reads
+        eos_token_id, bos_token_id, special_token_ids = stops[0], None, sorted(special)
+
+        def __init__(self):
+            self.tokens = tokens
+
+        def __call__(self, text):  # llguidance tokenizes forced text with it: its own greedy trie walk
+            if not built:
+                raise TypeError("not ready")
+            return built[0].greedy_tokenize(text.decode("utf-8", "replace") if isinstance(text, bytes) else text)
+
+    built.append(llguidance.LLTokenizer(llguidance.TokenizerWrapper(Vocab()), n_vocab=info.vocab_size,
+                                        eos_token=stops))
+    return built[0]
+
+
+def llg_schema(core, *, strict: bool):
+    """The core form as llguidance reads it (module docstring), or NotForLLGuidance."""
+    return _adapt(core, strict)
+
+
+def _adapt(node, strict: bool):
+    if isinstance(node, list):
+        return [_adapt(x, strict) for x in node]
+    if not isinstance(node, dict):
+        return node
+    if "format" in node:
+        raise NotForLLGuidance(f"format {node['format']!r} is xgrammar's own grammar", keyword="format")
+    out = {}
+    for k, v in node.items():
+        if k in PRIVATE:
+            continue
+        if k in ("enum", "const"):
+            out[k] = v
+        elif k == "pattern":
+            out[k] = _anchored(v)
+        elif k == "patternProperties":
+            out[k] = {_anchored(p): _adapt(s, strict) for p, s in v.items()}
+        elif k in ("properties", "$defs"):
+            out[k] = {name: _adapt(s, strict) for name, s in v.items()}
+        else:
+            out[k] = _adapt(v, strict)
+    if strict and "additionalProperties" not in out and ("properties" in out or out.get("type") == "object"):
+        out["additionalProperties"] = False
+    if strict and "prefixItems" in out and "items" not in out:
+        out["items"] = False
+    return out
+
+
+def _anchored(rx: str) -> str:
+    return f"^(?:{rx})$"
+
+
+def llg_grammar(core, *, any_whitespace: bool, max_whitespace: int | None, strict: bool) -> str:
+    """llguidance's grammar text for a core-form schema (JSON whitespace as xgrammar's: at most
+    ``max_whitespace`` of space, newline, return, tab between tokens, or none)."""
+    import llguidance
+
+    if any_whitespace:
+        ws = "[ \\n\\r\\t]" + (f"{{0,{max_whitespace}}}" if max_whitespace is not None else "*")
+        options = {"whitespace_flexible": True, "whitespace_pattern": ws, "lenient": False}
+    else:
+        options = {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":", "lenient": False}
+    schema = llg_schema(core, strict=strict)
+    return llguidance.LLMatcher.grammar_from_json_schema(json.dumps(schema, ensure_ascii=False), overrides=options)
+
+
+class LLGrammar:
+    """A compiled llguidance grammar: a matcher in its start state that each row copies."""
+
+    def __init__(self, tokenizer, grammar: str):
+        import llguidance
+
+        self.grammar = grammar
+        self.proto = llguidance.LLMatcher(tokenizer, grammar, log_level=0)
+        if self.proto.is_error():
+            raise NotForLLGuidance(f"llguidance: {self.proto.get_error().splitlines()[0]}")
+        warned = self.proto.get_grammar_warnings()
+        if warned:
+            raise NotForLLGuidance(f"llguidance: {warned[0]}")
+        self.stop_token_ids = list(tokenizer.eos_tokens)
+        self.tokenizer = tokenizer
+
+    def matcher(self) -> "LLGMatcher":
+        return LLGMatcher(self)
+
+
+class LLGMatcher:
+    """llguidance's ``LLMatcher`` under the names :mod:`.controller` uses on ``xgrammar.GrammarMatcher``."""
+
+    def __init__(self, grammar: LLGrammar):
+        self.inner = grammar.proto.deep_copy()
+        self.stop_token_ids = grammar.stop_token_ids
+        self._tokenizer = grammar.tokenizer
+
+    def fill_next_token_bitmask(self, bitmask, index: int = 0) -> None:
+        from llguidance.torch import fill_next_token_bitmask
+
+        fill_next_token_bitmask(self.inner, bitmask, index)
+
+    def accept_token(self, token: int) -> bool:
+        return not self.inner.is_error() and self.inner.consume_token(int(token))
+
+    def accept_string(self, text: str) -> bool:
+        ids = self._tokenizer.greedy_tokenize(text) if text else []
+        return not self.inner.is_error() and self.inner.consume_tokens(ids)
+
+    def is_completed(self) -> bool:
+        return self.inner.is_accepting()
+
+    def is_terminated(self) -> bool:
+        return self.inner.is_stopped()
+
+    def find_jump_forward_string(self) -> str:
+        forced = self.inner.compute_ff_bytes()
+        for cut in range(len(forced), max(-1, len(forced) - 4), -1):  # drop a trailing partial character
+            try:
+                return forced[:cut].decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+        return ""
