@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import xgrammar as xgr
 
 from ..errors import EmptySchemaError, GrammarCompileError
+from .llg import LLG_KINDS, LLGrammar, NotForLLGuidance, check_engine, engine_from_env, llg_grammar, llg_tokenizer
 from .relax import NotRelaxable, RelaxedSchemaWarning, relax_schema
 from .schema import prepare_schema
 from .schema.ebnf import ebnf_literal, needs_grammar, to_ebnf
@@ -58,12 +59,23 @@ class CacheStats:
                 "compile_seconds": round(self.compile_seconds, 6), "timeouts": self.timeouts}
 
 
+Compiled = xgr.CompiledGrammar | LLGrammar
+
+
 class Grammars:
-    """Compiles constraints for one tokenizer. Thread-safe; LRU cache keyed by the constraint key."""
+    """Compiles constraints for one tokenizer. Thread-safe; LRU cache keyed by the constraint key.
+
+    ``engine`` (default ``TYPEDLM_GRAMMAR_ENGINE``, else xgrammar; a constraint's own ``engine`` wins):
+    which engine compiles JSON constraints (:data:`.llg.LLG_KINDS`) — ``xgrammar``, ``llguidance``
+    (a core form it cannot read exactly is a :class:`.llg.NotForLLGuidance` error) or ``auto``
+    (llguidance where it reads the core form exactly, else xgrammar). Other kinds are xgrammar's."""
 
     def __init__(self, tokenizer_info: xgr.TokenizerInfo, *, max_entries: int = 512, schema_registry=None,
-                 timeout_s: float | None = None):
+                 timeout_s: float | None = None, engine: str | None = None):
         self.tokenizer_info = tokenizer_info
+        self.engine = check_engine(engine) or engine_from_env()
+        if self.engine != "xgrammar":
+            llg_tokenizer(tokenizer_info)  # built now (~2 s once per vocabulary), not in a request's compile
         self.timeout_s = compile_timeout() if timeout_s is None else timeout_s
         self.schema_registry = schema_registry  # referencing.Registry: documents remote $refs point to
         self.compiler = xgr.GrammarCompiler(tokenizer_info, cache_enabled=True)
@@ -80,7 +92,7 @@ class Grammars:
                                                   stop_token_ids=list(stop_ids))
         return cls(info, schema_registry=schema_registry)
 
-    def compile(self, c: Constraint) -> tuple[xgr.CompiledGrammar, float]:
+    def compile(self, c: Constraint) -> tuple[Compiled, float]:
         """Compiled grammar and the seconds this call spent (≈0 on a cache hit); a lenient schema that
         was relaxed warns (:class:`.relax.RelaxedSchemaWarning`) in the caller's thread."""
         out = self._compile(c)
@@ -89,7 +101,7 @@ class Grammars:
             warnings.warn(RelaxedSchemaWarning(note), stacklevel=2)
         return out
 
-    def _compile(self, c: Constraint) -> tuple[xgr.CompiledGrammar, float]:
+    def _compile(self, c: Constraint) -> tuple[Compiled, float]:
         if not grammar_enabled():
             raise GrammarDisabled(f"grammar compilation is disabled ({KILL_SWITCH}=0)")
         t0 = time.perf_counter()
@@ -110,7 +122,7 @@ class Grammars:
             self.stats.entries = len(self._cache)
         return compiled, dt
 
-    def _compile_uncached(self, c: Constraint) -> xgr.CompiledGrammar:
+    def _compile_uncached(self, c: Constraint) -> Compiled:
         """Compile in a worker thread and wait at most ``timeout_s``. xgrammar releases the GIL while
         it compiles but cannot be cancelled: a compile past the limit is abandoned (it finishes in the
         background and is dropped; interpreter exit waits for it) and the caller gets GrammarCompileTimeout
@@ -136,10 +148,17 @@ class Grammars:
             raise box["err"]
         return box["ok"]
 
-    def _build(self, c: Constraint, deadline: float) -> xgr.CompiledGrammar:
+    def _build(self, c: Constraint, deadline: float) -> Compiled:
         try:
-            if c.kind in ("json_schema", "json_object"):
+            if c.kind in LLG_KINDS:
                 schema = self._core_schema(c, deadline) if c.kind == "json_schema" else c.value
+                engine = c.engine or self.engine
+                if engine != "xgrammar":
+                    try:
+                        return self._build_llg(c, schema)
+                    except NotForLLGuidance:
+                        if engine == "llguidance":
+                            raise
                 if c.kind == "json_schema" and needs_grammar(schema):
                     return self.compiler.compile_grammar(to_ebnf(
                         schema, any_whitespace=c.any_whitespace, strict=c.strict,
@@ -166,6 +185,10 @@ class Grammars:
             raise GrammarCompileError(f"{c.kind} does not compile: {_clean(e)}") from e
         raise GrammarCompileError(f"unknown constraint kind {c.kind!r}")
 
+    def _build_llg(self, c: Constraint, core) -> LLGrammar:
+        grammar = llg_grammar(core, any_whitespace=c.any_whitespace, strict=c.strict and c.kind == "json_schema",
+                              max_whitespace=MAX_WHITESPACE if c.any_whitespace else None)
+        return LLGrammar(llg_tokenizer(self.tokenizer_info), grammar)
 
     def _core_schema(self, c: Constraint, deadline: float) -> dict:
         """The core form of a json_schema constraint. ``lenient``: where a keyword is refused, the

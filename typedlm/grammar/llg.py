@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 
 from ..errors import GrammarCompileError
 from .schema.ebnf import PRIVATE
+from .spec import ENGINES
 
-ENGINES = ("xgrammar", "llguidance", "auto")
 ENGINE_ENV = "TYPEDLM_GRAMMAR_ENGINE"
 DEFAULT_ENGINE = "xgrammar"
 LLG_KINDS = ("json_schema", "json_object")  # the kinds llguidance compiles; the others are xgrammar's
@@ -50,10 +51,25 @@ def engine_from_env() -> str:
     return check_engine(os.environ.get(ENGINE_ENV, "").strip().lower() or DEFAULT_ENGINE)
 
 
+_TOKENIZERS: dict[int, tuple] = {}  # id(info) -> (info, its llguidance tokenizer); info kept so its id stays its own
+_TOKENIZERS_LOCK = threading.Lock()
+
+
 def llg_tokenizer(info):
+    """:func:`build_tokenizer` once per ``info`` (thread-safe)."""
+    with _TOKENIZERS_LOCK:
+        if id(info) not in _TOKENIZERS:
+            _TOKENIZERS[id(info)] = (info, build_tokenizer(info))
+        return _TOKENIZERS[id(info)][1]
+
+
+def build_tokenizer(info):
     """llguidance's tokenizer over the same vocabulary (bytes per id) and stop ids as xgrammar's
-    ``TokenizerInfo`` ``info``, so both engines fill the same ``[B, ceil(V/32)]`` int32 bitmask layout."""
+    ``TokenizerInfo`` ``info``, so both engines fill the same ``[B, ceil(V/32)]`` int32 bitmask layout.
+    Warmed up here (the first mask walks the whole vocabulary, ~2 s: paid here, not by a request's
+    compile)."""
     import llguidance
+    import torch
 
     stops = list(info.stop_token_ids)
     vocab = list(info.decoded_vocab)
@@ -76,6 +92,8 @@ def llg_tokenizer(info):
 
     built.append(llguidance.LLTokenizer(llguidance.TokenizerWrapper(Vocab()), n_vocab=info.vocab_size,
                                         eos_token=stops))
+    warm = LLGrammar(built[0], llg_grammar({}, any_whitespace=False, max_whitespace=None, strict=False))
+    warm.matcher().fill_next_token_bitmask(torch.full((1, (info.vocab_size + 31) // 32), -1, dtype=torch.int32))
     return built[0]
 
 
