@@ -131,7 +131,45 @@ def _adapt(node, strict: bool):
 
 
 def _anchored(rx: str) -> str:
-    return f"^(?:{rx})$"
+    return f"^(?:{ecma_classes(rx)})$"
+
+
+# ECMA-262's class escapes, spelled out: llguidance's regexes are Rust's, where \s, \d, \w are Unicode
+_ECMA_SPACE = "\\t\\n\\x0b\\x0c\\r \\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000\\ufeff"
+_CLASSES = {"s": _ECMA_SPACE, "d": "0-9", "w": "0-9A-Za-z_"}
+
+
+def ecma_classes(rx: str) -> str:
+    """A core-form regex (ECMA-262 escapes) with ``\\s \\S \\d \\D \\w \\W`` as explicit classes;
+    NotForLLGuidance for a negated one inside a class (other than ``[\\s\\S]``) and for ECMA's empty
+    classes ``[]`` / ``[^]``, which Rust reads as a ``]``."""
+    out, i, in_class = [], 0, False
+    while i < len(rx):
+        c = rx[i]
+        if c == "\\" and i + 1 < len(rx):
+            e = rx[i + 1]
+            if rx.startswith("[\\s\\S]", i - 1) and e == "s":
+                out.append("\\s\\S")  # anything: the same in both dialects
+                i += 4
+                continue
+            if e.lower() in _CLASSES:
+                body = _CLASSES[e.lower()]
+                if in_class and e.isupper():
+                    raise NotForLLGuidance(f"pattern {rx!r}: \\{e} inside a character class", keyword="pattern")
+                out.append(body if in_class else f"[{'^' if e.isupper() else ''}{body}]")
+            else:
+                out.append(rx[i:i + 2])
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+            if rx.startswith("[^]", i) or rx.startswith("[]", i):  # ECMA: anything / nothing; Rust: a ']'
+                raise NotForLLGuidance(f"pattern {rx!r}: an empty class", keyword="pattern")
+        out.append(c)
+        i += 1
+    return "".join(out)
 
 
 def llg_grammar(core, *, any_whitespace: bool, max_whitespace: int | None, strict: bool) -> str:
