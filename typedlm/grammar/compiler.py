@@ -87,28 +87,33 @@ class Grammars:
 
     @classmethod
     def for_tokenizer(cls, tokenizer, *, model_vocab_size: int, stop_ids: list[int],
-                      schema_registry=None) -> "Grammars":
+                      schema_registry=None, engine: str | None = None) -> "Grammars":
         info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=model_vocab_size,
                                                   stop_token_ids=list(stop_ids))
-        return cls(info, schema_registry=schema_registry)
+        return cls(info, schema_registry=schema_registry, engine=engine)
 
     def compile(self, c: Constraint) -> tuple[Compiled, float]:
         """Compiled grammar and the seconds this call spent (≈0 on a cache hit); a lenient schema that
         was relaxed warns (:class:`.relax.RelaxedSchemaWarning`) in the caller's thread."""
         out = self._compile(c)
-        note = self._relaxed.get(c.key)
+        note = self._relaxed.get(self._key(c))
         if note is not None:
             warnings.warn(RelaxedSchemaWarning(note), stacklevel=2)
         return out
+
+    def _key(self, c: Constraint) -> str:
+        """The cache key: the constraint's, with the engine that compiles it."""
+        return c.key if c.engine else canonical_json([self.engine, c.key])
 
     def _compile(self, c: Constraint) -> tuple[Compiled, float]:
         if not grammar_enabled():
             raise GrammarDisabled(f"grammar compilation is disabled ({KILL_SWITCH}=0)")
         t0 = time.perf_counter()
+        key = self._key(c)
         with self._lock:
-            hit = self._cache.get(c.key)
+            hit = self._cache.get(key)
             if hit is not None:
-                self._cache.move_to_end(c.key)
+                self._cache.move_to_end(key)
                 self.stats.hits += 1
                 return hit, time.perf_counter() - t0
         compiled = self._compile_uncached(c)
@@ -116,7 +121,7 @@ class Grammars:
         with self._lock:
             self.stats.misses += 1
             self.stats.compile_seconds += dt
-            self._cache[c.key] = compiled
+            self._cache[key] = compiled
             while len(self._cache) > self.max_entries:
                 self._relaxed.pop(self._cache.popitem(last=False)[0], None)
             self.stats.entries = len(self._cache)
@@ -206,7 +211,7 @@ class Grammars:
                 return c.value
             places = "; ".join(f"{d['keyword']} at {d['pointer']}: {d['action']}" for d in done)
             with self._lock:
-                self._relaxed[c.key] = f"json_schema partly enforced (the output is validated after): {places}"
+                self._relaxed[self._key(c)] = f"json_schema partly enforced (the output is validated after): {places}"
             return prepare_schema(relaxed, lenient=True, registry=self.schema_registry, deadline=deadline)
 
 

@@ -199,6 +199,10 @@ class LLGrammar:
         warned = self.proto.get_grammar_warnings()
         if warned:
             raise NotForLLGuidance(f"llguidance: {warned[0]}")
+        probe = self.proto.deep_copy()  # the first mask, computed now: a grammar with no JSON value fails it
+        probe.compute_bitmask()
+        if probe.is_error() or probe.is_accepting():  # measured: {"$ref": "#"} fails its first mask
+            raise NotForLLGuidance(f"llguidance: no JSON value fits the grammar ({probe.get_error().splitlines()[0][:80]})")
         self.stop_token_ids = list(tokenizer.eos_tokens)
         self.tokenizer = tokenizer
 
@@ -218,6 +222,8 @@ class LLGMatcher:
         from llguidance.torch import fill_next_token_bitmask
 
         fill_next_token_bitmask(self.inner, bitmask, index)
+        if self.inner.is_error():  # no token at all ("dead"), never a silent stop
+            bitmask[index].zero_()
 
     def accept_token(self, token: int) -> bool:
         return not self.inner.is_error() and self.inner.consume_token(int(token))
@@ -230,7 +236,7 @@ class LLGMatcher:
         return self.inner.is_accepting()
 
     def is_terminated(self) -> bool:
-        return self.inner.is_stopped()
+        return self.inner.is_stopped() and not self.inner.is_error()
 
     def find_jump_forward_string(self) -> str:
         forced = self.inner.compute_ff_bytes()
