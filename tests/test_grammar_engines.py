@@ -161,3 +161,28 @@ def test_jump_forward_string_is_the_forced_text(engines):
     m = new_matcher(_compile(engines["llguidance"], {"type": "object", "properties": {"key": {"const": 1}},
                                                      "required": ["key"]}))
     assert m.find_jump_forward_string() == '{"key":1}'
+
+
+def test_a_request_picks_its_engine(tiny_client, model):
+    import openai
+
+    fmt = {"type": "json_schema", "json_schema": {"name": "s", "schema": SCHEMA}}
+    for engine in ("llguidance", "auto", "xgrammar"):
+        r = tiny_client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}],
+                                                response_format=fmt, max_tokens=200, seed=1,
+                                                extra_body={"grammar_engine": engine})
+        assert r.choices[0].finish_reason == "stop", engine
+        import jsonschema
+        jsonschema.validate(json.loads(r.choices[0].message.content), SCHEMA)
+    with pytest.raises(openai.BadRequestError, match="grammar_engine"):
+        tiny_client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}],
+                                            response_format=fmt, extra_body={"grammar_engine": "outlines"})
+
+
+def test_cli_flag_names_a_bad_engine():
+    from typer.testing import CliRunner
+
+    from typedlm.cli import app
+
+    res = CliRunner().invoke(app, ["generate", "hi", "--json-object", "--grammar-engine", "outlines"])
+    assert res.exit_code == 2 and "xgrammar, llguidance, auto" in res.output

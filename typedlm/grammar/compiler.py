@@ -16,7 +16,7 @@ from .llg import LLG_KINDS, LLGrammar, NotForLLGuidance, check_engine, engine_fr
 from .relax import NotRelaxable, RelaxedSchemaWarning, relax_schema
 from .schema import prepare_schema
 from .schema.ebnf import ebnf_literal, needs_grammar, to_ebnf
-from .spec import MAX_WHITESPACE, Constraint, canonical_json
+from .spec import MAX_WHITESPACE, Constraint, canonical_json, engine_key
 
 KILL_SWITCH = "TYPEDLM_GRAMMAR"
 TIMEOUT_ENV = "TYPEDLM_COMPILE_TIMEOUT"
@@ -103,7 +103,7 @@ class Grammars:
 
     def _key(self, c: Constraint) -> str:
         """The cache key: the constraint's, with the engine that compiles it."""
-        return c.key if c.engine else canonical_json([self.engine, c.key])
+        return c.key if c.engine else engine_key(self.engine, c.key)
 
     def _compile(self, c: Constraint) -> tuple[Compiled, float]:
         if not grammar_enabled():

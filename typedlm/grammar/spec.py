@@ -7,7 +7,7 @@ the compiler turns it into an xgrammar ``CompiledGrammar``.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import ConstraintError, EmptySchemaError, GrammarCompileError
@@ -77,8 +77,6 @@ def make_constraint(*, json_object: bool = False, json_schema: Any = None, regex
              "regex": regex is not None, "choice": choice is not None, "grammar": grammar is not None,
              "lark": lark is not None, "structural_tag": structural_tag is not None}
     named = [k for k, v in given.items() if v]
-    if engine is not None and engine not in ENGINES:
-        raise ConstraintError(f"grammar engine {engine!r} is not one of {', '.join(ENGINES)}")
     if len(named) > 1:
         raise ConstraintError(f"give one constraint, not several: got {' and '.join(named)}")
     if not named:
@@ -113,7 +111,21 @@ def make_constraint(*, json_object: bool = False, json_schema: Any = None, regex
         value = {"regex": regex, "grammar": grammar, "lark": lark}[kind]
         if not isinstance(value, str) or not value.strip():
             raise GrammarCompileError(f"{kind} must be a non-empty string")
-    key = canonical_json([kind, value if not isinstance(value, tuple) else list(value), *opts]
-                         + ([engine] if engine else []))
-    return Constraint(kind, value, any_whitespace=any_whitespace, strict=strict, lenient=lenient, engine=engine,
-                      key=key)
+    key = canonical_json([kind, value if not isinstance(value, tuple) else list(value), *opts])
+    return with_engine(Constraint(kind, value, any_whitespace=any_whitespace, strict=strict, lenient=lenient, key=key),
+                       engine)
+
+
+def engine_key(engine: str, key: str) -> str:
+    """The cache key of a constraint's ``key`` compiled by ``engine``."""
+    return canonical_json([engine, key])
+
+
+def with_engine(c: Constraint, engine: str | None) -> Constraint:
+    """``c`` compiled by ``engine`` (one of :data:`ENGINES`; None: the compiler's default), else ConstraintError."""
+    if engine is None:
+        return c
+    if engine not in ENGINES:
+        raise ConstraintError(f"grammar engine {engine!r} is not one of {', '.join(ENGINES)}")
+    base = c.key if c.engine is None else json.loads(c.key)[1]
+    return replace(c, engine=engine, key=engine_key(engine, base))
