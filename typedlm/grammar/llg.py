@@ -5,19 +5,26 @@ Why: xgrammar precomputes a token-mask cache at compile time (MaskBench p99 4.5 
 lexer and Earley parser and computes each mask when asked, so a schema compiles in milliseconds
 (``bench/results/compile-split-cpu.md``).
 
-What llguidance gets: the normalizer stays the single front end (it decides exact / refused / relaxed),
-and llguidance reads the *core form* it emits, whose meaning is plain JSON Schema (jsonschema reads it
-so): ``type``, ``properties`` / ``required`` / ``additionalProperties`` / ``patternProperties``,
-``items`` / ``prefixItems``, ``anyOf``, ``$ref`` + ``$defs``, ``enum`` / ``const``, numeric and length
-bounds and whole-match ``pattern`` s. Two rewrites keep llguidance's reading equal to xgrammar's:
-each ``pattern`` (and ``patternProperties`` name) is a whole-match regex in the core form, so it is
-anchored ``^(?:..)$`` (JSON Schema's ``pattern`` searches; anchored, search and whole match agree);
-``strict`` (no properties or items beyond those listed: xgrammar's ``strict_mode``) becomes
-``additionalProperties: false`` / ``items: false`` where the node says nothing. Not given to llguidance
-(:class:`NotForLLGuidance`, ``auto`` then takes xgrammar): a core form with an ``x-typedlm-*`` node
-(our own EBNF rules: lengths beside patterns, ``contains`` counters, key classes, residues), a
-``format`` left to xgrammar's own grammar (``email``, ``uuid``), and anything llguidance itself does
-not implement (it refuses unknown keywords: ``lenient`` off) or warns about.
+What llguidance gets, and why it is exact: the normalizer stays the single front end (it decides exact /
+refused / relaxed) and llguidance reads the *core form* it emits. The core form means exactly the schema
+as plain JSON Schema (jsonschema validates outputs against it); its ``x-typedlm-*`` keywords are
+annotations that only tell our EBNF emitter (:mod:`.schema.ebnf`) how to build rules xgrammar's JSON
+Schema subset lacks (lengths beside patterns, key classes, residues), so they are dropped here and
+llguidance enforces the keywords themselves: it implements ``minLength``/``maxLength`` beside
+``pattern`` (regex intersection), escapes counted as one character, ``patternProperties`` exclusions.
+Where it lacks one (``contains``, ``not``, ``minProperties``, ...) it refuses the schema by name
+(``lenient`` off) and ``auto`` takes xgrammar. Rewrites keep llguidance's reading equal to ours:
+
+- a ``pattern`` (and a ``patternProperties`` name) is a whole-match ECMA-262 regex in the core form: it is
+  anchored ``^(?:..)$`` and its class escapes spelled out (:func:`ecma_classes`; Rust's are Unicode);
+- ``strict`` (xgrammar's ``strict_mode``: no properties or items beyond those listed) becomes
+  ``additionalProperties: false`` / ``items: false`` where the node says nothing;
+- a ``format`` left to xgrammar's grammar becomes that grammar's regex (:data:`FORMATS`).
+
+Where llguidance differs it is stricter, never looser: no ``\\uXXXX`` escape of a printable character, no
+exponent on a bounded number, only the canonical first token of forced text. Checked: the suite ratchets
+``tests/data/jsonschema_ratchet/auto`` and ``.../llguidance`` (0 false positives), the fuzzers and
+``tests/test_grammar_engines.py`` run both engines.
 """
 
 from __future__ import annotations
@@ -108,7 +115,7 @@ def _adapt(node, strict: bool):
     if not isinstance(node, dict):
         return node
     if "format" in node:
-        raise NotForLLGuidance(f"format {node['format']!r} is xgrammar's own grammar", keyword="format")
+        node = _format_as_pattern(node)
     out = {}
     for k, v in node.items():
         if k in PRIVATE:
@@ -130,6 +137,23 @@ def _adapt(node, strict: bool):
     return out
 
 
+# The formats the core form leaves to xgrammar's own grammar, as the same regexes (of the decoded string).
+# email: xgrammar's dot-atom local part only (its quoted local part is left out: a subset, so still sound).
+_ATEXT = "[a-zA-Z0-9_!#$%&'*+/=?^`{|}~-]"
+_LABEL_TAIL = "[-A-Za-z0-9]*[A-Za-z0-9]"
+FORMATS = {
+    "email": f"{_ATEXT}+(\\.{_ATEXT}+)*@[A-Za-z0-9]({_LABEL_TAIL})?(\\.[A-Za-z0-9]{_LABEL_TAIL})*",
+    "uuid": "[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}",
+}
+
+
+def _format_as_pattern(node: dict) -> dict:
+    fmt = node["format"]
+    if fmt not in FORMATS or "pattern" in node:
+        raise NotForLLGuidance(f"format {fmt!r} is xgrammar's own grammar", keyword="format")
+    return {("pattern" if k == "format" else k): (FORMATS[fmt] if k == "format" else v) for k, v in node.items()}
+
+
 def _anchored(rx: str) -> str:
     return f"^(?:{ecma_classes(rx)})$"
 
@@ -140,9 +164,9 @@ _CLASSES = {"s": _ECMA_SPACE, "d": "0-9", "w": "0-9A-Za-z_"}
 
 
 def ecma_classes(rx: str) -> str:
-    """A core-form regex (ECMA-262 escapes) with ``\\s \\S \\d \\D \\w \\W`` as explicit classes;
-    NotForLLGuidance for a negated one inside a class (other than ``[\\s\\S]``) and for ECMA's empty
-    classes ``[]`` / ``[^]``, which Rust reads as a ``]``."""
+    """A core-form regex (ECMA-262 escapes) with ``\\s \\S \\d \\D \\w \\W`` as explicit classes (a
+    negated one inside a class as a nested class: ``[x\\D]`` -> ``[x[^0-9]]``); NotForLLGuidance for ECMA's
+    empty classes ``[]`` / ``[^]``, which Rust reads as a ``]``."""
     out, i, in_class = [], 0, False
     while i < len(rx):
         c = rx[i]
@@ -153,10 +177,8 @@ def ecma_classes(rx: str) -> str:
                 i += 4
                 continue
             if e.lower() in _CLASSES:
-                body = _CLASSES[e.lower()]
-                if in_class and e.isupper():
-                    raise NotForLLGuidance(f"pattern {rx!r}: \\{e} inside a character class", keyword="pattern")
-                out.append(body if in_class else f"[{'^' if e.isupper() else ''}{body}]")
+                body = _CLASSES[e.lower()]  # negated inside a class: a nested class (Rust: a union)
+                out.append(body if in_class and e.islower() else f"[{'^' if e.isupper() else ''}{body}]")
             else:
                 out.append(rx[i:i + 2])
             i += 2
