@@ -20,6 +20,7 @@ from .spec import MAX_WHITESPACE, Constraint, canonical_json, engine_key
 
 KILL_SWITCH = "TYPEDLM_GRAMMAR"
 TIMEOUT_ENV = "TYPEDLM_COMPILE_TIMEOUT"
+LLG_MISSING = "the llguidance engine is not installed: pip install 'typedlm[llguidance]'"
 DEFAULT_COMPILE_TIMEOUT_S = 20.0  # MaskBench p99 compile is 4.5 s; a few schemas take > 10 s
 
 
@@ -75,7 +76,11 @@ class Grammars:
         self.tokenizer_info = tokenizer_info
         self.engine = check_engine(engine) or engine_from_env()
         if self.engine != "xgrammar":
-            llg_tokenizer(tokenizer_info)  # built now (~2 s once per vocabulary), not in a request's compile
+            try:
+                llg_tokenizer(tokenizer_info)  # built now (~2 s once per vocabulary), not in a request's compile
+            except ImportError:
+                if self.engine == "llguidance":
+                    raise GrammarCompileError(LLG_MISSING) from None
         self.timeout_s = compile_timeout() if timeout_s is None else timeout_s
         self.schema_registry = schema_registry  # referencing.Registry: documents remote $refs point to
         self.compiler = xgr.GrammarCompiler(tokenizer_info, cache_enabled=True)
@@ -191,6 +196,10 @@ class Grammars:
         raise GrammarCompileError(f"unknown constraint kind {c.kind!r}")
 
     def _build_llg(self, c: Constraint, core) -> LLGrammar:
+        try:
+            import llguidance  # noqa: F401
+        except ImportError:
+            raise NotForLLGuidance(LLG_MISSING) from None
         grammar = llg_grammar(core, any_whitespace=c.any_whitespace, strict=c.strict and c.kind == "json_schema",
                               max_whitespace=MAX_WHITESPACE if c.any_whitespace else None)
         return LLGrammar(llg_tokenizer(self.tokenizer_info), grammar)
