@@ -32,8 +32,8 @@ def _quantiles(xs: list[float]) -> dict:
 def split_one(schema, info, registry=None, deadline_s: float = 60.0) -> dict:
     """One schema's stages, in seconds: ``normalize``; then, for a core form, ``ebnf`` (our EBNF text, only
     where it is needed) and ``xgrammar`` (its compile), and ``llguidance`` (grammar text + matcher build;
-    ``llguidance_refused``: why it did not take the core form) and ``llguidance_first_mask`` (the first
-    mask, which llguidance computes lazily); ``refused``: the normalizer's or xgrammar's refusal."""
+    ``llguidance_refused``: why it did not take the core form; its first mask, computed lazily, is part of
+    the build); ``refused``: the normalizer's or xgrammar's refusal."""
     import xgrammar as xgr
 
     from ..errors import GrammarCompileError
@@ -53,12 +53,8 @@ def split_one(schema, info, registry=None, deadline_s: float = 60.0) -> dict:
     tokenizer = llg_tokenizer(info)
     t2 = time.perf_counter()
     try:
-        grammar = LLGrammar(tokenizer, llg_grammar(core, any_whitespace=True, max_whitespace=MAX_WHITESPACE,
-                                                   strict=False))
+        LLGrammar(tokenizer, llg_grammar(core, any_whitespace=True, max_whitespace=MAX_WHITESPACE, strict=False))
         row["llguidance"] = time.perf_counter() - t2
-        t3 = time.perf_counter()
-        grammar.matcher().fill_next_token_bitmask(xgr.allocate_token_bitmask(1, info.vocab_size))
-        row["llguidance_first_mask"] = time.perf_counter() - t3
     except GrammarCompileError as e:
         row["llguidance_refused"] = (e.keyword or str(e))[:80]
     t4 = time.perf_counter()
@@ -92,7 +88,6 @@ def split_summary(rows: list[dict]) -> dict:
             "ebnf": _quantiles([r["ebnf"] for r in done if r["ebnf"] > 0]),
             "xgrammar": _quantiles([r["xgrammar"] for r in done]),
             "llguidance": _quantiles([r["llguidance"] for r in llg]),
-            "llguidance_first_mask": _quantiles([r["llguidance_first_mask"] for r in llg]),
             "total_xgrammar": _quantiles([r["total_xgrammar"] for r in done]),
             "total_auto": _quantiles([r["total_auto"] for r in done]),
             "share_normalize": round(sum(r["normalize"] for r in done) / max(1e-9, sum(r["total_xgrammar"] for r in done)), 3),

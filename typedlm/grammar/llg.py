@@ -138,11 +138,12 @@ def _adapt(node, strict: bool):
 
 
 # The formats the core form leaves to xgrammar's own grammar, as the same regexes (of the decoded string).
-# email: xgrammar's dot-atom local part only (its quoted local part is left out: a subset, so still sound).
+# email: a dot-atom or a quoted local part (printable ASCII, backslash pairs), then xgrammar's host names.
 _ATEXT = "[a-zA-Z0-9_!#$%&'*+/=?^`{|}~-]"
+_QUOTED = '"([ !#-\\[\\]-~]|\\\\[ -~])*"'
 _LABEL_TAIL = "[-A-Za-z0-9]*[A-Za-z0-9]"
 FORMATS = {
-    "email": f"{_ATEXT}+(\\.{_ATEXT}+)*@[A-Za-z0-9]({_LABEL_TAIL})?(\\.[A-Za-z0-9]{_LABEL_TAIL})*",
+    "email": f"({_ATEXT}+(\\.{_ATEXT}+)*|{_QUOTED})@[A-Za-z0-9]({_LABEL_TAIL})?(\\.[A-Za-z0-9]{_LABEL_TAIL})*",
     "uuid": "[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}",
 }
 
