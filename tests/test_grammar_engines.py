@@ -201,3 +201,32 @@ def test_cli_flag_names_a_bad_engine():
 
     res = CliRunner().invoke(app, ["generate", "hi", "--json-object", "--grammar-engine", "outlines"])
     assert res.exit_code == 2 and "xgrammar, llguidance, auto" in res.output
+
+
+def test_a_batch_mixes_engines_and_each_row_equals_its_single_run(tiny):
+    """Rows of both engines share one batched bitmask (``GrammarBatch`` fills xgrammar's rows in one call
+    and llguidance's one by one): greedy batched output equals each row run alone, and each is valid."""
+    import jsonschema
+
+    from typedlm.generate import SamplingParams, build_sequence, finish_result
+    from typedlm.generate.scheduler import run_batch
+
+    from reference_loop import run_sequence
+
+    params = SamplingParams(max_tokens=60, temperature=0)
+    cs = [make_constraint(json_schema=SCHEMA, any_whitespace=False, engine=e)
+          for e in ("llguidance", "xgrammar", "llguidance")] + [None]
+    prompts = ["Hello", "Write JSON", "x y z", "free text"]
+
+    def seqs():
+        return [build_sequence(tiny, tiny.encode_prompt(prompt=p), params, c) for p, c in zip(prompts, cs)]
+
+    solo = []
+    for seq in seqs():
+        run_sequence(tiny, seq)
+        solo.append(finish_result(seq))
+    batched = run_batch(tiny, seqs(), max_batch=4)
+    for c, a, b in zip(cs, solo, batched):
+        assert b.token_ids == a.token_ids and b.text == a.text
+        if c is not None and b.finish_reason == "stop":
+            jsonschema.validate(json.loads(b.text), SCHEMA)
