@@ -2,7 +2,7 @@
 ``schemastore.py --engine auto`` result, the normalizer's time (or its refusal) and whether llguidance takes
 the core form (or why not). Usage: ``PYTHONPATH=. python bench/schemastore_slow.py RESULT.json``."""
 import sys, json, time
-sys.path.insert(0, "/work/wt-22a/bench")
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
 import schemastore
 from pathlib import Path
 d = json.load(open(sys.argv[1]))
