@@ -69,15 +69,19 @@ def main() -> None:
     ap.add_argument("--json", type=Path, required=True, help="write the summary and per-schema rows here")
     ap.add_argument("--stride", type=int, default=1, help="every k-th schema with tests (1: all)")
     ap.add_argument("--timeout", type=float, default=30.0, help="seconds per schema before it counts as a timeout")
+    schemastore.add_engine_options(ap)
     args = ap.parse_args()
     schemas, rows = extract(args.repo, args.stride)
     commit = subprocess.run(["git", "--git-dir", str(args.repo), "rev-parse", "HEAD"], check=True,
                             capture_output=True, text=True).stdout.strip()
-    results = schemastore.run_all(schemas, rows, args.timeout)
+    results = schemastore.run_all(schemas, rows, args.timeout, engine=args.engine,
+                                  job_fn=schemastore.split_one if args.split else schemastore.run_one)
     split = {r["name"]: r["split"] for r in rows}
-    by_split = {s: schemastore.summary([x for x in results if split[x["name"]] == s]) for s in sorted(set(split.values()))}
+    by_split = {s: schemastore.summarize([x for x in results if split[x["name"]] == s], args.split)
+                for s in sorted(set(split.values()))}
     out = {"source": f"guidance-ai/jsonschemabench@{commit} ({FOLDER}, every {args.stride}th schema with tests)",
-           "summary": schemastore.summary(results), "by_split": by_split, "rows": results}
+           "engine": args.engine, "summary": schemastore.summarize(results, args.split), "by_split": by_split,
+           "rows": results}
     args.json.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
     print(json.dumps(out["summary"], indent=2))
 

@@ -90,14 +90,16 @@ def registry_of(schemas: dict):
 _STATE: dict = {}
 
 
-def _init(schemas: dict) -> None:
+def _init(schemas: dict, engine: str) -> None:
     import xgrammar as xgr
 
+    from typedlm.grammar.llg import llg_tokenizer
     from typedlm.testing import default_tokenizer
 
     tok = default_tokenizer()
-    _STATE["schemas"], _STATE["registry"] = schemas, registry_of(schemas)
+    _STATE["schemas"], _STATE["registry"], _STATE["engine"] = schemas, registry_of(schemas), engine
     _STATE["info"] = xgr.TokenizerInfo.from_huggingface(tok, vocab_size=len(tok), stop_token_ids=[tok.eos_token_id])
+    llg_tokenizer(_STATE["info"])  # built once per worker, as a server builds it once
 
 
 def _ready() -> bool:
@@ -164,7 +166,7 @@ def run_one(row: dict) -> dict:
     valid = labelled(schema, registry, row["valid"], True)
     invalid = labelled(schema, registry, row["invalid"], False)
     out = {"name": row["name"], "valid": len(valid), "invalid": len(invalid)}
-    grammars = Grammars(_STATE["info"], schema_registry=registry)  # a fresh cache per schema
+    grammars = Grammars(_STATE["info"], schema_registry=registry, engine=_STATE["engine"])  # a fresh cache per schema
     t0 = time.perf_counter()
     try:
         with warnings.catch_warnings():
@@ -187,14 +189,24 @@ def run_one(row: dict) -> dict:
     return out
 
 
-def run_all(schemas: dict, rows: list[dict], timeout: float) -> list[dict]:
-    """Each row in a one-process pool; a schema past ``timeout`` seconds is a timeout row (pool renewed)."""
+def split_one(row: dict) -> dict:
+    """Where one schema's compile time goes, per stage and engine (:func:`typedlm.bench.schema_compile.split_one`)."""
+    from typedlm.bench.schema_compile import split_one as split
+
+    out = split(_STATE["schemas"][row["name"]], _STATE["info"], _STATE["registry"])
+    return {"name": row["name"], **{k: v for k, v in out.items() if k != "schema"}}
+
+
+def run_all(schemas: dict, rows: list[dict], timeout: float, *, engine: str = "xgrammar",
+            job_fn=run_one) -> list[dict]:
+    """``job_fn`` on each row in a one-process pool; a schema past ``timeout`` seconds is a timeout row
+    (pool renewed)."""
     results, pool = [], None
     for i, row in enumerate(rows):
         if pool is None:
-            pool = multiprocessing.get_context("fork").Pool(1, initializer=_init, initargs=(schemas,))
+            pool = multiprocessing.get_context("fork").Pool(1, initializer=_init, initargs=(schemas, engine))
             pool.apply(_ready)  # the worker's set-up is not a schema's time
-        job = pool.apply_async(run_one, (row,))
+        job = pool.apply_async(job_fn, (row,))
         try:
             results.append(job.get(timeout=timeout))
         except multiprocessing.TimeoutError:
@@ -228,19 +240,38 @@ def summary(results: list[dict]) -> dict:
             "refusals": dict(sorted(refusals.items(), key=lambda kv: -kv[1]))}
 
 
+def add_engine_options(ap) -> None:
+    ap.add_argument("--engine", default="xgrammar", choices=("xgrammar", "llguidance", "auto"),
+                    help="grammar engine for JSON Schemas (typedlm.grammar.compiler.Grammars)")
+    ap.add_argument("--split", action="store_true",
+                    help="instead of judging instances: time the normalizer, xgrammar and llguidance apart")
+
+
+def summarize(results: list[dict], split: bool) -> dict:
+    """:func:`summary`, or with ``split`` the per-stage summary (timeouts counted as refusals)."""
+    if not split:
+        return summary(results)
+    from typedlm.bench.schema_compile import split_summary
+
+    out = split_summary([r for r in results if r.get("refused") != "timeout"])
+    return {**out, "timeouts": sum(r.get("refused") == "timeout" for r in results)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repo", type=Path, required=True, help="bare git directory of SchemaStore/schemastore")
     ap.add_argument("--json", type=Path, required=True, help="write the summary and per-schema rows here")
     ap.add_argument("--timeout", type=float, default=30.0, help="seconds per schema before it counts as a timeout")
     ap.add_argument("--limit", type=int, default=None, help="only the first N schemas (a quick look)")
+    add_engine_options(ap)
     args = ap.parse_args()
     schemas, rows = extract(args.repo)
     rows = rows[:args.limit] if args.limit else rows
     commit = subprocess.run(["git", "--git-dir", str(args.repo), "rev-parse", "HEAD"], check=True,
                             capture_output=True, text=True).stdout.strip()
-    results = run_all(schemas, rows, args.timeout)
-    out = {"source": f"SchemaStore/schemastore@{commit}", "summary": summary(results), "rows": results}
+    results = run_all(schemas, rows, args.timeout, engine=args.engine, job_fn=split_one if args.split else run_one)
+    out = {"source": f"SchemaStore/schemastore@{commit}", "engine": args.engine,
+           "summary": summarize(results, args.split), "rows": results}
     args.json.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
     print(json.dumps(out["summary"], indent=2))
 

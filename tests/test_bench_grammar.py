@@ -2,17 +2,21 @@
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from typedlm.bench import grammar
 from typedlm.cli import app
 
 
-def test_bench_grammar_default_tokenizer(tmp_path):
+@pytest.mark.parametrize("engine", ["xgrammar", "llguidance"])
+def test_bench_grammar_default_tokenizer(tmp_path, engine):
     out = tmp_path / "g.json"
-    r = CliRunner().invoke(app, ["bench", "grammar", "--tokenizer", "default", "--repeats", "1", "--json", str(out)])
+    r = CliRunner().invoke(app, ["bench", "grammar", "--tokenizer", "default", "--repeats", "1", "--json", str(out),
+                                 "--grammar-engine", engine])
     assert r.exit_code == 0, r.output
     res = json.loads(out.read_text())
+    assert res["engine"] == engine
     (row,) = res["results"]
     assert row["vocab"] == 49152
     assert set(row["per_case"]) == {name for name, _, _ in grammar.CASES}

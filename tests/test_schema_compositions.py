@@ -110,11 +110,12 @@ INSTANCES = st.one_of(
 )
 
 
-@pytest.fixture(scope="module")
-def grammars():
+@pytest.fixture(scope="module", params=["xgrammar", "auto"])
+def grammars(request):
+    """Each grammar engine (``auto``: llguidance wherever it takes the core form)."""
     from typedlm.bench.jsonschema_suite import default_grammars
 
-    yield default_grammars()
+    yield default_grammars(engine=request.param)
     if os.environ.get("TYPEDLM_FUZZ_REPORT"):
         with open(os.environ["TYPEDLM_FUZZ_REPORT"], "w", encoding="utf-8") as f:
             json.dump({"test": "tests/test_schema_compositions.py", "seed": "derandomized",

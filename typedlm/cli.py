@@ -24,8 +24,8 @@ from .bench import jump_forward as bench_jump_forward
 from .bench import mlx as bench_mlx
 from .bench import prefix_cache as bench_prefix_cache
 from .bench import trust as bench_trust
-from .cliutil import (EXIT_INCOMPLETE, backend_option, deterministic_option, fail, print_json, read_json, read_text,
-                      user_errors)
+from .cliutil import (EXIT_INCOMPLETE, backend_option, deterministic_option, fail, grammar_engine_option, print_json,
+                      read_json, read_text, user_errors)
 from .errors import TypedLMError
 from .decide import cli as decide_cli
 from .eval import cli as eval_cli
@@ -78,6 +78,7 @@ def generate(
     device: str = typer.Option("auto", "--device"),
     backend: Optional[str] = backend_option(),
     deterministic: Optional[bool] = deterministic_option(),
+    grammar_engine: Optional[str] = grammar_engine_option(),
     as_json: bool = typer.Option(False, "--json", help="print the whole result as JSON"),
 ):
     """Generate under one constraint; prints only the text (stats go to stderr)."""
@@ -99,7 +100,7 @@ def generate(
         from .generate.sampling import SamplingParams
         from .grammar.spec import make_constraint
 
-        constraint = make_constraint(**kwargs, lenient=lenient)
+        constraint = make_constraint(**kwargs, lenient=lenient, engine=grammar_engine)
         if constraint is not None and constraint.kind == "json_schema" and not lenient:
             from .grammar.schema import prepare_schema
 
@@ -109,7 +110,8 @@ def generate(
         engine = load_engine(model, device=device, backend=backend, deterministic=deterministic)
         result = run(None if messages else prompt, messages=messages, engine=engine, any_whitespace=not compact,
                      lenient=lenient, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
-                     seed=seed, stop=stop, repetition_penalty=repetition_penalty, **kwargs)
+                     seed=seed, stop=stop, repetition_penalty=repetition_penalty, grammar_engine=grammar_engine,
+                     **kwargs)
     if as_json:
         print_json(result.to_dict())
     else:

@@ -32,6 +32,14 @@ def deterministic_option():
                              "generation on the fast kernels; --no-deterministic: neither")
 
 
+def grammar_engine_option():
+    """``--grammar-engine`` (``Grammars(engine=...)``: which engine compiles JSON constraints)."""
+    return typer.Option(None, "--grammar-engine",
+                        help="xgrammar | llguidance | auto: the engine for JSON Schema constraints (auto: llguidance "
+                             "where it reads the normalized schema exactly, else xgrammar). Default: "
+                             "TYPEDLM_GRAMMAR_ENGINE, else xgrammar")
+
+
 def fail(reason: str) -> "typer.Exit":
     """Print a one-line reason to stderr and exit 2 (bad input)."""
     typer.echo(f"error: {' '.join(str(reason).split())}", err=True)

@@ -80,7 +80,7 @@ def _pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 
 
-def bench_tokenizer(name: str, tok, model_vocab: int, *, repeats: int = 5) -> dict:
+def bench_tokenizer(name: str, tok, model_vocab: int, *, repeats: int = 5, engine: str = "xgrammar") -> dict:
     import xgrammar as xgr
 
     from ..grammar.compiler import Grammars
@@ -89,6 +89,7 @@ def bench_tokenizer(name: str, tok, model_vocab: int, *, repeats: int = 5) -> di
 
     stop = [tok.eos_token_id]
     info = xgr.TokenizerInfo.from_huggingface(tok, vocab_size=model_vocab, stop_token_ids=stop)
+    Grammars(info, engine=engine)  # llguidance: its tokenizer is built once per vocabulary, before any timing
     fill_us: list[float] = []
     cold_ms: list[float] = []
     hit_us: list[float] = []
@@ -97,7 +98,7 @@ def bench_tokenizer(name: str, tok, model_vocab: int, *, repeats: int = 5) -> di
         constraint = make_constraint(json_schema=schema)
         # compile cold: a fresh compiler (no xgrammar cache, no typedlm cache) each time
         for _ in range(repeats):
-            g = Grammars(info)
+            g = Grammars(info, engine=engine)
             t0 = time.perf_counter()
             compiled, _ = g.compile(constraint)
             cold_ms.append((time.perf_counter() - t0) * 1e3)
@@ -134,17 +135,18 @@ def bench_tokenizer(name: str, tok, model_vocab: int, *, repeats: int = 5) -> di
 TARGETS = {"mask_p50_us": 50.0, "mask_p99_us": 500.0, "cache_hit_us": 50.0}
 
 
-def run(which: str = "both", repeats: int = 5) -> dict:
-    rows = [bench_tokenizer(n, t, v, repeats=repeats) for n, t, v in _tokenizers(which)]
+def run(which: str = "both", repeats: int = 5, engine: str = "xgrammar") -> dict:
+    rows = [bench_tokenizer(n, t, v, repeats=repeats, engine=engine) for n, t, v in _tokenizers(which)]
+    versions = {p: importlib.metadata.version(p) for p in ("xgrammar", "llguidance")[:1 + (engine != "xgrammar")]}
     return {"bench": "grammar", "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
-            "xgrammar": importlib.metadata.version("xgrammar"), "targets": TARGETS, "results": rows}
+            "engine": engine, **versions, "targets": TARGETS, "results": rows}
 
 
 def print_table(res: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=f"typedlm bench grammar (xgrammar {res['xgrammar']})")
+    t = Table(title=f"typedlm bench grammar ({res['engine']})")
     for col in ("tokenizer", "mask p50 µs", "mask p99 µs", "mask max µs", "compile cold p50 ms",
                 "cache hit p50 µs"):
         t.add_column(col, justify="right")
@@ -159,13 +161,17 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
     @bench.command("grammar")
     def grammar_cmd(tokenizer: str = typer.Option("both", help="default | qwen2.5 | both"),
                     repeats: int = typer.Option(5, min=1),
+                    grammar_engine: str = typer.Option("xgrammar", "--grammar-engine",
+                                                       help="xgrammar | llguidance | auto (JSON Schemas)"),
                     json_out: Optional[Path] = typer.Option(None, "--json", help="also write results here")):
         """Mask-fill time per token (p50/p99/max) and compile time cold vs cached."""
         from ..cliutil import fail, print_json
 
         if tokenizer not in ("default", "qwen2.5", "both"):
             fail(f"--tokenizer must be default, qwen2.5 or both, not {tokenizer!r}")
-        res = run(tokenizer, repeats)
+        if grammar_engine not in ("xgrammar", "llguidance", "auto"):
+            fail(f"--grammar-engine must be xgrammar, llguidance or auto, not {grammar_engine!r}")
+        res = run(tokenizer, repeats, grammar_engine)
         print_json(res)
         print_table(res)
         if json_out:

@@ -214,13 +214,14 @@ def remotes_registry(suite: Path = DEFAULT_SUITE, draft: str = "draft2020-12"):
     return referencing.Registry().with_resources(resources)
 
 
-def default_grammars(suite: Path = DEFAULT_SUITE, draft: str = "draft2020-12"):
+def default_grammars(suite: Path = DEFAULT_SUITE, draft: str = "draft2020-12", engine: str | None = None):
+    """The default model's tokenizer; ``engine``: the grammar engine (None: ``TYPEDLM_GRAMMAR_ENGINE``)."""
     from ..grammar.compiler import Grammars
     from ..testing import default_tokenizer
 
     tok = default_tokenizer()
     return Grammars.for_tokenizer(tok, model_vocab_size=len(tok), stop_ids=[tok.eos_token_id],
-                                  schema_registry=remotes_registry(suite, draft))
+                                  schema_registry=remotes_registry(suite, draft), engine=engine)
 
 
 def accepts(compiled, text: str) -> bool:
@@ -259,8 +260,9 @@ def run_case(case: Case, grammars) -> Iterator[TestResult]:
                          keyword)
 
 
-def run_suite(suite: Path = DEFAULT_SUITE, grammars=None, draft: str = "draft2020-12") -> SuiteReport:
-    grammars = grammars or default_grammars(suite, draft)
+def run_suite(suite: Path = DEFAULT_SUITE, grammars=None, draft: str = "draft2020-12",
+              engine: str | None = None) -> SuiteReport:
+    grammars = grammars or default_grammars(suite, draft, engine)
     t0 = time.perf_counter()
     report = SuiteReport()
     for case in load_suite(suite, draft):
@@ -329,6 +331,9 @@ def register(app, bench_app) -> None:
             None, "--write-ratchet", help="write the per-file counts to <this folder>/<draft>.json "
                                           "(the repo's ratchets: tests/data/jsonschema_ratchet/)"),
         tables: bool = typer.Option(True, "--table/--no-table", help="print a per-file table per draft"),
+        grammar_engine: Optional[str] = typer.Option(
+            None, "--grammar-engine", help="xgrammar | llguidance | auto (default: TYPEDLM_GRAMMAR_ENGINE, else "
+                                           "xgrammar); ratchets per engine: tests/data/jsonschema_ratchet/<engine>/"),
     ):
         """Run the official JSON Schema suite through the grammar path, per draft; table + JSON."""
         drafts = DRAFTS if draft == "all" else (draft,)
@@ -340,7 +345,7 @@ def register(app, bench_app) -> None:
                 if not (Path(suite) / "tests" / d).is_dir():
                     fail(f"--suite '{suite}' has no tests/{d} folder")
             for d in drafts:
-                reports[d] = run_suite(suite, draft=d)
+                reports[d] = run_suite(suite, draft=d, engine=grammar_engine)
         data = {d: r.to_dict() for d, r in reports.items()}
         for d, r in reports.items():
             if tables:

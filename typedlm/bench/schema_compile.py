@@ -1,8 +1,9 @@
 """``typedlm bench schema-compile``: where a JSON Schema's compile time goes, per schema of a corpus.
 
-Three stages, timed apart on one core: the normalizer (``prepare_schema``: refusal or core form), our
+Stages, timed apart on one core: the normalizer (``prepare_schema``: refusal or core form), our
 EBNF text (:func:`typedlm.grammar.schema.ebnf.to_ebnf`, only for core forms that need it) and
-xgrammar's compile (its JSON Schema converter and token-mask cache). The corpus: every schema of the
+xgrammar's compile (its JSON Schema converter and token-mask cache); beside them the second engine,
+llguidance (:mod:`typedlm.grammar.llg`: its grammar and matcher, and its first mask). The corpus: every schema of the
 official suite (one draft), or a JSON-lines file of ``{"schema": ...}`` rows. Each compiler is fresh
 (xgrammar's own cache off), so no schema gains from another.
 """
@@ -28,54 +29,89 @@ def _quantiles(xs: list[float]) -> dict:
             "mean_ms": round(1000 * statistics.fmean(xs), 2)}
 
 
-def split_times(schemas: list, registry=None) -> dict:
-    """Per-stage quantiles over ``schemas`` (refused ones timed for the normalizer only) and the
-    slowest five with their split."""
+def split_one(schema, info, registry=None, deadline_s: float = 60.0) -> dict:
+    """One schema's stages, in seconds: ``normalize``; then, for a core form, ``ebnf`` (our EBNF text, only
+    where it is needed) and ``xgrammar`` (its compile), and ``llguidance`` (grammar text + matcher build;
+    ``llguidance_refused``: why it did not take the core form; its first mask, computed lazily, is part of
+    the build); ``refused``: the normalizer's or xgrammar's refusal."""
     import xgrammar as xgr
 
     from ..errors import GrammarCompileError
+    from ..grammar.llg import LLGrammar, llg_grammar, llg_tokenizer
     from ..grammar.schema import prepare_schema
     from ..grammar.schema.ebnf import needs_grammar, to_ebnf
     from ..grammar.spec import MAX_WHITESPACE, canonical_json
+
+    row: dict = {"schema": canonical_json(schema)[:120]}
+    t0 = time.perf_counter()
+    try:
+        core = prepare_schema(schema, registry=registry, deadline=time.monotonic() + deadline_s)
+    except GrammarCompileError as e:
+        return {**row, "normalize": time.perf_counter() - t0, "refused": e.keyword or "(schema)"}
+    t1 = time.perf_counter()
+    row["normalize"] = t1 - t0
+    tokenizer = llg_tokenizer(info)
+    t2 = time.perf_counter()
+    try:
+        LLGrammar(tokenizer, llg_grammar(core, any_whitespace=True, max_whitespace=MAX_WHITESPACE, strict=False))
+        row["llguidance"] = time.perf_counter() - t2
+    except GrammarCompileError as e:
+        row["llguidance_refused"] = (e.keyword or str(e))[:80]
+    t4 = time.perf_counter()
+    ebnf = to_ebnf(core, any_whitespace=True, strict=False, max_whitespace=MAX_WHITESPACE) \
+        if needs_grammar(core) else None
+    t5 = time.perf_counter()
+    compiler = xgr.GrammarCompiler(info, cache_enabled=False)
+    try:
+        if ebnf is not None:
+            compiler.compile_grammar(ebnf)
+        else:
+            compiler.compile_json_schema(canonical_json(core), any_whitespace=True, strict_mode=False,
+                                         max_whitespace_cnt=MAX_WHITESPACE)
+    except Exception:  # noqa: BLE001 - counted, not fatal: a bench row
+        return {**row, "refused": "xgrammar"}
+    row.update(ebnf=t5 - t4, xgrammar=time.perf_counter() - t5)
+    return row
+
+
+def split_summary(rows: list[dict]) -> dict:
+    """Per-stage quantiles (refused rows timed for the normalizer only), the totals per engine (``auto``:
+    llguidance where it took the core form, else xgrammar) and the slowest five."""
+    done = [r for r in rows if "xgrammar" in r]
+    for r in done:
+        r["total_xgrammar"] = r["normalize"] + r["ebnf"] + r["xgrammar"]
+        r["total_auto"] = r["normalize"] + r["llguidance"] if "llguidance" in r else r["total_xgrammar"]
+    llg = [r for r in rows if "llguidance" in r]
+    return {"schemas": len(rows), "compiled": len(done), "refused": len(rows) - len(done),
+            "llguidance_took": len(llg), "llguidance_refused": _counts(r.get("llguidance_refused") for r in done),
+            "normalize": _quantiles([r["normalize"] for r in rows]),
+            "ebnf": _quantiles([r["ebnf"] for r in done if r["ebnf"] > 0]),
+            "xgrammar": _quantiles([r["xgrammar"] for r in done]),
+            "llguidance": _quantiles([r["llguidance"] for r in llg]),
+            "total_xgrammar": _quantiles([r["total_xgrammar"] for r in done]),
+            "total_auto": _quantiles([r["total_auto"] for r in done]),
+            "share_normalize": round(sum(r["normalize"] for r in done) / max(1e-9, sum(r["total_xgrammar"] for r in done)), 3),
+            "slowest": [{k: (round(1000 * v, 1) if isinstance(v, float) else v) for k, v in r.items()}
+                        for r in sorted(done, key=lambda r: -r["total_xgrammar"])[:5]]}
+
+
+def _counts(xs) -> dict:
+    out: dict = {}
+    for x in xs:
+        if x is not None:
+            out[x] = out.get(x, 0) + 1
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def split_times(schemas: list, registry=None) -> dict:
+    """:func:`split_one` over ``schemas`` (one process, the default model's tokenizer), summarized."""
+    import xgrammar as xgr
+
     from ..testing import default_tokenizer
 
     tok = default_tokenizer()
     info = xgr.TokenizerInfo.from_huggingface(tok, vocab_size=len(tok), stop_token_ids=[tok.eos_token_id])
-    rows, refused = [], 0
-    for schema in schemas:
-        t0 = time.perf_counter()
-        try:
-            core = prepare_schema(schema, registry=registry)
-        except GrammarCompileError:
-            refused += 1
-            rows.append({"normalize": time.perf_counter() - t0})
-            continue
-        t1 = time.perf_counter()
-        ebnf = to_ebnf(core, any_whitespace=True, strict=False, max_whitespace=MAX_WHITESPACE) \
-            if needs_grammar(core) else None
-        t2 = time.perf_counter()
-        compiler = xgr.GrammarCompiler(info, cache_enabled=False)
-        try:
-            if ebnf is not None:
-                compiler.compile_grammar(ebnf)
-            else:
-                compiler.compile_json_schema(canonical_json(core), any_whitespace=True, strict_mode=False,
-                                             max_whitespace_cnt=MAX_WHITESPACE)
-        except Exception:  # noqa: BLE001 - counted, not fatal: a bench row
-            refused += 1
-            continue
-        t3 = time.perf_counter()
-        rows.append({"normalize": t1 - t0, "ebnf": t2 - t1, "xgrammar": t3 - t2, "total": t3 - t0,
-                     "schema": canonical_json(schema)[:120]})
-    done = [r for r in rows if "total" in r]
-    return {"schemas": len(schemas), "compiled": len(done), "refused": refused,
-            "normalize": _quantiles([r["normalize"] for r in rows]),
-            "ebnf": _quantiles([r["ebnf"] for r in done if r["ebnf"] > 0]),
-            "xgrammar": _quantiles([r["xgrammar"] for r in done]),
-            "total": _quantiles([r["total"] for r in done]),
-            "share_xgrammar": round(sum(r["xgrammar"] for r in done) / max(1e-9, sum(r["total"] for r in done)), 3),
-            "slowest": [{k: (round(1000 * v, 1) if isinstance(v, float) else v) for k, v in r.items()}
-                        for r in sorted(done, key=lambda r: -r["total"])[:5]]}
+    return split_summary([split_one(s, info, registry) for s in schemas])
 
 
 def register(app, bench_app) -> None:

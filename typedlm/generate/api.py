@@ -78,18 +78,19 @@ def generate(prompt: str | None = None, *, messages: list[dict] | None = None, e
              lenient: bool = False, max_tokens: int = 256, temperature: float = 1.0, top_p: float = 1.0,
              top_k: int = 0, seed: int | None = None, stop: list[str] | str | None = None,
              repetition_penalty: float = 1.0, logit_bias: dict[int, float] | None = None,
-             jump_forward: bool = False, logits_processors=()) -> GenerationResult:
+             jump_forward: bool = False, logits_processors=(), grammar_engine: str | None = None) -> GenerationResult:
     """Generate text for a raw ``prompt`` or chat ``messages`` under at most one constraint.
 
     ``logit_bias``: token id -> bias in [-100, 100], added before the grammar mask. ``jump_forward``:
-    append the text the grammar forces without sampling (counted in ``forced_tokens``).
+    append the text the grammar forces without sampling (counted in ``forced_tokens``). ``grammar_engine``:
+    ``xgrammar`` / ``llguidance`` / ``auto`` for this constraint (default: ``TYPEDLM_GRAMMAR_ENGINE``).
 
     Raises ``ConstraintError`` (two constraints, bad sampling values), ``GrammarCompileError``
     (constraint does not compile or uses keywords the grammar would not enforce), ``TypedLMError``.
     """
     constraint = make_constraint(json_object=json_object, json_schema=json_schema, regex=regex, choice=choice,
                                  grammar=grammar, lark=lark, structural_tag=structural_tag,
-                                 any_whitespace=any_whitespace, strict=strict, lenient=lenient)
+                                 any_whitespace=any_whitespace, strict=strict, lenient=lenient, engine=grammar_engine)
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
                             stop=stop or (), repetition_penalty=repetition_penalty, logit_bias=logit_bias or (),
                             logits_processors=tuple(logits_processors or ()))

@@ -12,13 +12,15 @@ from dataclasses import dataclass
 import xgrammar as xgr
 
 from ..errors import EmptySchemaError, GrammarCompileError
+from .llg import LLG_KINDS, LLGrammar, NotForLLGuidance, check_engine, engine_from_env, llg_grammar, llg_tokenizer
 from .relax import NotRelaxable, RelaxedSchemaWarning, relax_schema
 from .schema import prepare_schema
 from .schema.ebnf import ebnf_literal, needs_grammar, to_ebnf
-from .spec import MAX_WHITESPACE, Constraint, canonical_json
+from .spec import MAX_WHITESPACE, Constraint, canonical_json, engine_key
 
 KILL_SWITCH = "TYPEDLM_GRAMMAR"
 TIMEOUT_ENV = "TYPEDLM_COMPILE_TIMEOUT"
+LLG_MISSING = "the llguidance engine is not installed: pip install 'typedlm[llguidance]'"
 DEFAULT_COMPILE_TIMEOUT_S = 20.0  # MaskBench p99 compile is 4.5 s; a few schemas take > 10 s
 
 
@@ -58,12 +60,27 @@ class CacheStats:
                 "compile_seconds": round(self.compile_seconds, 6), "timeouts": self.timeouts}
 
 
+Compiled = xgr.CompiledGrammar | LLGrammar
+
+
 class Grammars:
-    """Compiles constraints for one tokenizer. Thread-safe; LRU cache keyed by the constraint key."""
+    """Compiles constraints for one tokenizer. Thread-safe; LRU cache keyed by the constraint key.
+
+    ``engine`` (default ``TYPEDLM_GRAMMAR_ENGINE``, else xgrammar; a constraint's own ``engine`` wins):
+    which engine compiles JSON constraints (:data:`.llg.LLG_KINDS`) — ``xgrammar``, ``llguidance``
+    (a core form it cannot read exactly is a :class:`.llg.NotForLLGuidance` error) or ``auto``
+    (llguidance where it reads the core form exactly, else xgrammar). Other kinds are xgrammar's."""
 
     def __init__(self, tokenizer_info: xgr.TokenizerInfo, *, max_entries: int = 512, schema_registry=None,
-                 timeout_s: float | None = None):
+                 timeout_s: float | None = None, engine: str | None = None):
         self.tokenizer_info = tokenizer_info
+        self.engine = check_engine(engine) or engine_from_env()
+        if self.engine != "xgrammar":
+            try:
+                llg_tokenizer(tokenizer_info)  # built now (~2 s once per vocabulary), not in a request's compile
+            except ImportError:
+                if self.engine == "llguidance":
+                    raise GrammarCompileError(LLG_MISSING) from None
         self.timeout_s = compile_timeout() if timeout_s is None else timeout_s
         self.schema_registry = schema_registry  # referencing.Registry: documents remote $refs point to
         self.compiler = xgr.GrammarCompiler(tokenizer_info, cache_enabled=True)
@@ -75,28 +92,33 @@ class Grammars:
 
     @classmethod
     def for_tokenizer(cls, tokenizer, *, model_vocab_size: int, stop_ids: list[int],
-                      schema_registry=None) -> "Grammars":
+                      schema_registry=None, engine: str | None = None) -> "Grammars":
         info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=model_vocab_size,
                                                   stop_token_ids=list(stop_ids))
-        return cls(info, schema_registry=schema_registry)
+        return cls(info, schema_registry=schema_registry, engine=engine)
 
-    def compile(self, c: Constraint) -> tuple[xgr.CompiledGrammar, float]:
+    def compile(self, c: Constraint) -> tuple[Compiled, float]:
         """Compiled grammar and the seconds this call spent (≈0 on a cache hit); a lenient schema that
         was relaxed warns (:class:`.relax.RelaxedSchemaWarning`) in the caller's thread."""
         out = self._compile(c)
-        note = self._relaxed.get(c.key)
+        note = self._relaxed.get(self._key(c))
         if note is not None:
             warnings.warn(RelaxedSchemaWarning(note), stacklevel=2)
         return out
 
-    def _compile(self, c: Constraint) -> tuple[xgr.CompiledGrammar, float]:
+    def _key(self, c: Constraint) -> str:
+        """The cache key: the constraint's, with the engine that compiles it."""
+        return c.key if c.engine else engine_key(self.engine, c.key)
+
+    def _compile(self, c: Constraint) -> tuple[Compiled, float]:
         if not grammar_enabled():
             raise GrammarDisabled(f"grammar compilation is disabled ({KILL_SWITCH}=0)")
         t0 = time.perf_counter()
+        key = self._key(c)
         with self._lock:
-            hit = self._cache.get(c.key)
+            hit = self._cache.get(key)
             if hit is not None:
-                self._cache.move_to_end(c.key)
+                self._cache.move_to_end(key)
                 self.stats.hits += 1
                 return hit, time.perf_counter() - t0
         compiled = self._compile_uncached(c)
@@ -104,13 +126,13 @@ class Grammars:
         with self._lock:
             self.stats.misses += 1
             self.stats.compile_seconds += dt
-            self._cache[c.key] = compiled
+            self._cache[key] = compiled
             while len(self._cache) > self.max_entries:
                 self._relaxed.pop(self._cache.popitem(last=False)[0], None)
             self.stats.entries = len(self._cache)
         return compiled, dt
 
-    def _compile_uncached(self, c: Constraint) -> xgr.CompiledGrammar:
+    def _compile_uncached(self, c: Constraint) -> Compiled:
         """Compile in a worker thread and wait at most ``timeout_s``. xgrammar releases the GIL while
         it compiles but cannot be cancelled: a compile past the limit is abandoned (it finishes in the
         background and is dropped; interpreter exit waits for it) and the caller gets GrammarCompileTimeout
@@ -136,10 +158,17 @@ class Grammars:
             raise box["err"]
         return box["ok"]
 
-    def _build(self, c: Constraint, deadline: float) -> xgr.CompiledGrammar:
+    def _build(self, c: Constraint, deadline: float) -> Compiled:
         try:
-            if c.kind in ("json_schema", "json_object"):
+            if c.kind in LLG_KINDS:
                 schema = self._core_schema(c, deadline) if c.kind == "json_schema" else c.value
+                engine = c.engine or self.engine
+                if engine != "xgrammar":
+                    try:
+                        return self._build_llg(c, schema)
+                    except NotForLLGuidance:
+                        if engine == "llguidance":
+                            raise
                 if c.kind == "json_schema" and needs_grammar(schema):
                     return self.compiler.compile_grammar(to_ebnf(
                         schema, any_whitespace=c.any_whitespace, strict=c.strict,
@@ -166,6 +195,14 @@ class Grammars:
             raise GrammarCompileError(f"{c.kind} does not compile: {_clean(e)}") from e
         raise GrammarCompileError(f"unknown constraint kind {c.kind!r}")
 
+    def _build_llg(self, c: Constraint, core) -> LLGrammar:
+        try:
+            import llguidance  # noqa: F401
+        except ImportError:
+            raise NotForLLGuidance(LLG_MISSING) from None
+        grammar = llg_grammar(core, any_whitespace=c.any_whitespace, strict=c.strict and c.kind == "json_schema",
+                              max_whitespace=MAX_WHITESPACE if c.any_whitespace else None)
+        return LLGrammar(llg_tokenizer(self.tokenizer_info), grammar)
 
     def _core_schema(self, c: Constraint, deadline: float) -> dict:
         """The core form of a json_schema constraint. ``lenient``: where a keyword is refused, the
@@ -183,7 +220,7 @@ class Grammars:
                 return c.value
             places = "; ".join(f"{d['keyword']} at {d['pointer']}: {d['action']}" for d in done)
             with self._lock:
-                self._relaxed[c.key] = f"json_schema partly enforced (the output is validated after): {places}"
+                self._relaxed[self._key(c)] = f"json_schema partly enforced (the output is validated after): {places}"
             return prepare_schema(relaxed, lenient=True, registry=self.schema_registry, deadline=deadline)
 
 

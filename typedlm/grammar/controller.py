@@ -1,6 +1,7 @@
 """Per-row grammar controller: fill the next-token mask, apply it, accept the sampled token.
 
-The grammar boundary: this module is the only code that touches an xgrammar matcher (fill into a
+The grammar boundary: this module is the only code that touches a matcher (xgrammar's, or llguidance's
+behind the same method names: :class:`.llg.LLGMatcher`, made by :func:`new_matcher`) (fill into a
 bitmask row, accept, is the state accepting, the jump-forward string, mark filled) or applies a
 bitmask (``tests/test_structure.py`` checks it); the decode loop sees :class:`GrammarRow`,
 :class:`GrammarBatch` (one batched fill for many rows) and :func:`apply_bitmask`.
@@ -18,10 +19,12 @@ from __future__ import annotations
 import torch
 import xgrammar as xgr
 
+from .llg import LLGrammar
+
 
 class GrammarRow:
-    def __init__(self, compiled: xgr.CompiledGrammar, *, vocab_size: int, stop_ids: frozenset[int]):
-        self.matcher = xgr.GrammarMatcher(compiled)
+    def __init__(self, compiled: xgr.CompiledGrammar | LLGrammar, *, vocab_size: int, stop_ids: frozenset[int]):
+        self.matcher = new_matcher(compiled)
         self.vocab_size = vocab_size
         self.bitmask = xgr.allocate_token_bitmask(1, vocab_size)
         self.index = 0
@@ -97,8 +100,13 @@ class GrammarBatch:
         self._filler = xgr.BatchGrammarMatcher()
 
     def fill(self, rows: list[GrammarRow], bitmask: torch.Tensor) -> None:
-        self._filler.batch_fill_next_token_bitmask([g.matcher for g in rows], bitmask, [g.index for g in rows])
+        xgr_rows = [g for g in rows if isinstance(g.matcher, xgr.GrammarMatcher)]
+        if xgr_rows:
+            self._filler.batch_fill_next_token_bitmask([g.matcher for g in xgr_rows], bitmask,
+                                                       [g.index for g in xgr_rows])
         for g in rows:
+            if not isinstance(g.matcher, xgr.GrammarMatcher):
+                g.matcher.fill_next_token_bitmask(bitmask, g.index)
             g.mark_filled()
 
 
@@ -108,9 +116,14 @@ def apply_bitmask(logits: torch.Tensor, mask: torch.Tensor, *, vocab_size: int, 
     xgr.apply_token_bitmask_inplace(logits, mask, vocab_size=vocab_size, indices=indices)
 
 
-def accepts_text(compiled: xgr.CompiledGrammar, text: str) -> bool:
+def new_matcher(compiled: xgr.CompiledGrammar | LLGrammar):
+    """A matcher in the grammar's start state, of the engine that compiled it (it ends on a stop token)."""
+    return compiled.matcher() if isinstance(compiled, LLGrammar) else xgr.GrammarMatcher(compiled)
+
+
+def accepts_text(compiled: xgr.CompiledGrammar | LLGrammar, text: str) -> bool:
     """Whether the grammar accepts the whole ``text`` and may stop right after it (suite checks, fuzzers)."""
-    m = xgr.GrammarMatcher(compiled, terminate_without_stop_token=False)
+    m = new_matcher(compiled)
     if not m.accept_string(text):
         return False
     stop = m.stop_token_ids

@@ -7,11 +7,12 @@ the compiler turns it into an xgrammar ``CompiledGrammar``.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import ConstraintError, EmptySchemaError, GrammarCompileError
 
+ENGINES = ("xgrammar", "llguidance", "auto")  # grammar engines (compiler.Grammars); None: the compiler's default
 KINDS = ("json_object", "json_schema", "regex", "choice", "grammar", "lark", "structural_tag")
 
 # Longest whitespace run allowed between JSON tokens when ``any_whitespace`` is on. Unbounded
@@ -33,6 +34,7 @@ class Constraint:
     any_whitespace: bool = True
     strict: bool = True  # json_schema: no properties/items beyond those the schema lists
     lenient: bool = False  # json_schema: compile even with keywords the grammar would not enforce
+    engine: str | None = None  # grammar engine for this constraint (None: the compiler's), see compiler.Grammars
     key: str = ""  # canonical cache key, filled by make_constraint
 
     @property
@@ -69,7 +71,7 @@ def _schema_from(value: Any) -> dict:
 def make_constraint(*, json_object: bool = False, json_schema: Any = None, regex: str | None = None,
                     choice: list[str] | tuple[str, ...] | None = None, grammar: str | None = None,
                     lark: str | None = None, structural_tag: Any = None, any_whitespace: bool = True,
-                    strict: bool = True, lenient: bool = False) -> Constraint | None:
+                    strict: bool = True, lenient: bool = False, engine: str | None = None) -> Constraint | None:
     """Normalize exactly one constraint (or none). Two or more at once is a ConstraintError."""
     given = {"json_object": bool(json_object), "json_schema": json_schema is not None,
              "regex": regex is not None, "choice": choice is not None, "grammar": grammar is not None,
@@ -110,4 +112,20 @@ def make_constraint(*, json_object: bool = False, json_schema: Any = None, regex
         if not isinstance(value, str) or not value.strip():
             raise GrammarCompileError(f"{kind} must be a non-empty string")
     key = canonical_json([kind, value if not isinstance(value, tuple) else list(value), *opts])
-    return Constraint(kind, value, any_whitespace=any_whitespace, strict=strict, lenient=lenient, key=key)
+    return with_engine(Constraint(kind, value, any_whitespace=any_whitespace, strict=strict, lenient=lenient, key=key),
+                       engine)
+
+
+def engine_key(engine: str, key: str) -> str:
+    """The cache key of a constraint's ``key`` compiled by ``engine``."""
+    return canonical_json([engine, key])
+
+
+def with_engine(c: Constraint, engine: str | None) -> Constraint:
+    """``c`` compiled by ``engine`` (one of :data:`ENGINES`; None: the compiler's default), else ConstraintError."""
+    if engine is None:
+        return c
+    if engine not in ENGINES:
+        raise ConstraintError(f"grammar engine {engine!r} is not one of {', '.join(ENGINES)}")
+    base = c.key if c.engine is None else json.loads(c.key)[1]
+    return replace(c, engine=engine, key=engine_key(engine, base))

@@ -11,7 +11,7 @@ from typing import Optional
 
 import typer
 
-from ..cliutil import backend_option, deterministic_option, fail
+from ..cliutil import backend_option, deterministic_option, fail, grammar_engine_option
 from ..scale.cli import SERVE_FLAGS, serve_on_ray
 from .config import ServeSettings
 
@@ -56,6 +56,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                                                              "(0: off; default 10% of a GPU's memory, max 16, "
                                                              "1 on the CPU)"),
         deterministic: Optional[bool] = deterministic_option(),
+        grammar_engine: Optional[str] = grammar_engine_option(),
         threads: Optional[int] = typer.Option(None, "--threads",
                                               help="torch intra-op threads (CPU); fewer than the cores leaves "
                                                    "one for parallel decide"),
@@ -97,6 +98,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
 
             torch.set_num_threads(s.threads)
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        if s.grammar_engine:
+            os.environ["TYPEDLM_GRAMMAR_ENGINE"] = s.grammar_engine  # read by the engine's grammar compiler
         from ..runner.prefix_cache import configure
 
         app = create_app(lambda: configure(load_engine(s.model, device=s.device, dtype=s.dtype, progress=True,

@@ -34,7 +34,7 @@ Degrade = add an instruction carrying the schema, generate unconstrained, answer
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from jsonschema.exceptions import SchemaError
@@ -42,7 +42,7 @@ from jsonschema.validators import Draft202012Validator, validator_for
 
 from ..errors import GrammarCompileError
 from ..grammar.compiler import GrammarDisabled
-from ..grammar.spec import Constraint, canonical_json, make_constraint
+from ..grammar.spec import Constraint, canonical_json, make_constraint, with_engine
 from .errors import APIError
 
 PRECEDENCE = ("guided_grammar", "ebnf", "json_schema", "json_object", "structural_tag", "structured_outputs",
@@ -76,7 +76,16 @@ class Structured:
 
 
 def resolve(body: Any) -> Structured:
-    """Pick the winning structured-output field of a chat/completions request body (a pydantic model)."""
+    """The winning structured-output field of a chat/completions request body (a pydantic model), compiled
+    by the request's ``grammar_engine`` (typedlm's field; None: the server's)."""
+    picked = _pick(body)
+    engine = getattr(body, "grammar_engine", None)
+    if picked.constraint is None or engine is None:
+        return picked
+    return replace(picked, constraint=with_engine(picked.constraint, engine))
+
+
+def _pick(body: Any) -> Structured:
     rf = body.response_format
     rf_type = rf.get("type") if isinstance(rf, dict) else None
     if rf is not None and not isinstance(rf, dict):

