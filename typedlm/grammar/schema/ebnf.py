@@ -15,7 +15,7 @@ grammar needs and xgrammar's JSON Schema subset cannot say:
 - ``x-typedlm-residues``: integers by remainder (``multipleOf`` beside bounds, or its complement).
 - ``x-typedlm-fraction``: non-integral numbers.
 - ``x-typedlm-string``: a pattern beside ``minLength``/``maxLength`` (:mod:`.strings`): the pattern's
-  automaton times a length counter.
+  automaton times a length counter; lengths alone: any character (JSON escapes included) ``{lo,hi}``.
 
 When no node carries one, the schema goes to ``compile_json_schema`` as before. Otherwise each such node
 is replaced by a placeholder string constant and its sub-schemas are moved to ``$defs``; xgrammar
@@ -32,7 +32,7 @@ import re
 import secrets
 
 from ...errors import GrammarCompileError
-from .strings import live_states, product
+from .strings import live_states, loop_class, product
 
 PRIVATE = ("x-typedlm-contains", "x-typedlm-fraction", "x-typedlm-object", "x-typedlm-residues", "x-typedlm-string")
 # A non-integral number: below 1e9 in magnitude, 1 to 6 decimals, the last one not 0. At most 15
@@ -222,6 +222,10 @@ class _Builder:
 
     def string(self, spec) -> dict:
         """A string value: the pattern automaton times the length counter (:func:`.strings.product`)."""
+        cls = loop_class(spec)
+        if cls is not None:
+            rule = f"typedlm_length_{spec['lo']}_{'up' if spec['hi'] is None else spec['hi']}"  # one per bounds
+            return self.hole(rule, f'"\\"" ({cls}){{{spec["lo"]},{"" if spec["hi"] is None else spec["hi"]}}} "\\""')
         start, moves = product(spec)
         if start is None:
             raise GrammarCompileError("internal: an empty string language reached the grammar emitter")

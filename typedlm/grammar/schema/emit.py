@@ -268,7 +268,7 @@ def emit_string(b: String) -> dict | None:
         out["not"] = {"anyOf": [{"pattern": x} for x in b.excluded]}
     patterns = ((b.pattern,) if b.pattern is not None else ()) + b.also
     counted = b.min_length is not None or b.max_length is not None
-    must = b.also or b.excluded or (counted and patterns)
+    must = b.also or b.excluded or counted  # xgrammar's own lengths admit no JSON escape
     if not must and (b.pattern is None or b.pattern in FORMAT_REGEXES):
         return out
     try:
