@@ -3,7 +3,8 @@
 xgrammar's own number range admits at most 6 decimals and no exponent (measured: SchemaStore's
 ``radiohound-v0`` example, ``exclusiveMinimum: 0`` beside a 17-decimal frequency, was rejected). Here
 the range is written as an automaton over the text ``-?(0|[1-9][0-9]*)(\\.[0-9]+)?`` (no exponent: a
-documented stricter form, like :data:`.ebnf.FRACTION`; never looser), compared digit by digit.
+documented stricter form, like :data:`.ebnf.FRACTION`; never looser), compared digit by digit
+(one comparison automaton per bound, run in step).
 
 Soundness against jsonschema, which compares Python values (``json.loads``: an int for an integer
 text, else a double): each bound becomes an inclusive decimal ``M`` such that every text on the right
@@ -19,12 +20,11 @@ from __future__ import annotations
 import math
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, localcontext
 
-import interegular
+from functools import lru_cache
 
-from .keys import TooLarge, check, spec as automaton_spec
+from .strings import live_states
 
-FRAC = r"(\.[0-9]+)?"
-DECIMALS = 40  # a bound finer than this (``exclusiveMinimum: 0``: 5e-324) is rounded inward to it
+DECIMALS = 20  # a bound finer than this (``exclusiveMinimum: 0``: 5e-324) is rounded inward to it
 
 
 def _inward(value, exclusive: bool, side: str) -> Decimal:
@@ -45,76 +45,96 @@ def _inward(value, exclusive: bool, side: str) -> Decimal:
 
 
 def _digits(m: Decimal) -> tuple[str, str]:
-    """(integer digits, fraction digits without trailing zeros) of a non-negative decimal."""
-    text = format(m, "f")
-    whole, _, frac = text.partition(".")
+    """(integer digits, fraction digits without trailing zeros) of a decimal's magnitude."""
+    whole, _, frac = format(abs(m), "f").partition(".")
     return whole.lstrip("0") or "0", frac.rstrip("0")
 
 
-def _at_least(m: Decimal) -> str:
-    """Regex of the non-negative texts (no sign) whose value is ≥ ``m`` (≥ 0)."""
-    whole, frac = _digits(m)
-    k = len(whole)
-
-    def fraction(j: int) -> str:
-        if j == len(frac):
-            return "[0-9]*"
-        more = f"[{int(frac[j]) + 1}-9][0-9]*|" if frac[j] != "9" else ""
-        return f"({more}{frac[j]}{fraction(j + 1)})"
-
-    def integer(i: int) -> str:
-        if i == k:
-            return FRAC if not frac else r"\." + fraction(0)
-        more = f"[{int(whole[i]) + 1}-9][0-9]{{{k - i - 1}}}{FRAC}|" if whole[i] != "9" else ""
-        return f"({more}{whole[i]}{integer(i + 1)})"
-
-    return f"([1-9][0-9]{{{k},}}{FRAC}|{integer(0)})"
+def _compare(state, ch: str, whole: str, frac: str):
+    """One character of a magnitude compared with ``whole.frac``: states ``("i", digits read, sign of the
+    comparison so far)`` in the integer part, ``("f", fraction digits matched, sign)`` after the point,
+    where the sign of a prefix against the bound's digits decides once it is not 0."""
+    phase, n, rel = state
+    if ch == ".":
+        return ("f", 0, _integer_sign(n, rel, whole))
+    if phase == "i":
+        if n >= len(whole):
+            return ("i", len(whole) + 1, 1)
+        return ("i", n + 1, rel or (ch > whole[n]) - (ch < whole[n]))
+    if rel or n >= len(frac):
+        return ("f", n, rel or (ch > "0"))  # past the bound's digits: any non-zero digit is greater
+    return ("f", n + 1, (ch > frac[n]) - (ch < frac[n]))
 
 
-def _at_most(m: Decimal) -> str:
-    """Regex of the non-negative texts (no sign) whose value is ≤ ``m`` (≥ 0)."""
-    whole, frac = _digits(m)
-    k = len(whole)
-
-    def fraction(j: int) -> str:
-        if j == len(frac):
-            return "0*"
-        less = f"[0-{int(frac[j]) - 1}][0-9]*|" if frac[j] != "0" else ""
-        stop = "|" if j > 0 else ""  # a shorter fraction: the rest of ``frac`` is not all zeros
-        return f"({less}{frac[j]}{fraction(j + 1)}{stop})"
-
-    def integer(i: int) -> str:
-        if i == k:
-            return r"(\.0+)?" if not frac else rf"(\.{fraction(0)})?"
-        first = 1 if i == 0 and k > 1 else 0
-        less = f"[{first}-{int(whole[i]) - 1}][0-9]{{{k - i - 1}}}{FRAC}|" if int(whole[i]) > first else ""
-        return f"({less}{whole[i]}{integer(i + 1)})"
-
-    shorter = f"(0|[1-9][0-9]{{0,{k - 2}}}){FRAC}|" if k >= 2 else ""
-    return f"({shorter}{integer(0)})"
+def _integer_sign(n: int, rel: int, whole: str) -> int:
+    return -1 if n < len(whole) else 1 if n > len(whole) else rel
 
 
-ANY = rf"(0|[1-9][0-9]*){FRAC}"
+def _final_sign(state, whole: str, frac: str) -> int:
+    """The sign of (magnitude - bound) once the text ends in ``state``."""
+    phase, n, rel = state
+    if phase == "i":
+        rel = _integer_sign(n, rel, whole)
+        return rel if rel or not frac else -1
+    return rel if rel or n >= len(frac) else -1  # a prefix of the bound's fraction: the rest is not all 0
 
 
-def _lower(m: Decimal) -> str:
-    return _at_least(m) if m > 0 else f"({ANY}|-{_at_most(-m)})"
+def _within(neg: bool, sign: int, bound: Decimal, side: str) -> bool:
+    """Whether a text of sign ``neg`` whose magnitude compares ``sign`` with ``|bound|`` lies on the inner
+    side of inclusive ``bound`` ('lo': value ≥ bound, 'hi': value ≤ bound); ``-0`` is 0."""
+    if side == "hi":
+        return _within(not neg, sign, -bound, "lo")
+    if bound >= 0:
+        return sign >= 0 if not neg else bound == 0 and sign == 0
+    return True if not neg else sign <= 0
 
 
-def _upper(m: Decimal) -> str:
-    return f"({_at_most(m)}|-{ANY})" if m >= 0 else f"-{_at_least(-m)}"
+_SYNTAX = {  # the JSON number text without exponent: state -> {character class: next}
+    "start": {"-": "sign", "0": "zero", "1-9": "int"}, "sign": {"0": "zero", "1-9": "int"},
+    "zero": {".": "point"}, "int": {"0-9": "int", ".": "point"}, "point": {"0-9": "frac"}, "frac": {"0-9": "frac"},
+}
+_ENDS = {"zero", "int", "frac"}
+_CLASS = {"-": '"-"', ".": '"."', "0": '"0"', "1-9": "[1-9]", "0-9": "[0-9]"}
 
 
+def _automaton(bounds: tuple) -> dict | None:
+    """Explore (syntax state, minus sign, one comparison state per bound) from the start; edges on the
+    classes of :data:`_SYNTAX`, split per digit only where a comparison needs it."""
+    digits = [(_digits(m), m, side) for m, side in bounds]
+    start = ("start", False, tuple(("i", 0, 0) for _ in digits))
+    names, edges, finals, todo = {start: "0"}, [], [], [start]
+    while todo:
+        st = todo.pop()
+        syn, neg, cmps = st
+        if syn in _ENDS and all(_within(neg, _final_sign(c, *d[0]), d[1], d[2]) for c, d in zip(cmps, digits)):
+            finals.append(names[st])
+        for cls, nxt in _SYNTAX[syn].items():
+            chars = "0123456789" if cls == "0-9" else "123456789" if cls == "1-9" else cls
+            targets: dict = {}
+            for ch in chars:
+                moved = cmps if ch == "-" else tuple(_compare(c, ch, *d[0]) for c, d in zip(cmps, digits))
+                targets.setdefault((nxt, neg or ch == "-", moved), []).append(ch)
+            for target, chs in targets.items():
+                if target not in names:
+                    names[target] = str(len(names))
+                    todo.append(target)
+                label = _CLASS[cls] if len(chs) == len(chars) else "[" + "".join(chs) + "]"
+                edges.append([names[st], label, names[target]])
+    return {"initial": "0", "finals": sorted(finals), "edges": edges}
+
+
+@lru_cache(maxsize=256)
 def range_spec(lo: tuple | None, hi: tuple | None) -> dict | None:
     """The automaton (:func:`.keys.spec` shape, with ``lo``/``hi`` length 0/None for
     :func:`.strings.product`) of the number texts within bounds ``(value, exclusive)``; None when none
-    is left. TooLarge (or OverflowError) where the bounds are too fine or too large to write."""
-    parts = []
+    is left. OverflowError for an integer bound beyond a double (the caller keeps xgrammar's range)."""
     with localcontext() as ctx:
         ctx.prec = 2000  # exact: a double's decimal has at most 767 significant digits
-        for side, b, write in (("lo", lo, _lower), ("hi", hi, _upper)):
-            if b is not None:
-                parts.append(interegular.parse_pattern(write(_inward(b[0], b[1], side))).to_fsm())
-    f = parts[0] if len(parts) == 1 else parts[0] & parts[1]
-    auto = automaton_spec(check(f))
-    return None if auto is None else {**auto, "lo": 0, "hi": None}
+        bounds = tuple((_inward(b[0], b[1], side), side) for side, b in (("lo", lo), ("hi", hi)) if b is not None)
+        auto = _automaton(bounds)
+    live = live_states({s: (s in auto["finals"], [(c, n) for f, c, n in auto["edges"] if f == s])
+                        for s in {e[0] for e in auto["edges"]} | set(auto["finals"])})
+    if auto["initial"] not in live:
+        return None
+    edges = [e for e in auto["edges"] if e[0] in live and e[2] in live]
+    return {**auto, "edges": edges, "lo": 0, "hi": None}
