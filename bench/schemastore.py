@@ -152,13 +152,17 @@ def in_core_order(value, core, defs: dict):
     return value
 
 
-def run_one(row: dict) -> dict:
-    """Compile one schema (timed) and judge its confirmed instances through the grammar."""
+def run_one(row: dict, lenient: bool = False) -> dict:
+    """Compile one schema (timed) and judge its confirmed instances through the grammar. ``lenient``: the
+    opt-in relax-and-validate path (a superset grammar, the output validated after generation), run for
+    a refused schema and reported apart: its grammar may admit invalid instances, which that validation
+    catches."""
     import warnings
 
     from typedlm.errors import GrammarCompileError
     from typedlm.grammar.compiler import Grammars
     from typedlm.grammar.controller import accepts_text
+    from typedlm.grammar.relax import NotRelaxable, relax_schema
     from typedlm.grammar.schema import prepare_schema
     from typedlm.grammar.spec import make_constraint
 
@@ -171,7 +175,7 @@ def run_one(row: dict) -> dict:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            compiled, _ = grammars.compile(make_constraint(json_schema=schema, strict=False))
+            compiled, _ = grammars.compile(make_constraint(json_schema=schema, strict=False, lenient=lenient))
     except GrammarCompileError as e:
         return {**out, "refused": e.keyword or "(schema)", "seconds": time.perf_counter() - t0}
     except Exception as e:  # noqa: BLE001 - xgrammar's own refusal: a row, not a crash
@@ -181,7 +185,13 @@ def run_one(row: dict) -> dict:
     def text(x):
         return json.dumps(x, ensure_ascii=False, separators=(",", ":"))
 
-    core = prepare_schema(schema, registry=registry)
+    try:
+        core = prepare_schema(schema, registry=registry)
+    except GrammarCompileError:  # relaxed: the grammar's key order is the relaxed schema's
+        try:
+            core = prepare_schema(relax_schema(schema, registry)[0], lenient=True, registry=registry)
+        except NotRelaxable:  # the compiler gave xgrammar the schema as written: not a relaxed compile
+            return {**out, "refused": "not relaxable"}
     ordered = [in_core_order(x, core, core.get("$defs", {})) for x in valid]
     out["valid_as_written_accepted"] = sum(accepts_text(compiled, text(x)) for x in valid)
     out["valid_accepted"] = sum(accepts_text(compiled, text(x)) for x in ordered)
@@ -189,7 +199,7 @@ def run_one(row: dict) -> dict:
     return out
 
 
-def split_one(row: dict) -> dict:
+def split_one(row: dict, lenient: bool = False) -> dict:
     """Where one schema's compile time goes, per stage and engine (:func:`typedlm.bench.schema_compile.split_one`)."""
     from typedlm.bench.schema_compile import split_one as split
 
@@ -200,35 +210,56 @@ def split_one(row: dict) -> dict:
 def run_all(schemas: dict, rows: list[dict], timeout: float, *, engine: str = "xgrammar",
             job_fn=run_one) -> list[dict]:
     """``job_fn`` on each row in a one-process pool; a schema past ``timeout`` seconds is a timeout row
-    (pool renewed)."""
+    (pool renewed). With :func:`run_one`, a row refused by keyword is run again lenient, its result under
+    ``relaxed``."""
     results, pool = [], None
-    for i, row in enumerate(rows):
+
+    def run(row, lenient):
+        nonlocal pool
         if pool is None:
             pool = multiprocessing.get_context("fork").Pool(1, initializer=_init, initargs=(schemas, engine))
             pool.apply(_ready)  # the worker's set-up is not a schema's time
-        job = pool.apply_async(job_fn, (row,))
+        job = pool.apply_async(job_fn, (row, lenient))
         try:
-            results.append(job.get(timeout=timeout))
+            return job.get(timeout=timeout)
         except multiprocessing.TimeoutError:
             pool.terminate()
             pool = None
-            results.append({"name": row["name"], "refused": "timeout", "seconds": timeout})
+            return {"name": row["name"], "refused": "timeout", "seconds": timeout}
+
+    for i, row in enumerate(rows):
+        result = run(row, False)
+        if job_fn is run_one and result.get("refused") not in (None, "timeout", "(schema)") \
+                and not result["refused"].startswith("xgrammar"):
+            result["relaxed"] = run(row, True)
+        results.append(result)
         print(f"{i + 1}/{len(rows)} {results[-1]}", flush=True)
     if pool is not None:
         pool.close()
     return results
 
 
+def _count(keys) -> dict:
+    out: dict[str, int] = {}
+    for k in keys:
+        out[k] = out.get(k, 0) + 1
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
 def summary(results: list[dict]) -> dict:
     compiled = [r for r in results if "refused" not in r]
     secs = sorted(r["seconds"] for r in compiled)
     pick = (lambda q: round(1000 * secs[min(len(secs) - 1, int(q * len(secs)))], 1)) if secs else (lambda q: None)
-    refusals: dict[str, int] = {}
-    for r in results:
-        if "refused" in r:
-            refusals[r["refused"]] = refusals.get(r["refused"], 0) + 1
     valid = sum(r["valid"] for r in compiled)
+    relaxed = [r for r in results if "refused" not in r.get("relaxed", {"refused": 0})]
     return {"schemas": len(results), "compiled": len(compiled),
+            "relaxed": {"compiled": len(relaxed),  # refused exactly, compiled lenient: reported apart
+                        "compile_rate_exact_or_relaxed": round((len(compiled) + len(relaxed)) / max(1, len(results)), 4),
+                        "valid_instances": sum(r["relaxed"]["valid"] for r in relaxed),
+                        "valid_accepted": sum(r["relaxed"]["valid_accepted"] for r in relaxed),
+                        "invalid_instances": sum(r["relaxed"]["invalid"] for r in relaxed),
+                        "invalid_accepted_by_the_grammar": sum(r["relaxed"]["invalid_accepted"] for r in relaxed),
+                        "by_keyword": _count(r["refused"] for r in relaxed)},
             "compile_rate": round(len(compiled) / max(1, len(results)), 4),
             "compile_ms": {"p50": pick(0.5), "p90": pick(0.9), "p99": pick(0.99), "max": pick(1.0),
                            "mean": round(1000 * statistics.fmean(secs), 1) if secs else None},
@@ -237,7 +268,7 @@ def summary(results: list[dict]) -> dict:
             "valid_as_written_accepted": sum(r["valid_as_written_accepted"] for r in compiled),
             "invalid_instances": sum(r["invalid"] for r in compiled),
             "invalid_accepted": sum(r["invalid_accepted"] for r in compiled),
-            "refusals": dict(sorted(refusals.items(), key=lambda kv: -kv[1]))}
+            "refusals": _count(r["refused"] for r in results if "refused" in r)}
 
 
 def add_engine_options(ap) -> None:
@@ -264,12 +295,18 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=30.0, help="seconds per schema before it counts as a timeout")
     ap.add_argument("--limit", type=int, default=None, help="only the first N schemas (a quick look)")
     add_engine_options(ap)
+    ap.add_argument("--shard", default="0/1", help="I/N: every N-th schema from the I-th (run N at once)")
+    ap.add_argument("--merge", type=Path, nargs="*", help="instead of running: join these shards' JSON files")
     args = ap.parse_args()
-    schemas, rows = extract(args.repo)
-    rows = rows[:args.limit] if args.limit else rows
     commit = subprocess.run(["git", "--git-dir", str(args.repo), "rev-parse", "HEAD"], check=True,
                             capture_output=True, text=True).stdout.strip()
-    results = run_all(schemas, rows, args.timeout, engine=args.engine, job_fn=split_one if args.split else run_one)
+    if args.merge:
+        results = [r for f in args.merge for r in json.loads(f.read_text(encoding="utf-8"))["rows"]]
+    else:
+        schemas, rows = extract(args.repo)
+        i, n = map(int, args.shard.split("/"))
+        rows = (rows[:args.limit] if args.limit else rows)[i::n]
+        results = run_all(schemas, rows, args.timeout, engine=args.engine, job_fn=split_one if args.split else run_one)
     out = {"source": f"SchemaStore/schemastore@{commit}", "engine": args.engine,
            "summary": summarize(results, args.split), "rows": results}
     args.json.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")

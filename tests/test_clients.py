@@ -14,7 +14,7 @@ from typing import Literal
 import jsonschema
 import openai
 import pytest
-from pydantic import BaseModel, Field, HttpUrl
+from pydantic import BaseModel, ConfigDict, Field, HttpUrl
 
 
 os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"  # before litellm is imported: no fetch of the cost map
@@ -29,6 +29,10 @@ class Point(BaseModel):
 
 
 class Weather(BaseModel):
+    """Closed (``extra="forbid"``): an open object lets a random model write an extra key, whose name no
+    bound limits, past any token budget."""
+    model_config = ConfigDict(extra="forbid")
+
     city: str = Field(max_length=10)
 
 

@@ -60,6 +60,27 @@ CASES = [
     ("multipleOf between bounds", {"multipleOf": 3, "minimum": -10, "maximum": 10}, "12", False),
     ("integer bounds made whole", {"type": "integer", "minimum": 1.5}, "2", True),
     ("integer bounds made whole", {"type": "integer", "exclusiveMaximum": 3}, "3", False),
+    ("lengths count an escape as one character", {"type": "string", "maxLength": 3}, '"a\\nb"', True),
+    ("lengths count an escape as one character", {"type": "string", "maxLength": 3}, '"a\\nbc"', False),
+    ("lengths count an escape as one character", {"type": "string", "minLength": 2}, '"\\n"', False),
+    ("lengths count an escape as one character", {"type": "string", "minLength": 2}, '"\\"\\\\"', True),
+    ("lengths count an escape as one character", {"type": "string", "minLength": 1, "maxLength": 9000},
+     '"\\t\\\\"', True),
+    ("lengths count an escape as one character", {"type": "object", "properties": {
+        "a": {"type": "string", "pattern": "^[a-z]*$", "maxLength": 3}, "b": {"type": "string", "maxLength": 3}}},
+     '{"a":"ab","b":"a\\nb"}', True),  # two counted strings of one length, different classes
+    ("number range of any precision", {"type": "number", "exclusiveMinimum": 0}, "0.12345678901234567", True),
+    ("number range of any precision", {"type": "number", "exclusiveMinimum": 0}, "0", False),
+    ("number range of any precision", {"type": "number", "minimum": -1.5, "maximum": 2}, "-1.50000001", False),
+    ("number range of any precision", {"type": "number", "minimum": -1.5, "maximum": 2}, "1.99999999999", True),
+    ("number range of any precision", {"type": "number", "exclusiveMaximum": 0.1}, "0.0999999999", True),
+    ("number range of any precision", {"type": "number", "exclusiveMaximum": 0.1}, "0.1", False),
+    ("format beside pattern", {"type": "string", "format": "uri", "pattern": "^https?://"}, '"https://a.org/x"', True),
+    ("format beside pattern", {"type": "string", "format": "uri", "pattern": "^https?://"}, '"https://a b"', False),
+    ("format beside pattern", {"type": "string", "format": "uri", "pattern": "^https?://"}, '"ftp://a.org"', False),
+    ("format beside pattern", {"type": "string", "format": "date", "pattern": "-01$", "maxLength": 10},
+     '"2024-02-01"', True),
+    ("format beside pattern", {"type": "string", "format": "date", "pattern": "-01$"}, '"2024-02-31"', False),
     ("pattern search", {"type": "string", "pattern": "b"}, '"abc"', True),
     ("pattern group ? as {0,1}", {"type": "string", "pattern": "^(ab+)?$"}, '"b"', False),
     ("pattern group ? as {0,1}", {"type": "string", "pattern": "^(ab+)?$"}, '"abb"', True),
@@ -252,7 +273,11 @@ def test_raw_xgrammar_gets_it_wrong_without_the_rewrite(grammars, name):
 def test_type_split_keeps_each_keyword_on_its_type():
     out = prepare_schema({"maximum": 3, "minLength": 2})
     branches = out["anyOf"]
-    assert {"type": "number", "maximum": 3} in branches and {"type": "string", "minLength": 2} in branches
+    numbers = [b for b in branches if b.get("type") == "number"]
+    strings = [b for b in branches if b.get("type") == "string"]
+    assert len(numbers) == len(strings) == 1
+    assert numbers[0]["maximum"] == 3 and "minLength" not in numbers[0]
+    assert strings[0]["minLength"] == 2 and "maximum" not in strings[0]
 
 
 def test_enum_filter_validates_against_the_whole_subschema():
@@ -349,3 +374,43 @@ def test_not_strings_regex_is_the_exact_complement(values, texts):
     rx = _not_strings(values)
     for t in texts + values:
         assert (re.fullmatch(rx, t) is not None) == (t not in values), (values, t)
+
+
+_BOUND = st.one_of(st.integers(-1000, 1000), st.floats(-1000, 1000, allow_nan=False).map(lambda x: round(x, 3)),
+                   st.sampled_from([0, 0.0, 0.1, -0.1, 1e-7, 9223372036854775807]))
+_NUMBER = st.builds(lambda sign, whole, frac: sign + whole + frac, st.sampled_from(["", "-"]),
+                    st.one_of(st.just("0"), st.integers(1, 10**20).map(str)),
+                    st.one_of(st.just(""), st.text("0123456789", min_size=1, max_size=22).map(lambda f: "." + f)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(lo=st.one_of(st.none(), st.tuples(_BOUND, st.booleans())), hi=st.tuples(_BOUND, st.booleans()),
+       texts=st.lists(_NUMBER, min_size=1, max_size=20), flip=st.booleans())
+def test_number_range_agrees_with_jsonschema(lo, hi, texts, flip):
+    """A number between bounds (numbers.range_spec, through the compiled grammar) against jsonschema
+    (Python's reading of the text: doubles rounded): never looser; stricter only where the text needs
+    more digits than a double holds."""
+    import xgrammar as xgr
+
+    from typedlm.grammar.schema.ebnf import needs_grammar, to_ebnf
+
+    lo, hi = (hi, lo) if flip else (lo, hi)
+    schema = {"type": "number"}
+    for b, (inc, exc) in ((lo, ("minimum", "exclusiveMinimum")), (hi, ("maximum", "exclusiveMaximum"))):
+        if b is not None:
+            schema[exc if b[1] else inc] = b[0]
+    try:
+        core = prepare_schema(schema)
+    except EmptySchemaError:
+        return
+    if not needs_grammar(core):  # one value left (lo == hi): an enum
+        assert "enum" in core or "const" in core, core
+        return
+    grammar = xgr.Grammar.from_ebnf(to_ebnf(core, any_whitespace=False, max_whitespace=None, strict=False))
+    verdicts = [(xgr.testing._is_grammar_accept_string(grammar, t), t) for t in texts]
+    check = jsonschema.Draft202012Validator(schema)
+    for ours, text in verdicts:
+        valid = check.is_valid(json.loads(text))
+        assert not ours or valid, ("looser than the schema", schema, text)
+        assert ours or not valid or len(text.lstrip("-").replace(".", "")) > 15, ("stricter", schema, text)
+

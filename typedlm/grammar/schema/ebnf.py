@@ -14,8 +14,9 @@ grammar needs and xgrammar's JSON Schema subset cannot say:
   :mod:`.keys`), each with its value schema.
 - ``x-typedlm-residues``: integers by remainder (``multipleOf`` beside bounds, or its complement).
 - ``x-typedlm-fraction``: non-integral numbers.
+- ``x-typedlm-number``: a number between bounds (:mod:`.numbers`): the automaton of its text.
 - ``x-typedlm-string``: a pattern beside ``minLength``/``maxLength`` (:mod:`.strings`): the pattern's
-  automaton times a length counter.
+  automaton times a length counter; lengths alone: any character (JSON escapes included) ``{lo,hi}``.
 
 When no node carries one, the schema goes to ``compile_json_schema`` as before. Otherwise each such node
 is replaced by a placeholder string constant and its sub-schemas are moved to ``$defs``; xgrammar
@@ -32,9 +33,10 @@ import re
 import secrets
 
 from ...errors import GrammarCompileError
-from .strings import live_states, product
+from .strings import live_states, loop_class, product
 
-PRIVATE = ("x-typedlm-contains", "x-typedlm-fraction", "x-typedlm-object", "x-typedlm-residues", "x-typedlm-string")
+PRIVATE = ("x-typedlm-contains", "x-typedlm-fraction", "x-typedlm-number", "x-typedlm-object", "x-typedlm-residues",
+           "x-typedlm-string")
 # A non-integral number: below 1e9 in magnitude, 1 to 6 decimals, the last one not 0. At most 15
 # digits in all, so that a double (how jsonschema, Python and JavaScript read JSON numbers) holds it
 # exactly enough to be non-integral too ("1.00000000000000001" reads as 1.0). Stricter than the
@@ -125,6 +127,7 @@ class _Builder:
         self.defs: dict[str, object] = {}
         self.rules: list[str] = []
         self.holes: dict[str, str] = {}  # rule name -> its placeholder string
+        self.loops: dict[tuple, str] = {}  # (character class, lo, hi) -> the rule of that counted string
 
     def define(self, schema) -> str:
         name = "typedlmdef" + _letters(len(self.defs))
@@ -147,6 +150,8 @@ class _Builder:
             return self.hole("typedlm_fraction", FRACTION)
         if "x-typedlm-string" in node:
             return self.string(node["x-typedlm-string"])
+        if "x-typedlm-number" in node:
+            return self.string(node["x-typedlm-number"], quote="")
         return {k: (v if k in ("enum", "const") else self.walk(v)) for k, v in node.items()}
 
     def hole(self, rule: str, body: str | None = None) -> dict:
@@ -220,8 +225,14 @@ class _Builder:
         self.rules.append(f'{rule} ::= "{{" {self.ws} {rule}_0_0 {self.ws} "}}"')
         return {"const": self.holes[rule]}
 
-    def string(self, spec) -> dict:
-        """A string value: the pattern automaton times the length counter (:func:`.strings.product`)."""
+    def string(self, spec, quote: str = '"\\""') -> dict:
+        """A string value: the pattern automaton times the length counter (:func:`.strings.product`);
+        ``quote=""``: a number's text (:mod:`.numbers`)."""
+        cls = loop_class(spec)
+        if cls is not None:  # one class repeated: an EBNF repetition, one rule per (class, lengths)
+            counted = (cls, spec["lo"], spec["hi"])
+            rule = self.loops.setdefault(counted, f"typedlm_length_{_letters(len(self.loops))}")
+            return self.hole(rule, f'{quote} ({cls}){{{spec["lo"]},{"" if spec["hi"] is None else spec["hi"]}}} {quote}')
         start, moves = product(spec)
         if start is None:
             raise GrammarCompileError("internal: an empty string language reached the grammar emitter")
@@ -230,7 +241,7 @@ class _Builder:
         for st, (end, out) in moves.items():
             alts = (['""'] if end else []) + [f"{cls} {names[nx]}" for cls, nx in out]
             self.rules.append(f"{names[st]} ::= " + " | ".join(f"({a})" for a in alts))
-        self.rules.append(f'{rule} ::= "\\"" {names[start]} "\\""')
+        self.rules.append(f"{rule} ::= " + " ".join(x for x in (quote, names[start], quote) if x))
         return self.hole(rule)
 
     def contains(self, node) -> dict:

@@ -13,6 +13,7 @@ from .keys import TooLarge, anything as any_key, lengths as key_lengths, names a
 from .keys import pattern as key_pattern, spec as key_spec
 from .refusal import TYPES, Refuse, rewrite_pattern, xgrammar_safe
 from .formats import BOUNDED_URI, PATTERNS
+from .numbers import range_spec
 from .strings import TooLarge as LengthsTooLarge, length_spec
 
 MAX_ENUM = 256  # multipleOf between bounds: the most values it is enumerated as
@@ -216,6 +217,14 @@ class Emitter:
         if b.not_multiple_of or (b.multiple_of is not None and (b.lo is not None or b.hi is not None)):
             # measured: xgrammar accepts -4 for multipleOf 3, minimum -10; and has no "not a multiple"
             return self.residues(b, out)
+        if not b.integer and (b.lo is not None or b.hi is not None):
+            try:  # measured: xgrammar's own range admits at most 6 decimals (a stricter fallback)
+                spec = range_spec(b.lo, b.hi)
+            except (TooLarge, OverflowError):
+                return out
+            if spec is None:
+                return None
+            out["x-typedlm-number"] = spec
         return out
 
     def residues(self, b, out):
@@ -268,7 +277,7 @@ def emit_string(b: String) -> dict | None:
         out["not"] = {"anyOf": [{"pattern": x} for x in b.excluded]}
     patterns = ((b.pattern,) if b.pattern is not None else ()) + b.also
     counted = b.min_length is not None or b.max_length is not None
-    must = b.also or b.excluded or (counted and patterns)
+    must = b.also or b.excluded or counted  # xgrammar's own lengths admit no JSON escape
     if not must and (b.pattern is None or b.pattern in FORMAT_REGEXES):
         return out
     try:

@@ -55,9 +55,9 @@ def string_branch(s, p: str):
         raise Refuse("format", ptr(p, "format"), "format must be a string")
     if f is None or not known(f):
         pass  # an unknown format is an annotation: the validator ignores it
+    elif f in FORMAT_PATTERNS and "pattern" in b:
+        b["also"] = (FORMAT_PATTERNS[f],)  # both regexes' automata intersected (emit: strings.length_spec)
     elif f in FORMAT_PATTERNS:
-        if "pattern" in b:
-            raise Refuse("format", ptr(p, "format"), "format beside pattern is not enforced by the grammar")
         b["pattern"] = FORMAT_PATTERNS[f]
         if f in BOUNDED_URI_FORMATS and bounded_uri(b.get("min_length", 0), b.get("max_length")):
             b["pattern"] = BOUNDED_URI  # stricter, never looser: every string it admits has the lengths

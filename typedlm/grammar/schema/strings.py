@@ -1,5 +1,7 @@
 """A string whose ``pattern`` (or format regex) stands beside ``minLength``/``maxLength``: the product
-of the pattern's automaton (:mod:`.keys`, JSON escapes kept) and a length counter, exact.
+of the pattern's automaton (:mod:`.keys`, JSON escapes kept) and a length counter, exact. Lengths alone
+(no pattern): one character class repeated ``{lo,hi}`` in EBNF (measured: xgrammar's own
+``minLength``/``maxLength`` string admits no JSON escape at all, so ``"a\nb"`` was refused).
 
 The product has one grammar rule per live ``(state, length)``; xgrammar's compile time grows with the
 rule count (measured: ``format: uri`` (179 states) with ``maxLength: 50``, ~9,000 rules, 3.8 s on
@@ -41,6 +43,8 @@ def length_spec(patterns: tuple[str, ...], excluded: tuple[str, ...], lo: int, h
         raise TooLarge(str(e)) from None
     if auto is None:
         return None
+    if loop_class(auto) is not None:  # any string over one class: counted by an EBNF repetition, no product
+        return {**auto, "lo": lo, "hi": hi}
     states = len({auto["initial"], *auto["finals"], *(e[0] for e in auto["edges"]), *(e[2] for e in auto["edges"])})
     counted = hi if hi is not None else lo  # the counter runs to maxLength, or to minLength and stops
     if states * (counted + 1) > MAX_STATES:
@@ -48,6 +52,15 @@ def length_spec(patterns: tuple[str, ...], excluded: tuple[str, ...], lo: int, h
         raise TooLarge(f"{kw} {counted} beside a pattern of {states} automaton states needs more than "
                        f"{MAX_STATES} grammar states")
     return {**auto, "lo": lo, "hi": hi}
+
+
+def loop_class(auto: dict) -> str | None:
+    """The EBNF class of an automaton that is one accepting state looping on it (every string of those
+    characters, e.g. the lengths-only string: any character, JSON escapes included), else None."""
+    edges = auto["edges"]
+    if auto["finals"] == [auto["initial"]] and len(edges) == 1 and edges[0][0] == edges[0][2] == auto["initial"]:
+        return edges[0][1]
+    return None
 
 
 def product(spec: dict):
