@@ -54,7 +54,7 @@ def streaming(tiny):
     sched.stop()
 
 
-def test_every_stepwise_forward_waits_for_a_decode_step(tiny, streaming):
+def test_every_stepwise_forward_waits_for_a_decode_step(tiny, streaming, no_prefix_cache):
     sched, times = streaming
     p = presets.load(PRESET)
     stepped = SteppedEngine(tiny, sched, max_chunk=32)
