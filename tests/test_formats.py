@@ -273,3 +273,19 @@ def test_a_large_range_mid_group_is_not_left_to_xgrammar():
     assert not xgrammar_safe("(a([b]{0,500}c){0,1})") and xgrammar_safe("(a(/[b]{0,500}){0,1})")
     assert xgrammar_safe("a[b]{0,500}c") and xgrammar_safe(BOUNDED_URI)
     assert find_refusals({"type": "string", "pattern": "^a([b]{0,500}c)?$"})[0].keyword == "pattern"
+
+
+def test_meet_accepts_what_both_automata_accept():
+    """``keys.meet`` (the normalizer's fast product) accepts exactly what interegular's own ``&`` accepts:
+    every pair of a small pattern set, with and without a complement, on every string up to 5 letters."""
+    import itertools
+
+    from typedlm.grammar.schema.keys import meet, pattern
+
+    pats = ["a[bc]*d", "[a-d]{2,4}", "(ab|cd)+", "[^b]*", ".*d", "x?[a-c]+"]
+    words = ["".join(w) for n in range(6) for w in itertools.product("abcdx", repeat=n)]
+    for p, q in itertools.product(pats, repeat=2):
+        a = pattern(p)
+        for b in (pattern(q), pattern(q).everythingbut()):
+            fast, slow = meet(a, b), a & b
+            assert [w for w in words if fast.accepts(w)] == [w for w in words if slow.accepts(w)], (p, q)

@@ -403,6 +403,9 @@ def test_number_range_agrees_with_jsonschema(lo, hi, texts, flip):
         core = prepare_schema(schema)
     except EmptySchemaError:
         return
+    if core == {"anyOf": []}:  # no number left: stricter only where a bound needs more digits than a double holds
+        assert any(b is not None and len(str(abs(b[0])).replace(".", "")) > 15 for b in (lo, hi)), schema
+        return
     if not needs_grammar(core):  # one value left (lo == hi): an enum
         assert "enum" in core or "const" in core, core
         return

@@ -9,7 +9,7 @@ import math
 
 from .branches import NOTHING, Array, Enum, Number, Object, Ref, String, any_, is_plain, needs_escape
 from .ebnf import contains_automaton
-from .keys import TooLarge, anything as any_key, lengths as key_lengths, names as key_names
+from .keys import TooLarge, anything as any_key, lengths as key_lengths, meet, names as key_names
 from .keys import pattern as key_pattern, spec as key_spec
 from .refusal import TYPES, Refuse, rewrite_pattern, xgrammar_safe
 from .formats import BOUNDED_URI, PATTERNS
@@ -99,9 +99,9 @@ class Emitter:
                     raise Refuse("propertyNames", q, f"format {x.format!r} on property names is not enforced")
                 f = key_lengths(x.min_length or 0, x.max_length)
                 for rx in ((x.pattern,) if x.pattern is not None else ()) + x.also:
-                    f = f & key_pattern(rx)
+                    f = meet(f, key_pattern(rx))
                 for rx in x.excluded:
-                    f = f & key_pattern(rx).everythingbut()
+                    f = meet(f, key_pattern(rx).everythingbut())
             else:
                 continue
             if f is not None:
@@ -127,17 +127,17 @@ class Emitter:
             others = []
             if allowed is not None:
                 if props:
-                    allowed = allowed & key_names(list(props)).everythingbut()
+                    allowed = meet(allowed, key_names(list(props)).everythingbut())
                 fsms = [key_pattern(rewrite_pattern(pat)) for pat, _ in pats]
                 for mask in range(2 ** len(pats)):
                     f = allowed
                     value = (any_() if b.additional is None else b.additional) if mask == 0 else any_()
                     for i, g in enumerate(fsms):
                         if mask >> i & 1:
-                            f = f & g
+                            f = meet(f, g)
                             value = self.n.algebra.intersect(value, pats[i][1], q, "patternProperties")
                         else:
-                            f = f & g.everythingbut()
+                            f = meet(f, g.everythingbut())
                     spec = key_spec(f) if value else None
                     if spec is not None:
                         others.append([spec, self.emit(value)])

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from .keys import TooLarge as KeyTooLarge, anything, pattern, spec as automaton_spec
+from .keys import TooLarge as KeyTooLarge, anything, meet, pattern, spec as automaton_spec
 
 MAX_STATES = 2048  # automaton states × counted lengths
 
@@ -27,9 +27,9 @@ class TooLarge(Exception):
 def _automaton(patterns: tuple[str, ...], excluded: tuple[str, ...]) -> dict | None:
     f = pattern(patterns[0]) if patterns else anything()
     for rx in patterns[1:]:
-        f = f & pattern(rx)
+        f = meet(f, pattern(rx))
     for rx in excluded:
-        f = f & pattern(rx).everythingbut()
+        f = meet(f, pattern(rx).everythingbut())
     return automaton_spec(f, escape=True)
 
 
