@@ -39,7 +39,7 @@ from .prefix_cache import PrefixCache, default_limit, to_hf
 from .prefix_reuse import cached_pass, prefill_prompt, prefill_prompts, prefill_rows, store_pass, WeightsStamp
 from .score_graph import ScoreGraphs
 from .static_kv import StaticKV, unsupported
-from .tensors import device_tensor
+from .tensors import device_tensor, to_device
 
 
 class ModelRunner:
@@ -233,7 +233,7 @@ class ModelRunner:
 
         B = rows.shape[0]
         layers = [(lay.keys.expand(B, -1, -1, -1), lay.values.expand(B, -1, -1, -1)) for lay in prefix.layers]
-        read_t = torch.tensor(read, device=self.device)
+        read_t = device_tensor(read, self.device)
         with self._scoring():
             logits, _ = self.forward(rows.to(self.device), DynamicCache(ddp_cache_data=layers), **self._keep(read_t))
         return logits if self.keeps_logits else logits[:, read_t]
@@ -247,7 +247,7 @@ class ModelRunner:
 
     def _additive(self, allow: torch.Tensor) -> torch.Tensor:
         """The bool matrix -> a [1, 1, Q, K] additive mask, built on the device (only the bools travel)."""
-        allow = allow.pin_memory().to(self.device, non_blocking=True) if self.device.type == "cuda" else allow
+        allow = to_device(allow, self.device)
         mask = torch.zeros(allow.shape, dtype=self.dtype, device=self.device)
         return mask.masked_fill_(~allow, torch.finfo(self.dtype).min)[None, None]
 

@@ -30,7 +30,7 @@ import threading
 import torch
 
 from .graphs import MIN_BUCKET, DecodeGraphs, bucket
-from .tensors import device_tensor
+from .tensors import device_tensor, to_device
 
 BUCKETS = (16, 32, 64, 128, 256, 384, 512)  # tokens of a graphed pass (GEMM row tiles are 128: padding to a
 # multiple of 128 costs no extra tile above 128)
@@ -95,7 +95,7 @@ class ScoreGraphs:
                                                  list(range(m, m + n)) + [self.max_len] * pad,
                                                  read + [0] * (b - len(read))], self.device))
             self._allow[:b, :cols].zero_()
-            self._allow[:n, :m + n].copy_(allow.pin_memory().to(self.device, non_blocking=True) if cuda else allow)
+            self._allow[:n, :m + n].copy_(to_device(allow, self.device))
             if cuda:
                 graph[0].replay()
                 hidden = graph[1]
