@@ -58,3 +58,50 @@ def test_triton_rms_norm_is_invariant_and_equals_torch(tops):
     xf = x.float()
     ref = g * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).half()
     torch.testing.assert_close(tops.rms_norm(x, g, 1e-6), ref, rtol=1e-3, atol=1e-3)
+
+
+def test_reduction_settings_never_depend_on_the_row_count():
+    """Every measured table entry (gemm_configs.json, each device) picks one BK and one SPLIT for all row counts,
+    whatever tiles its row buckets choose."""
+    import json
+
+    from typedlm.runner.invariant import triton_ops
+
+    names = json.loads(triton_ops.TABLE.read_text())
+    assert names
+    for name in names:
+        for shape, entry in triton_ops.table(name).items():
+            fixed = {(c["BK"], c["SPLIT"]) for c in (triton_ops.by_rows(entry, m) for m in range(1, 8193))}
+            assert len(fixed) == 1, (name, shape, fixed)
+
+
+@pytest.mark.parametrize("rows", [
+    [[64, {"BM": 32, "BK": 32}], [None, {"BM": 64}]],  # a reduction setting inside a row bucket
+    [[64, {"BM": 32}], [16, {"BM": 16}], [None, {"BM": 64}]],  # bounds not rising
+    [[64, {"BM": 32}]],  # no bucket for any M
+])
+def test_table_entries_that_could_break_invariance_are_refused(rows):
+    from typedlm.runner.invariant import triton_ops
+
+    with pytest.raises(ValueError, match="gemm_configs.json"):
+        triton_ops._buckets({"BK": 64, "SPLIT": 1, "rows": rows})
+
+
+def test_tiles_by_row_bucket_keep_rows_invariant(tops, tmp_path, monkeypatch):
+    """A table whose row buckets choose different tiles (BM 16 / 32 / 64, BN 32 / 64) under one BK: every row has
+    the same bits alone and in batches that fall in other buckets."""
+    import json
+
+    torch.manual_seed(3)
+    x, w = torch.randn(130, 160).half(), (torch.randn(72, 160) * 0.1).half()
+    rows = [[1, {"BM": 16, "BN": 32}], [8, {"BM": 32, "BN": 64, "GROUP": 2}], [None, {"BM": 64, "BN": 32}]]
+    table = tmp_path / "gemm_configs.json"
+    table.write_text(json.dumps({"": {"72x160": {"BK": 32, "SPLIT": 1, "rows": rows}}}))
+    monkeypatch.setattr(tops, "TABLE", table)
+    tops._table.cache_clear()
+    try:
+        assert [tops.config(72, 160, m, x.device)["BM"] for m in (1, 2, 8, 9, 130)] == [16, 32, 32, 64, 64]
+        _rows_alone_equal(lambda t: tops.linear(t, w), x)
+        torch.testing.assert_close(tops.linear(x, w).float(), F.linear(x.float(), w.float()), rtol=1e-2, atol=1e-2)
+    finally:
+        tops._table.cache_clear()

@@ -1,19 +1,22 @@
 """Batch-invariant GEMM and RMSNorm as Triton kernels (CUDA, bf16/fp16; :mod:`.ops` is the torch version).
 
 Invariant by construction, the technique of Thinking Machines' ``batch_invariant_ops`` and vLLM's
-batch-invariant mode: one compiled kernel for every batch size and one reduction order per weight, so each output
-element is reduced in the same order whatever the number of rows. The GEMM computes each ``[BM, BN]`` output tile
-by one program walking K in fixed ``BK`` steps; a weight shape may split K into a fixed number ``SPLIT`` of
-ranges (split-K: more programs when few rows give few tiles), their float32 partial sums then added in
-order ``((p0 + p1) + p2) ..`` by elementwise adds. The config (tiles, stages, split) depends on the weight shape
-``(N, K)`` and the device only (:func:`config`: :data:`GEMM`, or the table ``bench/gemm_sweep.py --write``
-measured, ``gemm_configs.json``), never on the row count M, which only changes how many programs run.
-RMSNorm reduces one row per program over a fixed-width block. Unlike :mod:`.ops`' fixed row tiles over cuBLAS,
-nothing is padded and each weight is read once per pass.
+batch-invariant mode: one reduction order per weight, so each output element is reduced in the same order
+whatever the number of rows. The GEMM computes each ``[BM, BN]`` output tile by one program walking K in fixed
+``BK`` steps; a weight shape may split K into a fixed number ``SPLIT`` of ranges (split-K: more programs when
+few rows give few tiles), their float32 partial sums then added in order ``((p0 + p1) + p2) ..`` by elementwise
+adds. The reduction settings :data:`REDUCTION` (``BK``, ``SPLIT``) depend on the weight shape ``(N, K)`` and the
+device only; the tile settings (``BM``, ``BN``, ``GROUP``, warps, stages) may depend on the row count M too
+(:func:`config`: :data:`GEMM`, or the table ``bench/gemm_sweep.py --write`` measured, ``gemm_configs.json``,
+per shape a list of row-count buckets): they only cut the output into tiles, and on the H200 every row has the
+same bits under every tile of one ``BK`` (mma.sync and wgmma alike; checked by the sweep,
+``bench/results/gemm-sweep-h200-3.json``). RMSNorm reduces one row per program over a fixed-width block.
+Unlike :mod:`.ops`' fixed row tiles over cuBLAS, nothing is padded and each weight is read once per pass.
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
 import json
 from pathlib import Path
@@ -29,22 +32,51 @@ except ImportError:  # pragma: no cover
 # any weight shape the table does not name: the best single config of the first H200 sweep (7 shapes x 14 configs,
 # M 128 / 1,024 / 2,048; bench/results/gemm-sweep-h200.json)
 GEMM = {"BM": 128, "BN": 128, "BK": 64, "GROUP": 8, "num_warps": 8, "num_stages": 3, "SPLIT": 1}
-TABLE = Path(__file__).with_name("gemm_configs.json")  # {device name: {"NxK": config}}
-SHAPE_CONFIGS: dict[tuple[int, int], dict] = {}  # (N, K) -> config overrides for this process (the sweep's)
+REDUCTION = ("BK", "SPLIT")  # what fixes a row's reduction order: per weight shape, never per row count
+TABLE = Path(__file__).with_name("gemm_configs.json")
+# {device name: {"NxK": {"BK", "SPLIT", "rows": [[most rows or null, {tile settings}], ...]}}}
+SHAPE_CONFIGS: dict[tuple[int, int], dict] = {}  # (N, K) -> one config at every row count (the sweep's trials)
+
+
+def _buckets(entry: dict) -> tuple[tuple[int, ...], tuple[dict, ...]]:
+    """A table entry -> (the buckets' row bounds, each bucket's full config); the last bucket takes any M."""
+    fixed = {k: entry[k] for k in REDUCTION if k in entry}
+    bounds, configs = [], []
+    for most, tiles in entry["rows"]:
+        if any(k in tiles for k in REDUCTION):
+            raise ValueError(f"gemm_configs.json: {sorted(REDUCTION)} may not depend on the row count ({tiles})")
+        bounds.append(most)
+        configs.append({**GEMM, **tiles, **fixed})
+    if bounds[-1:] != [None] or None in bounds[:-1] or bounds[:-1] != sorted(bounds[:-1]):
+        raise ValueError(f"gemm_configs.json: row buckets must rise and end with null (any M): {bounds}")
+    return tuple(bounds[:-1]), tuple(configs)
+
+
+def table(name: str) -> dict:
+    """The measured configs of device kind ``name`` (``{(N, K): (bounds, configs)}``; none for ``""``, the CPU's)."""
+    mine = json.loads(TABLE.read_text()).get(name, {}) if TABLE.exists() else {}
+    return {tuple(int(v) for v in k.split("x")): _buckets(c) for k, c in mine.items()}
 
 
 @functools.lru_cache(maxsize=8)
 def _table(device: torch.device) -> dict:
-    """The measured configs of ``device``'s kind (none off CUDA: the interpreter's tests)."""
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else ""
-    mine = json.loads(TABLE.read_text()).get(name, {}) if TABLE.exists() else {}
-    return {tuple(int(v) for v in k.split("x")): c for k, c in mine.items()}
+    return table(torch.cuda.get_device_name(device) if device.type == "cuda" else "")
 
 
-def config(N: int, K: int, device: torch.device) -> dict:
-    """The GEMM config of a ``[N, K]`` weight on ``device``: :data:`GEMM`, overridden by the measured table."""
-    own = SHAPE_CONFIGS.get((N, K)) or _table(device).get((N, K), {})
-    return {**GEMM, **own}
+def by_rows(entry: tuple, M: int) -> dict:
+    """The config of the bucket of ``M`` rows in a table entry ``(bounds, configs)``."""
+    bounds, configs = entry
+    return configs[bisect.bisect_left(bounds, M)]
+
+
+def config(N: int, K: int, M: int, device: torch.device) -> dict:
+    """The GEMM config of ``M`` rows times a ``[N, K]`` weight on ``device``: :data:`GEMM`, overridden by the
+    measured table's bucket for ``M`` (a bisection: it runs per call, also inside CUDA graph capture)."""
+    own = SHAPE_CONFIGS.get((N, K))
+    if own is not None:
+        return {**GEMM, **own}
+    entry = _table(device).get((N, K))
+    return GEMM if entry is None else by_rows(entry, M)
 
 
 def available(x: torch.Tensor) -> bool:
@@ -102,7 +134,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         a = a.contiguous()
     w = weight if weight.stride(-1) == 1 else weight.contiguous()
     M, N = a.shape[0], w.shape[0]
-    g = config(N, K, x.device)
+    g = config(N, K, M, x.device)
     split = max(1, min(int(g["SPLIT"]), triton.cdiv(K, g["BK"])))
     k_per = triton.cdiv(triton.cdiv(K, split), g["BK"]) * g["BK"]
     split = triton.cdiv(K, k_per)  # no empty range
