@@ -71,3 +71,21 @@ def test_triton_attention_broadcast_mask(ta):
     allow[..., 0] = True
     torch.testing.assert_close(ta.attention(Q, K, V, allow, 0.25), ref.attention(Q, K, V, allow, 0.25),
                                rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("q,k,g", [(40, 40, 3), (150, 230, 7), (300, 300, 1)])
+def test_causal_query_tiles_give_each_query_its_own_bits(ta, q, k, g):
+    """A causal pass runs query tiles (several queries' rows share each key block's loads; blocks past a row's
+    last key are read for later queries): every query has the bits of the one-query-a-program kernel under the
+    same causal mask given explicitly (a decide pass's path) and of itself alone on its own keys."""
+    kvh, d = 2, 16
+    torch.manual_seed(4)
+    Q, K, V = torch.randn(1, kvh * g, q, d), torch.randn(1, kvh, k, d), torch.randn(1, kvh, k, d)
+    tiled = ta.attention(Q, K, V, None, 0.25)
+    allow = torch.ones(q, k, dtype=torch.bool).tril_(k - q)[None, None]
+    assert torch.equal(tiled, ta.attention(Q, K, V, allow, 0.25))
+    for i in (0, q // 2, q - 1):
+        n = k - q + i + 1
+        alone = ta.attention(Q[:, :, i:i + 1], K[:, :, :n], V[:, :, :n], None, 0.25)
+        assert torch.equal(tiled[:, i], alone[:, 0]), i
+    torch.testing.assert_close(tiled, ref.attention(Q, K, V, None, 0.25), rtol=1e-5, atol=1e-5)

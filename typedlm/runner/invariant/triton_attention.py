@@ -28,6 +28,7 @@ except ImportError:  # pragma: no cover - the CPU install may lack triton; CUDA 
     triton = None
 
 BLOCK_N = 64  # list entries per block
+TILE_ROWS = 128  # rows (query, head) of a causal pass's program (0: one query a program, as with a mask)
 _last = threading.local()  # the last mask compacted on this thread: (mask, k, result)
 
 
@@ -57,6 +58,12 @@ def compact(mask: torch.Tensor, q: int, k: int):
 
 
 if triton is not None:
+    @triton.jit
+    def _row_sum(p, BN: tl.constexpr):
+        """Each row's sum of ``p`` ``[rows, BN]`` by the MMA (``p @ ones``): its order is the instruction's, the
+        same however many rows the tile has (``tl.sum``'s tree follows the tile's thread layout)."""
+        return tl.max(tl.dot(p, tl.full([BN, 16], 1.0, p.dtype)), 1)
+
     @triton.jit
     def _kernel(Q, K, V, O, IDX, CNT, q_len, k_len, scale,
                 sqb, sqh, sqq, skb, skh, skk, svb, svh, svk, sob, soq, soh, sib, siq, scb, scq,
@@ -95,13 +102,61 @@ if triton is not None:
             m_new = tl.maximum(m, tl.max(s, 1))
             p = tl.exp(s - m_new[:, None])
             alpha = tl.exp(m - m_new)
-            lsum = lsum * alpha + tl.sum(p, 1)
             vt = tl.load(vbase + keys[:, None].to(tl.int64) * svk + dims[None, :], mask=ok[:, None] & dl[None, :],
                          other=0.0)
-            acc = acc * alpha[:, None] + tl.dot(p.to(vt.dtype), vt)
+            pv = p.to(vt.dtype)
+            lsum = lsum * alpha + _row_sum(pv, BN)
+            acc = acc * alpha[:, None] + tl.dot(pv, vt)
             m = m_new
         out = acc / tl.maximum(lsum, 1.1754943508222875e-38)[:, None]
         tl.store(O + bi * sob + qi * soq + heads[:, None] * soh + dims[None, :], out.to(O.dtype.element_ty),
+                 mask=live[:, None] & dl[None, :])
+
+
+    @triton.jit
+    def _causal_tiles(Q, K, V, O, q_len, k_len, scale, sqb, sqh, sqq, skb, skh, skk, svb, svh, svk, sob, soq, soh,
+                      G: tl.constexpr, BQ: tl.constexpr, R: tl.constexpr, D: tl.constexpr, BD: tl.constexpr,
+                      BN: tl.constexpr):
+        """A causal pass's ``BQ`` consecutive queries (all ``G`` heads of one kv head: rows ``(query, head)``, padded
+        to ``R``) per program, sharing each block's key/value loads. Each row walks its own keys ``0 .. k-q+query``
+        in the per-query kernel's blocks of ``BN`` from key 0; the blocks past a row's last key, read for the
+        tile's later queries, leave its state as it was (``p = 0``, ``alpha = 1``): the per-query kernel's bits."""
+        t = tl.program_id(0)
+        kh = tl.program_id(1)
+        bi = tl.program_id(2).to(tl.int64)
+        r = tl.arange(0, R)
+        qi = t * BQ + r // G
+        heads = kh * G + r % G
+        live = (r < BQ * G) & (qi < q_len)
+        dims = tl.arange(0, BD)
+        dl = dims < D
+        qv = tl.load(Q + bi * sqb + heads[:, None] * sqh + qi[:, None] * sqq + dims[None, :],
+                     mask=live[:, None] & dl[None, :], other=0.0)
+        n = k_len - q_len + qi + 1  # each row's key count
+        top = k_len - q_len + tl.minimum(t * BQ + BQ, q_len)  # the tile's last query's
+        m = tl.full([R], float("-inf"), tl.float32)
+        lsum = tl.zeros([R], tl.float32)
+        acc = tl.zeros([R, BD], tl.float32)
+        kbase = K + bi * skb + kh * skh
+        vbase = V + bi * svb + kh * svh
+        for start in range(0, top, BN):
+            offs = start + tl.arange(0, BN)
+            ok = offs < top
+            kt = tl.load(kbase + offs[:, None].to(tl.int64) * skk + dims[None, :], mask=ok[:, None] & dl[None, :],
+                         other=0.0)
+            s = tl.dot(qv, tl.trans(kt)) * scale
+            s = tl.where(offs[None, :] < n[:, None], s, float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, 1))
+            p = tl.exp(s - m_new[:, None])
+            alpha = tl.exp(m - m_new)
+            vt = tl.load(vbase + offs[:, None].to(tl.int64) * svk + dims[None, :], mask=ok[:, None] & dl[None, :],
+                         other=0.0)
+            pv = p.to(vt.dtype)
+            lsum = lsum * alpha + _row_sum(pv, BN)
+            acc = acc * alpha[:, None] + tl.dot(pv, vt)
+            m = m_new
+        out = acc / tl.maximum(lsum, 1.1754943508222875e-38)[:, None]
+        tl.store(O + bi * sob + qi[:, None] * soq + heads[:, None] * soh + dims[None, :], out.to(O.dtype.element_ty),
                  mask=live[:, None] & dl[None, :])
 
 
@@ -121,11 +176,19 @@ def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask:
         index, count = compact(mask, q, k)
         ib, iq = (index.stride(i) if index.shape[i] > 1 else 0 for i in (0, 1))  # broadcast dims: stride 0
         cb, cq = (count.stride(i) if count.shape[i] > 1 else 0 for i in (0, 1))
+    BD = max(16, triton.next_power_of_2(d))
+    if mask is None and TILE_ROWS and q > 16:
+        tile = max(TILE_ROWS, triton.next_power_of_2(g))
+        _causal_tiles[(triton.cdiv(q, tile // g), kvh, b)](
+            query, key, value, out, q, k, scaling, *_strides(query, key, value, out),
+            G=g, BQ=tile // g, R=tile, D=d, BD=BD, BN=BLOCK_N, num_warps=8)
+        return out
     _kernel[(q, kvh, b)](
-        query, key, value, out, index, count, q, k, scaling,
-        query.stride(0), query.stride(1), query.stride(2), key.stride(0), key.stride(1), key.stride(2),
-        value.stride(0), value.stride(1), value.stride(2), out.stride(0), out.stride(1), out.stride(2),
-        ib, iq, cb, cq,
-        G=g, GP=max(16, triton.next_power_of_2(g)), D=d, BD=max(16, triton.next_power_of_2(d)), BN=BLOCK_N,
-        CAUSAL=mask is None)
+        query, key, value, out, index, count, q, k, scaling, *_strides(query, key, value, out), ib, iq, cb, cq,
+        G=g, GP=max(16, triton.next_power_of_2(g)), D=d, BD=BD, BN=BLOCK_N, CAUSAL=mask is None)
     return out
+
+
+def _strides(query, key, value, out) -> tuple:
+    return (query.stride(0), query.stride(1), query.stride(2), key.stride(0), key.stride(1), key.stride(2),
+            value.stride(0), value.stride(1), value.stride(2), out.stride(0), out.stride(1), out.stride(2))
