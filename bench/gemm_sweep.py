@@ -7,12 +7,14 @@ not assumed: for every weight shape a decision's prefill multiplies by (a random
 gate/up, down, lm_head and the fused q/k/v and gate/up), random inputs, each candidate tile under each reduction
 family (``BK`` with ``SPLIT`` 1) computes rows ``11 .. 11+M`` at M in :data:`CHECKED` and must equal, bit for bit
 (``torch.equal``), the family's reference tile (:data:`TILES`' first, the old single config) over all rows; the
-compiled instruction (``wgmma`` / ``mma.sync``) of each is recorded. Controls: the two families' references
-differ, as does cuBLAS. Only tiles identical on every shape and row count are eligible.
+compiled instruction (``wgmma`` / ``mma.sync``) of each is recorded, and whether the two families' references
+and cuBLAS (``F.linear``) are equal (controls; on the H200 all three are: ``gemm-sweep-h200-3.json``). Only tiles
+identical on every shape and row count are eligible.
 
-Then each eligible config is timed (``triton.testing.do_bench``, L2 flushed, median) at the row counts of
-:data:`BUCKETS`; per shape the reduction family with the least summed cost over the buckets is kept, and each
-bucket takes that family's fastest tile (cost: time over the best time at that row count). Prints JSON
+Then each eligible config is timed (GPU time of a CUDA graph of calls over copies of the weight: no host launch
+cost, weights read from memory, not L2) at the row counts of :data:`BUCKETS`; per shape the reduction family with
+the least summed cost over the buckets is kept, and each bucket takes that family's fastest tile (cost: time over
+the best time at that row count). Prints JSON
 (``bench/results/gemm-sweep-h200-3.json``); ``--write`` stores the picks for this device in
 ``typedlm/runner/invariant/gemm_configs.json`` (what the GEMM reads: per shape ``BK``, ``SPLIT`` and the buckets).
 
@@ -25,7 +27,6 @@ import time
 
 import torch
 import torch.nn.functional as F
-import triton.testing
 
 from typedlm.bench.models import ARCHS
 from typedlm.runner.invariant import triton_ops
@@ -33,6 +34,7 @@ from typedlm.runner.invariant import triton_ops
 arch = sys.argv[1] if len(sys.argv) > 1 else "qwen2.5-7b"
 DEV, DTYPE = "cuda", torch.bfloat16
 CHECKED = (1, 7, 64, 170, 300, 1000, 2048)  # row counts whose bits are compared with the reference's
+SPREAD = 256 << 20  # bytes of weight copies a timed graph reads (> 2x the L2)
 OFFSET = 11  # the checked rows start here: a row sits elsewhere in its tile than in the reference pass
 BUCKETS = {16: (16,), 32: (32,), 64: (64,), 128: (128,), 256: (256,), 512: (384, 512), 1024: (1024,),
            None: (2048,)}  # most rows of a bucket (None: any) -> the row counts timed for it
@@ -106,16 +108,35 @@ def check(label: str, N: int, K: int, configs: list, out: dict) -> None:
         out["identical"].setdefault(k, True)
 
 
+def gpu_ms(fn, reps: int = 5) -> float:
+    """GPU milliseconds of ``fn`` replayed as a CUDA graph (no host launch cost: as in the score graphs)."""
+    fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    g.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        g.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / reps
+
+
 def timings(N: int, K: int, configs: list) -> dict:
-    w = torch.randn(N, K, device=DEV, dtype=DTYPE) * 0.02
+    """ms per call at each timed row count: a graph of calls over copies of the weight (>= 256 MB in all, so
+    each call reads its weight from memory, not the 50 MB L2, as a model's layers do)."""
+    copies = max(1, -(-SPREAD // (N * K * 2)))
+    ws = [torch.randn(N, K, device=DEV, dtype=DTYPE) * 0.02 for _ in range(copies)]
     ms = {"cublas": {}}
     for m in sorted({m for ms_ in BUCKETS.values() for m in ms_}):
         x = torch.randn(m, K, device=DEV, dtype=DTYPE)
-        ms["cublas"][m] = triton.testing.do_bench(lambda: F.linear(x, w), warmup=2, rep=4, return_mode="median")
+        ms["cublas"][m] = gpu_ms(lambda: [F.linear(x, w) for w in ws]) / copies
         for c in configs:
             triton_ops.SHAPE_CONFIGS[(N, K)] = c
-            ms.setdefault(key(c), {})[m] = triton.testing.do_bench(lambda: triton_ops.linear(x, w), warmup=2, rep=4,
-                                                                    return_mode="median")
+            ms.setdefault(key(c), {})[m] = gpu_ms(lambda: [triton_ops.linear(x, w) for w in ws]) / copies
         triton_ops.SHAPE_CONFIGS.pop((N, K))
     return ms
 
