@@ -8,14 +8,14 @@ gate/up, down, lm_head and the fused q/k/v and gate/up), random inputs, each can
 family (``BK`` with ``SPLIT`` 1) computes rows ``11 .. 11+M`` at M in :data:`CHECKED` and must equal, bit for bit
 (``torch.equal``), the family's reference tile (:data:`TILES`' first, the old single config) over all rows; the
 compiled instruction (``wgmma`` / ``mma.sync``) of each is recorded, and whether the two families' references
-and cuBLAS (``F.linear``) are equal (controls; on the H200 all three are: ``gemm-sweep-h200-3.json``). Only tiles
+and cuBLAS (``F.linear``) are equal (controls; on the H200 all three are: ``gemm-sweep-h200-4.json``). Only tiles
 identical on every shape and row count are eligible.
 
 Then each eligible config is timed (GPU time of a CUDA graph of calls over copies of the weight: no host launch
 cost, weights read from memory, not L2) at the row counts of :data:`BUCKETS`; per shape the reduction family with
 the least summed cost over the buckets is kept, and each bucket takes that family's fastest tile (cost: time over
 the best time at that row count). Prints JSON
-(``bench/results/gemm-sweep-h200-3.json``); ``--write`` stores the picks for this device in
+(``bench/results/gemm-sweep-h200-4.json``); ``--write`` stores the picks for this device in
 ``typedlm/runner/invariant/gemm_configs.json`` (what the GEMM reads: per shape ``BK``, ``SPLIT`` and the buckets).
 
     python bench/gemm_sweep.py qwen2.5-7b --write
