@@ -11,8 +11,8 @@ device only; the tile settings (``BM``, ``BN``, ``GROUP``, warps, stages) may de
 shape a list of row-count buckets: small tiles where few rows would leave most SMs idle). Tiles only cut the output:
 on the H200 every row has the same bits under all 21 configs tried (12 tiles: BM 16-256, BN 64-256, 4/8 warps,
 3/4 stages, mma.sync and wgmma) at 1-2,048 rows, checked by the sweep before it picks
-(``bench/results/gemm-sweep-h200-4.json``). There ``BK`` 64 vs 128 and cuBLAS gave the same bits too (each element is one chain of k16 MMAs in K order); ``BK``
-stays fixed per shape all the same (Triton's interpreter and other devices differ).
+(``bench/results/gemm-sweep-h200-4.json``). There ``BK`` 64 vs 128 and cuBLAS gave the same bits too (each
+element is one chain of k16 MMAs in K order); ``BK`` stays fixed per shape all the same (the interpreter differs).
 RMSNorm reduces one row per program over a fixed-width block.
 Unlike :mod:`.ops`' fixed row tiles over cuBLAS, nothing is padded and each weight is read once per pass.
 """
