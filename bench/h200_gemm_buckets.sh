@@ -5,7 +5,7 @@
 # Files: $OUT/results.tgz (re-packed after every step), $OUT/log.txt.   bash bench/h200_gemm_buckets.sh
 set -u
 r=$OUT/r; mkdir -p "$r"; m="1x NVIDIA H200 (lent)"; export PYTHONUNBUFFERED=1 TRITON_PRINT_AUTOTUNING=0
-step() { local t=$1; shift; echo "== $* ($(date +%T))"; timeout "$t" "$@"; echo "== rc $? ($(date +%T))";
+step() { local t=$1; shift; echo "== $* ($(date +%T))" >&2; timeout "$t" "$@"; echo "== rc $? ($(date +%T))" >&2;
          tar czf "$OUT/results.tgz" -C "$r" .; }
 {
 step 60 python3 bench/attention_tiles.py > "$r/attention-tiles-h200.json"
@@ -22,3 +22,4 @@ step 120 python3 -m typedlm bench decide --arch qwen2.5-7b --device cuda --invar
     --many 64 --many-runs 2 --machine "$m" --out "$r/decide-invariance-h200-5.json"
 step 70 python3 bench/invariant_prefill.py qwen2.5-7b 1000,2000 > "$r/invariant-prefill-h200.json"
 } 2>&1 | tee "$OUT/log.txt"
+rm -rf "$r"  # all in results.tgz (at most 8 files come back)
