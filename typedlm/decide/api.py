@@ -20,7 +20,7 @@ from typing import Any
 from ..engine import Engine
 from ..errors import TypedLMError
 from ..runner.prefix_cache import reused_by, tally
-from .batches import Scored, merged_usage, question_score, score_prompts
+from .batches import Scored, merged_usage, question_scores, score_prompts
 from .depends import given_text, waves as dependency_waves
 from .joint import pins, solve_fields
 from .options import DecideOptions
@@ -171,9 +171,9 @@ def _prior_and_calibration(job: Job, engine: Engine, wplan: Plan, tie_fields, id
     sc = adjust(wplan, s.scores, mode, logs)
     ties = near_ties(wplan, sc, tie_fields, drift(engine)) if tie_fields and max_rows != 1 else []
     if ties:
-        picked = rescore_one_row(engine, wplan, ids, ties, s.stats)
-        sc = adjust(wplan, [question_score(q, qi, picked) if q.field in ties else old
-                            for qi, (q, old) in enumerate(zip(wplan.questions, s.scores))], mode, logs)
+        fresh = question_scores(wplan, [rescore_one_row(engine, wplan, ids, ties, s.stats)])[0]
+        sc = adjust(wplan, [new if q.field in ties else old
+                            for q, new, old in zip(wplan.questions, fresh, s.scores)], mode, logs)
     if bundle is not None:
         sc = bundle.apply(wplan, sc)
     return sc, ties

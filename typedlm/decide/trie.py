@@ -82,6 +82,7 @@ class Layout:
     """The branch points of several tries (a plan's questions) in one flat order, for scoring many contexts at
     once: point ``g`` is trie ``t``'s point ``p`` in trie order; candidates flattened the same way."""
     points: tuple[tuple[int, int], ...]  # (trie, point) per flat point
+    offsets: tuple[int, ...]  # per trie: its first flat point
     children: torch.Tensor  # [points, width] long: each point's allowed ids, padded with 0
     widths: tuple[tuple[int, torch.Tensor], ...]  # (children count w, flat points with w children)
     steps: tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], ...]  # step s: (candidate, point, child)
@@ -91,9 +92,10 @@ class Layout:
 
 def layout(tries: list[Trie]) -> Layout:
     """Flat index tables of ``tries``: step ``s`` holds every candidate's ``s``-th branch point on its path."""
-    points, kids, steps, cands = [], [], [], []
+    points, kids, steps, cands, offsets = [], [], [], [], []
     for t, trie in enumerate(tries):
         first, c0 = len(points), sum(n for _, n in cands)
+        offsets.append(first)
         points += [(t, p) for p in range(len(trie.points))]
         kids += [bp.children for bp in trie.points]
         for m in range(len(trie.paths)):
@@ -109,7 +111,7 @@ def layout(tries: list[Trie]) -> Layout:
     def groups(sizes: list[int]) -> tuple:
         return tuple((w, torch.tensor([i for i, x in enumerate(sizes) if x == w])) for w in sorted(set(sizes)))
 
-    return Layout(tuple(points), children, groups([len(k) for k in kids]),
+    return Layout(tuple(points), tuple(offsets), children, groups([len(k) for k in kids]),
                   tuple(tuple(torch.tensor(col) for col in zip(*step)) for step in steps), tuple(cands),
                   groups([n for _, n in cands]))
 
