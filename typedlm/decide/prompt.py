@@ -54,9 +54,17 @@ def prompt_record(plan: Plan) -> dict:
             if ex else None}
 
 
-def render_user(plan: Plan, context: str, given: str | None = None) -> str:
-    """The user message; ``given`` (a dependency wave's "Given: ..." line) follows the text."""
+def render_user(plan: Plan, context: str, given: str | None = None, head: str | None = None) -> str:
+    """The user message; ``given`` (a dependency wave's "Given: ..." line) follows the text. ``head``:
+    :func:`user_head` of ``plan`` when the caller has it (many contexts)."""
     nonce = nonce_for(context)
+    # the per-context part (from the fence on): the head is shared by every context of the plan
+    return "\n".join([head if head is not None else user_head(plan), f"<text-{nonce}>", context, f"</text-{nonce}>",
+                      *(["", given] if given else [])])
+
+
+def user_head(plan: Plan) -> str:
+    """The user message up to the fence: the description, every question, the examples and the data line."""
     s = plan.schema
     lines = [s.description or "Read the text and answer every question about it.", "",
              'Answer in JSON. Each question gives its key and the allowed values, e.g. {"key":value}.']
@@ -84,8 +92,6 @@ def render_user(plan: Plan, context: str, given: str | None = None) -> str:
                          + f'. Also give "{f.name}.count": how many apply (0 to {len(opts)}).')
     lines += render_examples(plan)
     lines += ["", DATA_LINE]
-    # the per-context part (from the fence on): everything above is shared by every context of the plan
-    lines += [f"<text-{nonce}>", context, f"</text-{nonce}>", *(["", given] if given else [])]
     return "\n".join(lines)
 
 
@@ -133,8 +139,9 @@ def prompts_ids(engine: Engine, plan: Plan, contexts: list[str], givens: list[st
     whatever the context ("you.\\n" | "<text-"), where byte-level BPE pre-tokenizers always cut; the first
     prompt is also tokenized whole and compared, and a tokenizer for which the split changes the ids (one that
     marks the start of every text, say) gets every prompt whole, still in one batch (``tests/test_decide_prompt_ids.py``)."""
-    givens = givens or [None] * len(contexts)
-    texts, specials = zip(*(engine.prompt_text(**prompt_kwargs(engine, plan, c, g)) for c, g in zip(contexts, givens)))
+    givens, head = givens or [None] * len(contexts), user_head(plan)
+    texts, specials = zip(*(engine.prompt_text(**prompt_kwargs(engine, plan, c, g, head))
+                            for c, g in zip(contexts, givens)))
     tok, specials = engine.tokenizer, specials[0]
     if len(texts) == 1:
         return [tok.encode(texts[0], add_special_tokens=specials)]
@@ -154,9 +161,11 @@ def content_free_ids(engine: Engine, plan: Plan, context: str) -> list[int]:
     return engine.encode_prompt(**prompt_kwargs(engine, plan, context))
 
 
-def prompt_kwargs(engine: Engine, plan: Plan, context: str, given: str | None = None) -> dict:
-    """``prompt=`` or ``messages=`` for this engine (chat template when it has one)."""
-    user = render_user(plan, context, given)
+def prompt_kwargs(engine: Engine, plan: Plan, context: str, given: str | None = None, head: str | None = None
+                  ) -> dict:
+    """``prompt=`` or ``messages=`` for this engine (chat template when it has one); ``head``: as for
+    :func:`render_user`."""
+    user = render_user(plan, context, given, head)
     if engine.chat.has_template:
         return {"messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]}
     return {"prompt": f"{SYSTEM}\n\n{user}\n\nAnswer:\n"}

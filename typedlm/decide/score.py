@@ -22,6 +22,7 @@ only within one pass of at most :data:`MAX_PASS_TOKENS` queries (bench/results/d
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -213,12 +214,7 @@ def _pass_packed(engine: Engine, plan: Plan, part: list[Row], cache, prefix_len:
 def shared_prefix(ids_all: list[list[int]]) -> int:
     """Length of the longest common token prefix of the prompts (one prompt: all of it). The prompt
     layout puts system + schema + questions before the per-context fence, so it is at least that part."""
-    first = ids_all[0]
-    n = min(len(i) for i in ids_all)
-    for k in range(n):
-        if any(ids[k] != first[k] for ids in ids_all[1:]):
-            return k
-    return n
+    return len(os.path.commonprefix(ids_all))  # compares only the least and greatest prompts
 
 
 def _pass_bytes(engine: Engine, q: int, k: int, reads: int) -> int:
