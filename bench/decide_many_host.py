@@ -8,9 +8,11 @@ split into parts by cumulative time of the functions that do them (the parts do 
 
     forward      the model calls (``ModelRunner.forward``): device work on a GPU
     log-probs    the full-vocabulary log-softmax and gathers on the logits (``score._gather``): device work on a GPU
+    mask         the pass's bool mask made additive (``ModelRunner._additive``): device work on a GPU
     prompts      rendering + tokenizing the prompts (``api.prepare``)
     trie         branch-point log-probs -> question scores (``trie.score_trie`` / ``trie.score_tries``)
     host other   the rest: pass layout (token trees, masks, positions), prior, constraints, result assembly
+Also the Python function calls of that call (``python_calls``): a host measure the machine's load does not change.
 
     python bench/decide_many_host.py --contexts 64 --runs 3 --json bench/results/decide-many-host-cpu.json
 """
@@ -33,6 +35,7 @@ import torch
 PARTS = {  # part -> functions ("file:function") whose cumulative time it is
     "forward": [r"runner/model_runner\.py:\d+\(forward\)"],
     "log-probs": [r"decide/score\.py:\d+\(_gather\)", r"decide/score\.py:\d+\(_log_probs\)"],
+    "mask": [r"runner/model_runner\.py:\d+\(_additive\)"],
     "prompts": [r"decide/api\.py:\d+\(prepare\)"],
     "trie": [r"decide/trie\.py:\d+\(score_trie\)", r"decide/trie\.py:\d+\(score_tries\)"],
 }
@@ -105,7 +108,7 @@ def main() -> None:
            "shared_prefix_tokens": ds[0].usage["shared_prefix_tokens"],
            "rescored_fields": sum(f.score_source == "rescored_one_row" for d in ds for f in d.fields.values()),
            "wall_s": walls, "wall_p50_s": statistics.median(walls), "profiled_wall_s": profiled,
-           "parts_s": split, "host_s": split["prompts"] + split["trie"] + split["host other"]}
+           "parts_s": split, "python_calls": stats.total_calls, "host_s": split["prompts"] + split["trie"] + split["host other"]}
     print(json.dumps(out, indent=1))
     if a.json:
         with open(a.json, "w") as fh:
@@ -115,6 +118,7 @@ def main() -> None:
         print(f"| {k} | {v:.3f} | {v / profiled:.0%} |")
     print(f"| **host (prompts + trie + other)** | **{out['host_s']:.3f}** | {out['host_s'] / profiled:.0%} |")
     print(f"| wall under cProfile | {profiled:.3f} | |\n| wall p50 of {a.runs}, no profiler | {out['wall_p50_s']:.3f} | |")
+    print(f"| Python function calls | {stats.total_calls:,} | |")
     if a.top:
         stats.sort_stats("tottime").print_stats(a.top)
 

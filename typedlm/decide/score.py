@@ -153,9 +153,15 @@ def _log_probs(engine: Engine, plan: Plan, logits: torch.Tensor, idx: list[int],
     ``[len(idx), width]``: the full-vocabulary log-probabilities (padded lm_head ids excluded) of the allowed
     children of flat point ``points[k]`` (``plan.layout.children`` order)."""
     flat = logits.reshape(-1, logits.shape[-1])
-    rows_t = flat.index_select(0, device_tensor(idx, flat.device)).float()[:, : engine.tokenizer_vocab_size]
+    used = sorted(set(idx))
+    if len(used) < flat.shape[0]:  # rows no read needs (expand's padding): not softmaxed
+        flat = flat.index_select(0, device_tensor(used, flat.device))
+        at = {u: k for k, u in enumerate(used)}
+        idx = [at[i] for i in idx]
+    rows_t = flat.float()[:, : engine.tokenizer_vocab_size]  # log-softmax is row by row: no reordering copy
     lsm = invariant_log_softmax(rows_t) if getattr(engine.runner, "invariant", False) else torch.log_softmax(rows_t, -1)
-    return lsm.gather(1, to_device(plan.layout.children[torch.tensor(points, dtype=torch.long)], lsm.device))
+    kids = to_device(plan.layout.children[torch.tensor(points, dtype=torch.long)], lsm.device)
+    return lsm[device_tensor(idx, lsm.device)[:, None], kids]
 
 
 def _pass_expand(engine: Engine, plan: Plan, part: list[Row], cache, prefix_len: int) -> tuple[dict, int]:
