@@ -16,6 +16,7 @@ code = meaning). Booleans and counts are the same in both modes.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import string
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from ..engine import Engine
 from ..grammar.spec import canonical_json
 from .schema import DecisionSchema, Field, SchemaError
-from .trie import Trie, build_trie
+from .trie import Layout, Trie, build_trie, layout
 
 SCORING_MODES = ("labels", "slots")
 DEFAULT_SCORING = "labels"  # chosen by measurement: docs/ARCHITECTURE.md, "Decisions"
@@ -57,6 +58,15 @@ class Plan:
     questions: tuple[Question, ...]
     rows: tuple[Row, ...]
     codes: dict  # field -> {choice value: shown code}; labels mode: value -> value
+
+    @functools.cached_property
+    def layout(self) -> Layout:
+        """Every question's branch points in one flat order (scores of many contexts in one step)."""
+        return layout([q.trie for q in self.questions])
+
+    def point(self, question: int, point: int) -> int:
+        """The flat index (``layout``) of ``question``'s branch point ``point``."""
+        return self.layout.offsets[question] + point
 
     def shown(self, field: str, value: str) -> str:
         return self.codes[field][value]
