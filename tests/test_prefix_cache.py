@@ -271,6 +271,33 @@ def test_decide_reuses_the_plan_prefix_with_the_same_probabilities(eng, cache, p
         assert_same(a, b)
 
 
+def test_auto_packing_scores_a_cached_prompt_in_one_forward(eng, cache, monkeypatch):
+    """Off CUDA, ``auto`` is ``packed`` (a causal prefill + the row tree) until the prefix cache holds the prompt's
+    plan prefix; then the uncached rest and the rows go in one forward (``fused``), with the same probabilities."""
+    import math
+
+    import typedlm.decide.api as api
+
+    monkeypatch.setattr(api, "drift", lambda e: -math.inf)  # no near-tie rescoring: count the scoring forwards only
+    fed = []
+    forward = eng.runner.forward
+    monkeypatch.setattr(eng.runner, "forward",
+                        lambda ids, c=None, **kw: fed.append(ids.shape[1]) or forward(ids, c, **kw))
+    cache.set_limit(0)
+    ref = decide(SCHEMA, TICKETS[1], engine=eng, prior="none")
+    assert ref.usage["packing"] == "packed" and len(fed) == 2
+    cache.set_limit(1 << 30)
+    first = decide(SCHEMA, TICKETS[0], engine=eng, prior="none")
+    assert first.usage["packing"] == "packed" and first.usage["cached_prompt_tokens"] == 0
+    fed.clear()
+    later = decide(SCHEMA, TICKETS[1], engine=eng, prior="none")
+    assert later.usage["packing"] == "fused" and later.usage["passes"] == 1
+    n, m = later.usage["prompt_tokens"], later.usage["cached_prompt_tokens"]
+    assert m > 0.8 * n - 40 and fed == [n - m + later.usage["scored_tokens"]]  # the rest and the row tree, one forward
+    assert_same(later, ref)
+    assert decide(SCHEMA, TICKETS[1], engine=eng, prior="none", packing="packed").usage["packing"] == "packed"
+
+
 def test_prefill_prefixes_batches_the_prompts_on_their_cached_prefix(eng, cache):
     """decide_many's batched prefill (contexts whose rows do not fit one pass): prompts with the same cached
     prefix share one forward of their rests; the KV equals each prompt's own prefill (fp32)."""

@@ -161,6 +161,15 @@ class PrefixCache:
             seen.append((ids, got.length))
         return got
 
+    def peek(self, ids: list[int]) -> int:
+        """Tokens of ``ids`` a lookup would read from the cache now (whole blocks); counts nothing, touches no
+        block (a caller choosing how to compute a prompt)."""
+        if not self.enabled:
+            return 0
+        with self._lock:
+            self._check_stamp()
+            return len(self._walk(ids, len(ids))) * self.block
+
     def _walk(self, ids: list[int], limit: int) -> list[Block]:
         path: list[Block] = []
         parent = None
