@@ -422,3 +422,20 @@ def test_serve_setting_from_flag_env_and_its_bad_value():
     assert resolve_settings({}, env={}).prefix_cache_gb is None  # the device's default
     with pytest.raises(ConfigError, match="prefix-cache-gb"):
         resolve_settings({"prefix_cache_gb": -1.0}, env={})
+
+
+def test_prefix_reuse_stages_host_lists_through_device_tensor():
+    """A ``torch.tensor(..., device=)`` or ``.to(device)`` of a host tensor copies from pageable memory, which on CUDA
+    waits for every queued kernel: the prefix-cache modules go through ``runner.tensors`` like the rest of the runner."""
+    import ast
+    import inspect
+
+    import typedlm.runner.prefix_cache as pc
+    import typedlm.runner.prefix_reuse as pr
+
+    for mod in (pc, pr):
+        for node in ast.walk(ast.parse(inspect.getsource(mod))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                assert not (node.func.attr in ("tensor", "as_tensor") and any(k.arg == "device" for k in node.keywords)), \
+                    (mod.__name__, node.lineno)
+                assert node.func.attr != "to", (mod.__name__, node.lineno)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from .prefix_cache import PrefixCache, from_hf, to_hf
+from .tensors import device_tensor, to_device
 
 
 class WeightsStamp:
@@ -52,7 +53,7 @@ def prefill_rows(cache: PrefixCache, kv, prompts: list[list[int]], slots: list[i
     out: list = [None] * len(prompts)
     for rows in groups.values():
         h = hits[rows[0]]
-        ids = torch.tensor([prompts[i][h.length:] for i in rows], device=device)
+        ids = device_tensor([prompts[i][h.length:] for i in rows], device)
         logits = kv.prefill(ids, [slots[i] for i in rows], past=h.kv())
         for j, i in enumerate(rows):
             out[i] = logits[j]
@@ -68,7 +69,7 @@ def prefill_prompt(runner, ids: list[int]):
     hit = cache.match(ids)
     past = to_hf(hit.kv()) if hit.length else None
     if hit.length < len(ids):
-        _, past = runner.forward(torch.tensor([ids[hit.length:]], device=runner.device), past, **runner._keep(1))
+        _, past = runner.forward(device_tensor([ids[hit.length:]], runner.device), past, **runner._keep(1))
     cache.insert(ids, lambda a, b: from_hf(past, 0, a, b))
     return past
 
@@ -107,8 +108,8 @@ def _forward_rests(runner, rests: list[list[int]], past) -> list:
     for b, row in enumerate(rests):
         ids[b, :len(row)] = torch.tensor(row)
         att[b, m:m + len(row)] = 1
-    _, kv = runner.forward(ids.to(runner.device), None if past is None else to_hf(past, len(rests)),
-                           attention_mask=att.to(runner.device), **runner._keep(1))
+    _, kv = runner.forward(to_device(ids, runner.device), None if past is None else to_hf(past, len(rests)),
+                           attention_mask=to_device(att, runner.device), **runner._keep(1))
     return [DynamicCache(ddp_cache_data=[(lay.keys[b:b + 1, :, :m + len(row)], lay.values[b:b + 1, :, :m + len(row)])
                                          for lay in kv.layers]) for b, row in enumerate(rests)]
 
