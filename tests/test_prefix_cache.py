@@ -19,7 +19,7 @@ from typedlm.errors import TypedLMError
 from typedlm.generate.api import build_sequence
 from typedlm.generate.sampling import SamplingParams
 from typedlm.generate.scheduler import Request, Scheduler, run_batch
-from typedlm.runner.prefix_cache import BLOCK, PrefixCache, configure, reused_by, tally
+from typedlm.runner.prefix_cache import BLOCK, MISS, PrefixCache, configure, reused_by, tally
 from typedlm.testing import tiny_engine
 
 SYSTEM = "You are a support agent for a bank. Answer briefly and politely, and never invent account data. " * 4
@@ -95,6 +95,30 @@ def test_whole_blocks_match_and_give_the_prompts_own_kv():
     assert (c.stats.hits, c.stats.misses, c.stats.cached_tokens) == (2, 1, 32 + 96)
 
 
+def test_insert_after_its_own_lookup_walks_only_the_new_blocks():
+    """A prompt stored after its own lookup (``after=``) follows the matched blocks' parent links instead of hashing
+    their token tuples again (a chat on a 1,000-token cached system prompt: 1 lookup instead of 2 x 63)."""
+    c = PrefixCache(1 << 20)
+    a = list(range(10 * BLOCK))
+    c.insert(a, fake_read(a))
+    b = a + list(range(500, 500 + 3 * BLOCK))
+    hit = c.match(b)
+    keys = []
+
+    class Counting(dict):
+        def get(self, k, d=None):
+            keys.append(k)
+            return super().get(k, d)
+
+    c._blocks = Counting(c._blocks)
+    assert c.insert(b, fake_read(b), after=hit) == 3
+    assert len(keys) == 1 + 1 + 1 + 3  # the match still held?; the first new block (absent); still held?; each new one
+    assert c.match(b).kv()[0, 0, 0, :, 0].tolist() == b
+    stale = c.match(a)
+    c.clear()  # the lookup's blocks are gone: the walk starts over
+    assert c.insert(a, fake_read(a), after=stale) == 10 and c.match(a).length == len(a)
+
+
 def test_lru_evicts_leaves_and_churn_never_grows_past_the_bound():
     rng = random.Random(0)
     one = BLOCK * 2 * 2 * 4  # bytes of one fake block (float32)
@@ -105,7 +129,7 @@ def test_lru_evicts_leaves_and_churn_never_grows_past_the_bound():
         hit = c.match(ids)
         if hit.length:  # what comes back is always the prompt's own KV
             assert hit.kv()[0, 0, 0, :, 0].tolist() == ids[:hit.length]
-        c.insert(ids, fake_read(ids))
+        c.insert(ids, fake_read(ids), after=hit if i % 2 else MISS)
         assert c.stats.bytes <= c.limit_bytes and c.stats.blocks * one == c.stats.bytes
     assert c.stats.evictions > 1000 and c.stats.hits > 1000
     # every held block's parent is held too (leaves go first)

@@ -59,7 +59,7 @@ def prefill_rows(cache: PrefixCache, kv, prompts: list[list[int]], slots: list[i
             out[i] = logits[j]
     for p, s, h in zip(prompts, slots, hits):
         kv.note_cached(s, h.length)
-        cache.insert(p, lambda a, b, s=s: kv.read(s, a, b))
+        cache.insert(p, lambda a, b, s=s: kv.read(s, a, b), after=h)
     return torch.stack(out)
 
 
@@ -70,7 +70,7 @@ def prefill_prompt(runner, ids: list[int]):
     past = to_hf(hit.kv()) if hit.length else None
     if hit.length < len(ids):
         _, past = runner.forward(device_tensor([ids[hit.length:]], runner.device), past, **runner._keep(1))
-    cache.insert(ids, lambda a, b: from_hf(past, 0, a, b))
+    cache.insert(ids, lambda a, b: from_hf(past, 0, a, b), after=hit)
     return past
 
 
@@ -92,8 +92,8 @@ def prefill_prompts(runner, ids_list: list[list[int]]) -> list:
         if todo:
             for i, kv in zip(todo, _forward_rests(runner, [ids_list[i][m:] for i in todo], past)):
                 out[i] = kv
-    for ids, kv in zip(ids_list, out):
-        cache.insert(ids, lambda a, b, kv=kv: from_hf(kv, 0, a, b))
+    for ids, kv, h in zip(ids_list, out, hits):
+        cache.insert(ids, lambda a, b, kv=kv: from_hf(kv, 0, a, b), after=h)
     return out
 
 
