@@ -95,7 +95,7 @@ def test_run_stepwise_without_streams(tiny):
         sched.stop()
 
 
-def test_parallel_forwards_run_beside_the_steps_not_between(tiny, streaming, monkeypatch):
+def test_parallel_forwards_run_beside_the_steps_not_between(tiny, streaming, monkeypatch, no_prefix_cache):
     """Parallel mode: no decide forward is queued on the engine thread, the stream keeps decoding while
     the decision runs on its own thread, and the decision is the one computed alone."""
     sched, times = streaming

@@ -108,7 +108,7 @@ def test_worker_passes_boundaries_only_inside_slices_while_streams_decode():
     assert sum(x > free_from for x in passes) > 20
 
 
-def test_without_streams_a_sliced_decision_never_waits(tiny):
+def test_without_streams_a_sliced_decision_never_waits(tiny, no_prefix_cache):
     p = presets.load(PRESET)
     sched, slices = sliced_scheduler(tiny)
     try:

@@ -19,7 +19,7 @@ from typedlm.errors import TypedLMError
 from typedlm.generate.api import build_sequence
 from typedlm.generate.sampling import SamplingParams
 from typedlm.generate.scheduler import Request, Scheduler, run_batch
-from typedlm.runner.prefix_cache import BLOCK, PrefixCache, configure, reused_by, tally
+from typedlm.runner.prefix_cache import BLOCK, MISS, PrefixCache, configure, reused_by, tally
 from typedlm.testing import tiny_engine
 
 SYSTEM = "You are a support agent for a bank. Answer briefly and politely, and never invent account data. " * 4
@@ -95,6 +95,30 @@ def test_whole_blocks_match_and_give_the_prompts_own_kv():
     assert (c.stats.hits, c.stats.misses, c.stats.cached_tokens) == (2, 1, 32 + 96)
 
 
+def test_insert_after_its_own_lookup_walks_only_the_new_blocks():
+    """A prompt stored after its own lookup (``after=``) follows the matched blocks' parent links instead of hashing
+    their token tuples again (a chat on a 1,000-token cached system prompt: 1 lookup instead of 2 x 63)."""
+    c = PrefixCache(1 << 20)
+    a = list(range(10 * BLOCK))
+    c.insert(a, fake_read(a))
+    b = a + list(range(500, 500 + 3 * BLOCK))
+    hit = c.match(b)
+    keys = []
+
+    class Counting(dict):
+        def get(self, k, d=None):
+            keys.append(k)
+            return super().get(k, d)
+
+    c._blocks = Counting(c._blocks)
+    assert c.insert(b, fake_read(b), after=hit) == 3
+    assert len(keys) == 1 + 1 + 1 + 3  # the match still held?; the first new block (absent); still held?; each new one
+    assert c.match(b).kv()[0, 0, 0, :, 0].tolist() == b
+    stale = c.match(a)
+    c.clear()  # the lookup's blocks are gone: the walk starts over
+    assert c.insert(a, fake_read(a), after=stale) == 10 and c.match(a).length == len(a)
+
+
 def test_lru_evicts_leaves_and_churn_never_grows_past_the_bound():
     rng = random.Random(0)
     one = BLOCK * 2 * 2 * 4  # bytes of one fake block (float32)
@@ -105,7 +129,7 @@ def test_lru_evicts_leaves_and_churn_never_grows_past_the_bound():
         hit = c.match(ids)
         if hit.length:  # what comes back is always the prompt's own KV
             assert hit.kv()[0, 0, 0, :, 0].tolist() == ids[:hit.length]
-        c.insert(ids, fake_read(ids))
+        c.insert(ids, fake_read(ids), after=hit if i % 2 else MISS)
         assert c.stats.bytes <= c.limit_bytes and c.stats.blocks * one == c.stats.bytes
     assert c.stats.evictions > 1000 and c.stats.hits > 1000
     # every held block's parent is held too (leaves go first)
@@ -271,6 +295,33 @@ def test_decide_reuses_the_plan_prefix_with_the_same_probabilities(eng, cache, p
         assert_same(a, b)
 
 
+def test_auto_packing_scores_a_cached_prompt_in_one_forward(eng, cache, monkeypatch):
+    """Off CUDA, ``auto`` is ``packed`` (a causal prefill + the row tree) until the prefix cache holds the prompt's
+    plan prefix; then the uncached rest and the rows go in one forward (``fused``), with the same probabilities."""
+    import math
+
+    import typedlm.decide.api as api
+
+    monkeypatch.setattr(api, "drift", lambda e: -math.inf)  # no near-tie rescoring: count the scoring forwards only
+    fed = []
+    forward = eng.runner.forward
+    monkeypatch.setattr(eng.runner, "forward",
+                        lambda ids, c=None, **kw: fed.append(ids.shape[1]) or forward(ids, c, **kw))
+    cache.set_limit(0)
+    ref = decide(SCHEMA, TICKETS[1], engine=eng, prior="none")
+    assert ref.usage["packing"] == "packed" and len(fed) == 2
+    cache.set_limit(1 << 30)
+    first = decide(SCHEMA, TICKETS[0], engine=eng, prior="none")
+    assert first.usage["packing"] == "packed" and first.usage["cached_prompt_tokens"] == 0
+    fed.clear()
+    later = decide(SCHEMA, TICKETS[1], engine=eng, prior="none")
+    assert later.usage["packing"] == "fused" and later.usage["passes"] == 1
+    n, m = later.usage["prompt_tokens"], later.usage["cached_prompt_tokens"]
+    assert m > 0.8 * n - 40 and fed == [n - m + later.usage["scored_tokens"]]  # the rest and the row tree, one forward
+    assert_same(later, ref)
+    assert decide(SCHEMA, TICKETS[1], engine=eng, prior="none", packing="packed").usage["packing"] == "packed"
+
+
 def test_prefill_prefixes_batches_the_prompts_on_their_cached_prefix(eng, cache):
     """decide_many's batched prefill (contexts whose rows do not fit one pass): prompts with the same cached
     prefix share one forward of their rests; the KV equals each prompt's own prefill (fp32)."""
@@ -395,3 +446,20 @@ def test_serve_setting_from_flag_env_and_its_bad_value():
     assert resolve_settings({}, env={}).prefix_cache_gb is None  # the device's default
     with pytest.raises(ConfigError, match="prefix-cache-gb"):
         resolve_settings({"prefix_cache_gb": -1.0}, env={})
+
+
+def test_prefix_reuse_stages_host_lists_through_device_tensor():
+    """A ``torch.tensor(..., device=)`` or ``.to(device)`` of a host tensor copies from pageable memory, which on CUDA
+    waits for every queued kernel: the prefix-cache modules go through ``runner.tensors`` like the rest of the runner."""
+    import ast
+    import inspect
+
+    import typedlm.runner.prefix_cache as pc
+    import typedlm.runner.prefix_reuse as pr
+
+    for mod in (pc, pr):
+        for node in ast.walk(ast.parse(inspect.getsource(mod))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                assert not (node.func.attr in ("tensor", "as_tensor") and any(k.arg == "device" for k in node.keywords)), \
+                    (mod.__name__, node.lineno)
+                assert node.func.attr != "to", (mod.__name__, node.lineno)

@@ -121,7 +121,7 @@ def run(job: Job, *, engine: Engine | None = None, budget_bytes: int = DEFAULT_B
     wrapper of it that runs the forwards (the server's interleaving ``SteppedEngine``)."""
     t0 = time.perf_counter()
     engine, plan, opts = engine or job.engine, job.plan, job.options
-    packing = resolve_packing(opts.packing, engine)
+    packing = resolve_packing(opts.packing, engine, job.prompts)
 
     def score(p: Plan, ids: list[list[int]]) -> list[Scored]:
         return score_prompts(engine, p, ids, packing, budget_bytes, max_rows)

@@ -186,6 +186,11 @@ class ModelRunner:
         with self._scoring():
             return prefill_prompts(self, ids_list)
 
+    def cached_prefix(self, ids: list[int]) -> int:
+        """Tokens of a decision prompt ``ids`` its scoring would read from the prefix cache now (nothing counted)."""
+        with self._scoring():  # the tree the scoring lookups walk (invariant KV is kept apart)
+            return self.prefix_cache.peek(ids)
+
     @torch.inference_mode()
     def score(self, ids: list[int], prefix, positions: list[int], allow: torch.Tensor, read: list[int],
               keep: int | None = None):

@@ -161,10 +161,21 @@ class PrefixCache:
             seen.append((ids, got.length))
         return got
 
-    def _walk(self, ids: list[int], limit: int) -> list[Block]:
-        path: list[Block] = []
-        parent = None
-        for a in range(0, limit - self.block + 1, self.block):
+    def peek(self, ids: list[int]) -> int:
+        """Tokens of ``ids`` a lookup would read from the cache now (whole blocks); counts nothing, touches no
+        block (a caller choosing how to compute a prompt)."""
+        if not self.enabled:
+            return 0
+        with self._lock:
+            self._check_stamp()
+            return len(self._walk(ids, len(ids))) * self.block
+
+    def _walk(self, ids: list[int], limit: int, after: Match = MISS) -> list[Block]:
+        """The cached blocks of ``ids[:limit]``; ``after`` (a match of a prefix of ``ids``, still held): the walk
+        resumes past it (its blocks are followed by their parent links, no token tuple hashed)."""
+        path = self._chain(after.block)[: limit // self.block] if self._held(after.block) else []
+        parent = path[-1] if path else None
+        for a in range(len(path) * self.block, limit - self.block + 1, self.block):
             b = self._blocks.get((id(parent) if parent else _root(), tuple(ids[a:a + self.block])))
             if b is None:
                 break
@@ -172,17 +183,31 @@ class PrefixCache:
             parent = b
         return path
 
+    def _held(self, b: Block | None) -> bool:
+        """Is ``b`` still in the cache? (its ancestors then are too: a block with children is never evicted)"""
+        return b is not None and self._blocks.get(self._lru.get(id(b))) is b
+
+    @staticmethod
+    def _chain(b: Block | None) -> list[Block]:
+        chain = []
+        while b is not None:
+            chain.append(b)
+            b = b.parent
+        return chain[::-1]
+
     # -- store ----------------------------------------------------------------------------------------
-    def insert(self, ids: list[int], read: Callable[[int, int], torch.Tensor], upto: int | None = None) -> int:
+    def insert(self, ids: list[int], read: Callable[[int, int], torch.Tensor], upto: int | None = None,
+               after: Match = MISS) -> int:
         """Store the whole blocks of ``ids[:upto]`` not held yet; ``read(a, b)`` gives the KV of tokens
         ``[a, b)`` (``[layers, 2, kv_heads, b - a, head_dim]``), called once for the missing range.
+        ``after``: this prompt's own lookup, so its matched blocks are not walked again.
         Returns the number of blocks added."""
         if not self.enabled:
             return 0
         n = len(ids) if upto is None else min(upto, len(ids))
         n -= n % self.block
         with self._lock:  # no weights check here: the lookup before it made one, and KV computed before a change
-            path = self._walk(ids, n)  # is dropped by the next lookup (checking here could keep it under the new stamp)
+            path = self._walk(ids, n, after)  # is dropped by the next lookup (checking here could keep it under the new stamp)
         start = len(path) * self.block
         if start >= n:
             return 0
@@ -190,8 +215,7 @@ class PrefixCache:
         parts = kv.split(self.block, dim=3)
         added = 0
         with self._lock:
-            path = self._walk(ids, start)  # the path may have changed meanwhile (eviction, another insert)
-            if len(path) * self.block != start:
+            if path and not self._held(path[-1]):  # evicted meanwhile (a block is dropped only once childless)
                 return 0
             parent = path[-1] if path else None
             chain = list(path)

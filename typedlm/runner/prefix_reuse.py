@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from .prefix_cache import PrefixCache, from_hf, to_hf
+from .tensors import device_tensor, to_device
 
 
 class WeightsStamp:
@@ -52,13 +53,13 @@ def prefill_rows(cache: PrefixCache, kv, prompts: list[list[int]], slots: list[i
     out: list = [None] * len(prompts)
     for rows in groups.values():
         h = hits[rows[0]]
-        ids = torch.tensor([prompts[i][h.length:] for i in rows], device=device)
+        ids = device_tensor([prompts[i][h.length:] for i in rows], device)
         logits = kv.prefill(ids, [slots[i] for i in rows], past=h.kv())
         for j, i in enumerate(rows):
             out[i] = logits[j]
     for p, s, h in zip(prompts, slots, hits):
         kv.note_cached(s, h.length)
-        cache.insert(p, lambda a, b, s=s: kv.read(s, a, b))
+        cache.insert(p, lambda a, b, s=s: kv.read(s, a, b), after=h)
     return torch.stack(out)
 
 
@@ -68,8 +69,8 @@ def prefill_prompt(runner, ids: list[int]):
     hit = cache.match(ids)
     past = to_hf(hit.kv()) if hit.length else None
     if hit.length < len(ids):
-        _, past = runner.forward(torch.tensor([ids[hit.length:]], device=runner.device), past, **runner._keep(1))
-    cache.insert(ids, lambda a, b: from_hf(past, 0, a, b))
+        _, past = runner.forward(device_tensor([ids[hit.length:]], runner.device), past, **runner._keep(1))
+    cache.insert(ids, lambda a, b: from_hf(past, 0, a, b), after=hit)
     return past
 
 
@@ -91,8 +92,8 @@ def prefill_prompts(runner, ids_list: list[list[int]]) -> list:
         if todo:
             for i, kv in zip(todo, _forward_rests(runner, [ids_list[i][m:] for i in todo], past)):
                 out[i] = kv
-    for ids, kv in zip(ids_list, out):
-        cache.insert(ids, lambda a, b, kv=kv: from_hf(kv, 0, a, b))
+    for ids, kv, h in zip(ids_list, out, hits):
+        cache.insert(ids, lambda a, b, kv=kv: from_hf(kv, 0, a, b), after=h)
     return out
 
 
@@ -107,8 +108,8 @@ def _forward_rests(runner, rests: list[list[int]], past) -> list:
     for b, row in enumerate(rests):
         ids[b, :len(row)] = torch.tensor(row)
         att[b, m:m + len(row)] = 1
-    _, kv = runner.forward(ids.to(runner.device), None if past is None else to_hf(past, len(rests)),
-                           attention_mask=att.to(runner.device), **runner._keep(1))
+    _, kv = runner.forward(to_device(ids, runner.device), None if past is None else to_hf(past, len(rests)),
+                           attention_mask=to_device(att, runner.device), **runner._keep(1))
     return [DynamicCache(ddp_cache_data=[(lay.keys[b:b + 1, :, :m + len(row)], lay.values[b:b + 1, :, :m + len(row)])
                                          for lay in kv.layers]) for b, row in enumerate(rests)]
 

@@ -126,18 +126,18 @@ class StaticKV(SlotCache):
         with self._lock:
             for s in slots:
                 self.length[s] = m
-            if m:
-                slot_t = device_tensor(slots, self.dev)
+            for s in slots if m else ():  # plain slice copies: no index tensor staged, no index_put
                 for i in range(len(self.layers)):
-                    self.k[i][slot_t, :, :m] = past[i, 0]
-                    self.v[i][slot_t, :, :m] = past[i, 1]
+                    self.k[i][s, :, :m].copy_(past[i, 0])
+                    self.v[i][s, :, :m].copy_(past[i, 1])
             if self.short.fits(g, t):  # a graph per row: still far cheaper than the eager forward
                 return torch.cat([self.short.run(ids[i], s, m) for i, s in enumerate(slots)])
             return self._extend(ids, slots, [t] * g)
 
     def read(self, slot: int, a: int, b: int) -> torch.Tensor:
         """KV of tokens ``[a, b)`` of ``slot`` -> ``[layers, 2, kv_heads, b - a, head_dim]`` (a copy)."""
-        return torch.stack([torch.stack((k[slot, :, a:b], v[slot, :, a:b])) for k, v in zip(self.k, self.v)])
+        parts = [x for k, v in zip(self.k, self.v) for x in (k[slot, :, a:b], v[slot, :, a:b])]
+        return torch.stack(parts).unflatten(0, (len(self.k), 2))  # one copy of every layer's K and V
 
     @torch.inference_mode()
     def step(self, tokens: list[int] | torch.Tensor, slots: list[int]) -> torch.Tensor:
