@@ -26,6 +26,9 @@ class Emitter:
 
     def __init__(self, n):
         self.n = n  # the run (:class:`.rewrites.Normalizer`): its state and its other parts, named explicitly
+        # build the automata only our EBNF reads (xgrammar): a string's ``x-typedlm-string``, an object's key
+        # classes; off for llguidance's core form (strings) and for jsonschema probes (both)
+        self.string_automata, self.key_automata = n.automata, True
 
     def emit(self, d) -> dict:
         if not d:
@@ -46,10 +49,17 @@ class Emitter:
         return branches[0] if len(branches) == 1 else {"anyOf": branches}
 
     def emit_standalone(self, d) -> dict:
-        out = self.emit(d)
-        if self.n.cyclic:
-            out = {"allOf": [out], "$defs": {self.n.def_name(c): self.emit(self.n.memo[c]) for c in self.n.cyclic
-                                             if c in self.n.memo}}
+        """``d`` as a whole schema for a jsonschema probe: standard keywords only (jsonschema ignores the
+        ``x-typedlm-*`` ones, whose automata took most of a probe's time and could refuse a branch the probe
+        then dropped)."""
+        saved, self.string_automata, self.key_automata = (self.string_automata, self.key_automata), False, False
+        try:
+            out = self.emit(d)
+            if self.n.cyclic:
+                out = {"allOf": [out], "$defs": {self.n.def_name(c): self.emit(self.n.memo[c])
+                                                 for c in self.n.cyclic if c in self.n.memo}}
+        finally:
+            self.string_automata, self.key_automata = saved
         return out
 
     def emit_contains(self, b, out, pre) -> bool:
@@ -154,7 +164,7 @@ class Emitter:
             return self.emit_number(b)
         out = {"type": b.type}
         if isinstance(b, String):
-            return emit_string(b)
+            return emit_string(b, self.string_automata)
         elif isinstance(b, Array):
             pre = list(b.prefix or [])
             mx = b.max_items
@@ -178,8 +188,9 @@ class Emitter:
             props, pats = b.properties, b.patterns or {}
             # measured: xgrammar lets any extra key through beside properties and patternProperties; it
             # mishandles names that need JSON escapes; one pattern alone it enforces
-            if len(pats) > 1 or (props and pats) or b.names is not None or any(map(needs_escape, props)) \
-                    or not all(xgrammar_safe(rewrite_pattern(pat)) for pat in pats):
+            if self.key_automata and (len(pats) > 1 or (props and pats) or b.names is not None
+                                      or any(map(needs_escape, props))
+                                      or not all(xgrammar_safe(rewrite_pattern(pat)) for pat in pats)):
                 classes = self.key_classes(b)
                 if classes is None:
                     return None
@@ -264,11 +275,12 @@ class Emitter:
         return out
 
 
-def emit_string(b: String) -> dict | None:
+def emit_string(b: String, automata: bool = True) -> dict | None:
     """A string branch. Patterns go to the grammar as their automaton (:mod:`.strings`: exact, JSON
     escapes included, lengths counted, several patterns intersected, excluded ones complemented) —
     required beside lengths or several patterns; else a format's regex, or a pattern whose automaton
-    is too large, stays xgrammar's ``pattern``."""
+    is too large, stays xgrammar's ``pattern``. Without ``automata`` (llguidance, probes): the standard
+    keywords only, which mean the same."""
     out = {"type": "string", **{k: v for k, v in (("minLength", b.min_length), ("maxLength", b.max_length),
                                                  ("pattern", b.pattern), ("format", b.format)) if v is not None}}
     if b.also:
@@ -278,7 +290,7 @@ def emit_string(b: String) -> dict | None:
     patterns = ((b.pattern,) if b.pattern is not None else ()) + b.also
     counted = b.min_length is not None or b.max_length is not None
     must = b.also or b.excluded or counted  # xgrammar's own lengths admit no JSON escape
-    if not must and (b.pattern is None or b.pattern in FORMAT_REGEXES):
+    if not automata or not must and (b.pattern is None or b.pattern in FORMAT_REGEXES):
         return out
     try:
         spec = length_spec(patterns, b.excluded, b.min_length or 0, b.max_length)

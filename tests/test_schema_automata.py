@@ -1,0 +1,83 @@
+"""The automata our EBNF reads (``x-typedlm-string``) are built only where they are used: for xgrammar's
+grammar, not for llguidance's core form (``prepare_schema(automata=False)``) nor for the jsonschema probes
+that filter an enum (issue 22 item 7: they were most of the normalizer's time on the slow corpus schemas)."""
+
+import pytest
+import xgrammar as xgr
+
+from typedlm.errors import GrammarCompileError
+from typedlm.grammar.compiler import Grammars
+from typedlm.grammar.controller import accepts_text
+from typedlm.grammar.llg import LLGrammar
+from typedlm.grammar.schema import prepare_schema
+from typedlm.grammar.spec import make_constraint
+
+# 86 automaton states x 61 counted lengths: past the product our EBNF writes (strings.MAX_STATES)
+EMAIL_ISH = {"type": "string", "pattern": "^[a-z]{1,40}@[a-z]{1,40}\\.com$", "maxLength": 60}
+
+SCHEMAS = [
+    {"type": "string", "pattern": "^[a-z]+$", "maxLength": 4},
+    {"type": "object", "properties": {"a": {"type": "string", "minLength": 2},
+                                      "b": {"type": "string", "pattern": "^20", "format": "date"}}},
+    {"oneOf": [{"type": "string", "pattern": "A"}, {"type": "string", "pattern": "B"}]},
+    {"anyOf": [{"type": "string", "pattern": "^[0-9]+$", "maxLength": 3}, {"type": "integer"}]},
+]
+
+
+def _without(node, key):
+    if isinstance(node, dict):
+        return {k: _without(v, key) for k, v in node.items() if k != key}
+    if isinstance(node, list):
+        return [_without(x, key) for x in node]
+    return node
+
+
+@pytest.mark.parametrize("schema", SCHEMAS)
+def test_the_core_form_without_automata_is_the_same_schema(schema):
+    full = prepare_schema(schema)
+    assert "x-typedlm-string" in str(full)
+    lean = prepare_schema(schema, automata=False)
+    assert "x-typedlm-string" not in str(lean)
+    assert lean == _without(full, "x-typedlm-string")
+
+
+def test_an_enum_probe_builds_no_automaton():
+    """Filtering an enum by a string branch is jsonschema's job: the branch's automaton (too large for our
+    grammar) was built for the probe and refused the schema, though the result is two enum values."""
+    schema = {**EMAIL_ISH, "anyOf": [{"enum": ["ab@cd.com", "x"]}, {"const": "zz@yy.com"}]}
+    assert prepare_schema(schema) == {"anyOf": [{"enum": ["ab@cd.com"]}, {"enum": ["zz@yy.com"]}]}
+
+
+@pytest.fixture(scope="module")
+def engines(tiny):
+    return {e: Grammars(tiny.grammars.tokenizer_info, engine=e) for e in ("xgrammar", "llguidance", "auto")}
+
+
+def _compile(grammars, schema):
+    return grammars.compile(make_constraint(json_schema=schema, any_whitespace=False))[0]
+
+
+def test_a_pattern_too_large_for_our_length_counter_is_llguidances(engines):
+    """xgrammar needs our pattern x length product and refuses past its size; llguidance reads the pattern
+    and maxLength itself, exactly."""
+    with pytest.raises(GrammarCompileError, match="maxLength"):
+        _compile(engines["xgrammar"], EMAIL_ISH)
+    for name in ("llguidance", "auto"):
+        compiled = _compile(engines[name], EMAIL_ISH)
+        assert isinstance(compiled, LLGrammar)
+        assert accepts_text(compiled, '"ab@cd.com"')
+        assert not accepts_text(compiled, '"ab@cd.org"')
+        assert accepts_text(compiled, '"' + "a" * 40 + "@" + "b" * 15 + '.com"')  # 60 characters
+        assert not accepts_text(compiled, '"' + "a" * 40 + "@" + "b" * 16 + '.com"')  # 61
+
+
+def test_auto_falling_back_to_xgrammar_gets_the_automata(engines):
+    """llguidance declines ``contains``; the xgrammar grammar ``auto`` builds instead still counts lengths
+    beside a pattern (its core form is normalized again, with the automata)."""
+    schema = {"type": "object", "properties": {"a": {"type": "string", "pattern": "^[a-z]+$", "maxLength": 3},
+                                               "b": {"type": "array", "contains": {"const": 1}}}}
+    compiled = _compile(engines["auto"], schema)
+    assert isinstance(compiled, xgr.CompiledGrammar)
+    assert accepts_text(compiled, '{"a":"abc","b":[1]}')
+    assert not accepts_text(compiled, '{"a":"abcd","b":[1]}')
+    assert not accepts_text(compiled, '{"a":"ab1","b":[1]}')
