@@ -1,6 +1,7 @@
 """The automata our EBNF reads (``x-typedlm-string``) are built only where they are used: for xgrammar's
 grammar, not for llguidance's core form (``prepare_schema(automata=False)``) nor for the jsonschema probes
-that filter an enum (issue 22 item 7: they were most of the normalizer's time on the slow corpus schemas)."""
+that filter an enum (issue 22 item 7: they were most of the normalizer's time on the slow corpus schemas);
+and a ``contains`` that counts as the array's length becomes ``minItems``/``maxItems``, which llguidance reads."""
 
 import pytest
 import xgrammar as xgr
@@ -81,3 +82,37 @@ def test_auto_falling_back_to_xgrammar_gets_the_automata(engines):
     assert accepts_text(compiled, '{"a":"abc","b":[1]}')
     assert not accepts_text(compiled, '{"a":"abcd","b":[1]}')
     assert not accepts_text(compiled, '{"a":"ab1","b":[1]}')
+
+
+@pytest.mark.parametrize("schema,core", [
+    ({"type": "array", "items": {"type": "string"}, "contains": {"type": "string"}, "minContains": 2, "maxContains": 3},
+     {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": 3}),
+    ({"type": "array", "items": {"type": "string"}, "minItems": 1, "contains": {"type": ["null", "string"]}},
+     {"type": "array", "items": {"type": "string"}, "minItems": 1}),
+    ({"type": "array", "items": {"type": "integer"}, "contains": {"type": "string"}, "minContains": 0,
+      "maxContains": 1}, {"type": "array", "items": {"type": "integer"}}),
+    ({"type": "array", "items": {"type": "integer"}, "contains": {"type": "string"}}, {"anyOf": []}),
+])
+def test_a_contains_every_item_matches_or_none_is_a_length(schema, core):
+    """Counted by the array's length (or never): minItems/maxItems, which llguidance reads (it has no
+    ``contains``: MaskBench's ``Github_medium---o70035`` went to xgrammar for seconds)."""
+    assert prepare_schema(schema) == core
+
+
+def test_a_contains_that_splits_the_items_keeps_its_counter(engines):
+    schema = {"type": "array", "items": {"type": "integer"}, "contains": {"minimum": 5}, "maxContains": 1}
+    assert "x-typedlm-contains" in prepare_schema(schema)
+    compiled = _compile(engines["auto"], schema)
+    assert isinstance(compiled, xgr.CompiledGrammar)
+    assert accepts_text(compiled, "[1,6,2]") and not accepts_text(compiled, "[1,2]")
+    assert not accepts_text(compiled, "[6,7]")
+
+
+def test_llguidance_takes_a_contains_counted_by_length(engines):
+    schema = {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"},
+                                                        "contains": {"type": "string"}, "maxContains": 2}},
+              "required": ["tags"]}
+    compiled = _compile(engines["auto"], schema)
+    assert isinstance(compiled, LLGrammar)
+    assert accepts_text(compiled, '{"tags":["a","b"]}')
+    assert not accepts_text(compiled, '{"tags":[]}') and not accepts_text(compiled, '{"tags":["a","b","c"]}')

@@ -81,6 +81,9 @@ class Emitter:
         prefix = [classes(x) for x in pre]
         tail = classes(any_() if b.items is None else b.items)
         bounds = [[mn, mx] for _, mn, mx in cs]
+        counted = counted_by_length(bounds, [{m for m, _ in x} for x in prefix + [tail]], out)
+        if counted is not None:
+            return counted
         try:
             auto = contains_automaton(bounds, out.get("minItems", 0), out.get("maxItems"),
                                       [{m for m, _ in x} for x in prefix], {m for m, _ in tail})
@@ -273,6 +276,28 @@ class Emitter:
         out["x-typedlm-residues"] = {"modulus": modulus, "residues": sorted(good), "values": values, "pos": pos,
                                      "neg": neg}
         return out
+
+
+def counted_by_length(bounds, masks: list[set], out: dict) -> bool | None:
+    """``contains`` counts as the array's length where every item the array can hold matches it, and as 0
+    where none does: then its bounds become ``minItems``/``maxItems`` of emitted array ``out`` (exact, and a
+    form llguidance reads: it has no ``contains``). ``masks``: per prefix position, then for the items after,
+    the classes (bit j: matches contains j) an item there can have. True: done; False: no array satisfies
+    the bounds; None: some ``contains`` splits the items (the counter automaton is needed)."""
+    lo, hi = out.get("minItems", 0), out.get("maxItems")
+    for j, (mn, mx) in enumerate(bounds):
+        bits = {m >> j & 1 for ms in masks for m in ms}
+        if bits == {1}:  # count = length
+            lo, hi = max(lo, mn), mx if hi is None else hi if mx is None else min(hi, mx)
+        elif bits <= {0}:  # count = 0
+            if mn > 0:
+                return False
+        else:
+            return None
+    if hi is not None and lo > hi:
+        return False
+    out.update({"minItems": lo} if lo else {}, **({"maxItems": hi} if hi is not None else {}))
+    return True
 
 
 def emit_string(b: String, automata: bool = True) -> dict | None:
