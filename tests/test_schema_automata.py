@@ -1,4 +1,4 @@
-"""The automata our EBNF reads (``x-typedlm-string``) are built only where they are used: for xgrammar's
+"""The automata our EBNF reads (``x-typedlm-string``, ``x-typedlm-object``) are built only where they are used: for xgrammar's
 grammar, not for llguidance's core form (``prepare_schema(automata=False)``) nor for the jsonschema probes
 that filter an enum (issue 22 item 7: they were most of the normalizer's time on the slow corpus schemas);
 and a ``contains`` that counts as the array's length becomes ``minItems``/``maxItems``, which llguidance reads."""
@@ -22,14 +22,17 @@ SCHEMAS = [
                                       "b": {"type": "string", "pattern": "^20", "format": "date"}}},
     {"oneOf": [{"type": "string", "pattern": "A"}, {"type": "string", "pattern": "B"}]},
     {"anyOf": [{"type": "string", "pattern": "^[0-9]+$", "maxLength": 3}, {"type": "integer"}]},
+    {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string", "maxLength": 2}},
+     "patternProperties": {"^x": {"type": "string"}}, "additionalProperties": False},
 ]
+PRIVATE = ("x-typedlm-string", "x-typedlm-object")
 
 
-def _without(node, key):
+def _without(node, keys):
     if isinstance(node, dict):
-        return {k: _without(v, key) for k, v in node.items() if k != key}
+        return {k: _without(v, keys) for k, v in node.items() if k not in keys}
     if isinstance(node, list):
-        return [_without(x, key) for x in node]
+        return [_without(x, keys) for x in node]
     return node
 
 
@@ -38,8 +41,8 @@ def test_the_core_form_without_automata_is_the_same_schema(schema):
     full = prepare_schema(schema)
     assert "x-typedlm-string" in str(full)
     lean = prepare_schema(schema, automata=False)
-    assert "x-typedlm-string" not in str(lean)
-    assert lean == _without(full, "x-typedlm-string")
+    assert not any(k in str(lean) for k in PRIVATE)
+    assert lean == _without(full, PRIVATE)
 
 
 def test_an_enum_probe_builds_no_automaton():
@@ -116,3 +119,19 @@ def test_llguidance_takes_a_contains_counted_by_length(engines):
     assert isinstance(compiled, LLGrammar)
     assert accepts_text(compiled, '{"tags":["a","b"]}')
     assert not accepts_text(compiled, '{"tags":[]}') and not accepts_text(compiled, '{"tags":["a","b","c"]}')
+
+
+@pytest.mark.parametrize("schema,good,bad", [
+    ({"type": "object", "properties": {"a": {"type": "integer"}}, "patternProperties": {"^b": {"type": "string"}},
+      "additionalProperties": False}, ['{"a":1,"bx":"s"}', '{"b":"t"}'], ['{"c":1}', '{"bx":1}', '{"a":"s"}']),
+    ({"type": "object", "properties": {'a"b': {"type": "integer"}}, "required": ['a"b'], "additionalProperties": False},
+     ['{"a\\"b":1}'], ['{"ab":1}', '{"a\\"b":"x"}']),
+])
+def test_llguidance_reads_the_key_sets_our_key_classes_spell_out(engines, schema, good, bad):
+    """Without ``x-typedlm-object`` llguidance enforces properties, patternProperties, names needing escapes
+    itself; the xgrammar grammar (our key classes) agrees on every text."""
+    for name in ("llguidance", "xgrammar"):
+        compiled = _compile(engines[name], schema)
+        assert isinstance(compiled, LLGrammar) == (name == "llguidance")
+        assert all(accepts_text(compiled, t) for t in good), name
+        assert not any(accepts_text(compiled, t) for t in bad), name

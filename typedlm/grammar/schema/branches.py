@@ -128,6 +128,9 @@ _PLAIN = {"null": Scalar("null"), "boolean": Scalar("boolean"), "number": Number
           "string": String(), "array": Array(), "object": Object()}
 
 
+_PLAIN_IDS = frozenset(map(id, _PLAIN.values()))
+
+
 def plain(t: str):
     """The branch of JSON type ``t`` (or ``integer``) without keywords."""
     return _PLAIN[t]
@@ -154,7 +157,7 @@ def is_plain(b) -> bool:
 
 
 def is_any(d) -> bool:
-    return len(d) >= len(TYPES) and set(TYPES) <= {b.type for b in d if is_plain(b)}
+    return len(d) >= len(TYPES) and set(TYPES) <= {b.type for b in d if id(b) in _PLAIN_IDS or is_plain(b)}
 
 
 def is_num(v) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+from .algebra import whole_match
 from .branches import NOTHING, Array, Enum, Number, Object, Ref, String, any_, is_plain, needs_escape
 from .ebnf import contains_automaton
 from .keys import TooLarge, anything as any_key, lengths as key_lengths, meet, names as key_names
@@ -27,8 +28,11 @@ class Emitter:
     def __init__(self, n):
         self.n = n  # the run (:class:`.rewrites.Normalizer`): its state and its other parts, named explicitly
         # build the automata only our EBNF reads (xgrammar): a string's ``x-typedlm-string``, an object's key
-        # classes; off for llguidance's core form (strings) and for jsonschema probes (both)
-        self.string_automata, self.key_automata = n.automata, True
+        # classes (``x-typedlm-object``); off for llguidance's core form and for jsonschema probes, which read
+        # the standard keywords beside them (same meaning)
+        self.string_automata = self.key_automata = n.automata
+        self.probes: dict[int, tuple] = {}  # id(branch) -> (branch, its probe schema)
+        self.probe_defs: dict[int, dict] = {}  # $ref target key -> its definition in probes
 
     def emit(self, d) -> dict:
         if not d:
@@ -48,19 +52,35 @@ class Emitter:
             return dict(NOTHING)
         return branches[0] if len(branches) == 1 else {"anyOf": branches}
 
-    def emit_standalone(self, d) -> dict:
-        """``d`` as a whole schema for a jsonschema probe: standard keywords only (jsonschema ignores the
-        ``x-typedlm-*`` ones, whose automata took most of a probe's time and could refuse a branch the probe
-        then dropped)."""
+    def probe(self, b) -> dict:
+        """Branch ``b`` as a schema jsonschema checks a value against (an enum filtered by ``b``): the standard
+        keywords only (jsonschema ignores ``x-typedlm-*``, whose automata took most of a probe's time and could
+        refuse a branch the probe then dropped), patterns whole-match (:func:`.algebra.whole_match`), with the
+        recursive definitions. Cached per branch and per definition (a branch is frozen, a definition final
+        once in the memo): an enum meets the same branch again and again."""
+        hit = self.probes.get(id(b))
+        if hit is None:
+            out = whole_match(self.standard(lambda: self.emit([b])))
+            if self.n.cyclic:
+                out = {"allOf": [out], "$defs": {self.n.def_name(c): self.probe_def(c) for c in self.n.cyclic
+                                                 if c in self.n.memo}}
+            if self.n.cyclic <= self.n.memo.keys():  # else a definition still being built is left out
+                self.probes[id(b)] = (b, out)  # b kept: its id stays its own
+            return out
+        return hit[1]
+
+    def probe_def(self, key: int) -> dict:
+        if key not in self.probe_defs:
+            self.probe_defs[key] = whole_match(self.standard(lambda: self.emit(self.n.memo[key])))
+        return self.probe_defs[key]
+
+    def standard(self, emit):
+        """``emit()`` with the automata off: standard keywords only."""
         saved, self.string_automata, self.key_automata = (self.string_automata, self.key_automata), False, False
         try:
-            out = self.emit(d)
-            if self.n.cyclic:
-                out = {"allOf": [out], "$defs": {self.n.def_name(c): self.emit(self.n.memo[c])
-                                                 for c in self.n.cyclic if c in self.n.memo}}
+            return emit()
         finally:
             self.string_automata, self.key_automata = saved
-        return out
 
     def emit_contains(self, b, out, pre) -> bool:
         """Add ``contains`` (and for the grammar, the item classes, see :mod:`.ebnf`) to emitted array

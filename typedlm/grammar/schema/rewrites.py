@@ -78,7 +78,7 @@ class Normalizer:
                  automata: bool = True):
         self.root = root
         self.deadline = deadline
-        self.automata = automata  # emit the string automata our EBNF (xgrammar) needs
+        self.automata = automata  # emit the automata our EBNF (xgrammar) needs
         self.draft = draft_of(root)
         try:
             resource = referencing.Resource.from_contents(root, default_specification=self.draft.spec)
@@ -157,9 +157,9 @@ def prepare_schema(schema: dict, *, lenient: bool = False, registry: referencing
     ``lenient``: compile the schema as given even where it would not be enforced.
     ``registry``: documents that remote ``$ref`` s may point to (nothing is ever fetched).
     ``deadline``: ``time.monotonic()`` value past which the rewrite gives up (GrammarCompileError).
-    ``automata``: build the string automata our EBNF for xgrammar reads (``x-typedlm-string``); off for
-    llguidance, which reads patterns and lengths itself (the same core form without them: faster, and no
-    refusal of a pattern × length product too large for a grammar of ours)."""
+    ``automata``: build the automata our EBNF for xgrammar reads (``x-typedlm-string``, ``x-typedlm-object``);
+    off for llguidance, which reads patterns, lengths and key sets itself (the same core form without them:
+    faster, and no refusal of an automaton too large for a grammar of ours)."""
     try:
         return Normalizer(copy.deepcopy(schema), registry, deadline, automata).run()
     except Refuse as r:
