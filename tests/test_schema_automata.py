@@ -135,3 +135,17 @@ def test_llguidance_reads_the_key_sets_our_key_classes_spell_out(engines, schema
         assert isinstance(compiled, LLGrammar) == (name == "llguidance")
         assert all(accepts_text(compiled, t) for t in good), name
         assert not any(accepts_text(compiled, t) for t in bad), name
+
+
+def test_property_counts_beside_patterns_are_llguidances(engines):
+    """Our key classes cannot count keys (refused for xgrammar); without them llguidance reads
+    ``maxProperties`` beside ``patternProperties`` itself (MaskBench ``Handwritten---dep8``)."""
+    schema = {"type": "object", "properties": {"b": {"type": "string"}}, "required": ["b"],
+              "patternProperties": {"^a": {"type": "integer"}}, "additionalProperties": False, "maxProperties": 2}
+    with pytest.raises(GrammarCompileError, match="maxProperties"):
+        _compile(engines["xgrammar"], schema)
+    compiled = _compile(engines["auto"], schema)
+    assert isinstance(compiled, LLGrammar)
+    assert accepts_text(compiled, '{"b":"x","a1":1}') and accepts_text(compiled, '{"b":"x"}')
+    assert not accepts_text(compiled, '{"b":"x","a1":1,"a2":2}') and not accepts_text(compiled, '{"b":"x","c":1}')
+    assert not accepts_text(compiled, '{"b":"x","a1":"y"}') and not accepts_text(compiled, '{"a1":1}')
