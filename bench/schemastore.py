@@ -186,10 +186,10 @@ def run_one(row: dict, lenient: bool = False) -> dict:
         return json.dumps(x, ensure_ascii=False, separators=(",", ":"))
 
     try:
-        core = prepare_schema(schema, registry=registry)
+        core = prepare_schema(schema, registry=registry, automata=False)  # key order only: no automata needed
     except GrammarCompileError:  # relaxed: the grammar's key order is the relaxed schema's
         try:
-            core = prepare_schema(relax_schema(schema, registry)[0], lenient=True, registry=registry)
+            core = prepare_schema(relax_schema(schema, registry)[0], lenient=True, registry=registry, automata=False)
         except NotRelaxable:  # the compiler gave xgrammar the schema as written: not a relaxed compile
             return {**out, "refused": "not relaxable"}
     ordered = [in_core_order(x, core, core.get("$defs", {})) for x in valid]

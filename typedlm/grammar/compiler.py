@@ -161,14 +161,15 @@ class Grammars:
     def _build(self, c: Constraint, deadline: float) -> Compiled:
         try:
             if c.kind in LLG_KINDS:
-                schema = self._core_schema(c, deadline) if c.kind == "json_schema" else c.value
                 engine = c.engine or self.engine
-                if engine != "xgrammar":
+                if engine != "xgrammar":  # llguidance's core form: no automata (it reads patterns, lengths)
                     try:
-                        return self._build_llg(c, schema)
+                        return self._build_llg(c, self._core_schema(c, deadline, automata=False)
+                                               if c.kind == "json_schema" else c.value)
                     except NotForLLGuidance:
                         if engine == "llguidance":
                             raise
+                schema = self._core_schema(c, deadline) if c.kind == "json_schema" else c.value
                 if c.kind == "json_schema" and needs_grammar(schema):
                     return self.compiler.compile_grammar(to_ebnf(
                         schema, any_whitespace=c.any_whitespace, strict=c.strict,
@@ -204,13 +205,14 @@ class Grammars:
                               max_whitespace=MAX_WHITESPACE if c.any_whitespace else None)
         return LLGrammar(llg_tokenizer(self.tokenizer_info), grammar)
 
-    def _core_schema(self, c: Constraint, deadline: float) -> dict:
-        """The core form of a json_schema constraint. ``lenient``: where a keyword is refused, the
+    def _core_schema(self, c: Constraint, deadline: float, automata: bool = True) -> dict:
+        """The core form of a json_schema constraint (``automata``: with those our EBNF for xgrammar reads,
+        see :func:`.schema.prepare_schema`). ``lenient``: where a keyword is refused, the
         superset that drops only what must go (:func:`.relax.relax_schema`), with a
         :class:`.relax.RelaxedSchemaWarning`; the output is still validated against the original
         schema (``schema_valid``). A schema that cannot be relaxed is compiled as given."""
         try:
-            return prepare_schema(c.value, registry=self.schema_registry, deadline=deadline)
+            return prepare_schema(c.value, registry=self.schema_registry, deadline=deadline, automata=automata)
         except GrammarCompileError as e:
             if not c.lenient or not e.keyword or isinstance(e, EmptySchemaError):
                 raise
@@ -221,7 +223,8 @@ class Grammars:
             places = "; ".join(f"{d['keyword']} at {d['pointer']}: {d['action']}" for d in done)
             with self._lock:
                 self._relaxed[self._key(c)] = f"json_schema partly enforced (the output is validated after): {places}"
-            return prepare_schema(relaxed, lenient=True, registry=self.schema_registry, deadline=deadline)
+            return prepare_schema(relaxed, lenient=True, registry=self.schema_registry, deadline=deadline,
+                                  automata=automata)
 
 
 def _checked_tag(node, lenient: bool, path: str = ""):

@@ -9,7 +9,8 @@ What llguidance gets, and why it is exact: the normalizer stays the single front
 refused / relaxed) and llguidance reads the *core form* it emits. The core form means exactly the schema
 as plain JSON Schema (jsonschema validates outputs against it); its ``x-typedlm-*`` keywords are
 annotations that only tell our EBNF emitter (:mod:`.schema.ebnf`) how to build rules xgrammar's JSON
-Schema subset lacks (lengths beside patterns, key classes, residues), so they are dropped here and
+Schema subset lacks (lengths beside patterns, key classes, residues), so they are dropped here (the
+compiler asks for a core form without the costly ones: ``prepare_schema(automata=False)``) and
 llguidance enforces the keywords themselves: it implements ``minLength``/``maxLength`` beside
 ``pattern`` (regex intersection), escapes counted as one character, ``patternProperties`` exclusions.
 Where it lacks one (``contains``, ``not``, ``minProperties``, ...) it refuses the schema by name

@@ -51,7 +51,7 @@ class Algebra:
             if isinstance(other, Enum):
                 kept = [v for v in e.values if any(same(v, w) for w in other.values)]
             else:
-                probe = whole_match(self.n.emitter.emit_standalone([other]))
+                probe = self.n.emitter.probe(other)
                 kept = [v for v in e.values if self.n.valid(v, probe, p, core=True)]
             return [Enum(kept)] if kept else []
         if isinstance(a, Number) and isinstance(b, Number):

@@ -106,27 +106,38 @@ KEYWORD = {"lo": "minimum", "hi": "maximum", "multiple_of": "multipleOf", "not_m
            "names": "propertyNames", "also": "pattern", "excluded": "pattern"}  # field -> the JSON Schema keyword it holds
 
 
+def _keyword_defaults(cls) -> tuple:
+    """``(field name, default)`` of each keyword field of branch class ``cls`` (computed once per class)."""
+    out = _DEFAULTS.get(cls)
+    if out is None:
+        out = _DEFAULTS[cls] = tuple((f.name, f.default_factory() if f.default is MISSING else f.default)
+                                     for f in fields(cls) if f.name not in BOOKKEEPING)
+    return out
+
+
+_DEFAULTS: dict[type, tuple] = {}
+
+
 def keywords(b) -> list[str]:
     """The keyword fields of a typed branch that constrain it (set, not at their default)."""
-    out = []
-    for f in fields(b):
-        if f.name in BOOKKEEPING:
-            continue
-        if getattr(b, f.name) != (f.default_factory() if f.default is MISSING else f.default):
-            out.append(f.name)
-    return out
+    return [name for name, default in _keyword_defaults(type(b)) if getattr(b, name) != default]
+
+
+# the keyword-free branch of each type: frozen, so one instance serves every use
+_PLAIN = {"null": Scalar("null"), "boolean": Scalar("boolean"), "number": Number(), "integer": Number(integer=True),
+          "string": String(), "array": Array(), "object": Object()}
+
+
+_PLAIN_IDS = frozenset(map(id, _PLAIN.values()))
 
 
 def plain(t: str):
     """The branch of JSON type ``t`` (or ``integer``) without keywords."""
-    if t in ("null", "boolean"):
-        return Scalar(t)
-    return {"number": Number(), "integer": Number(integer=True), "string": String(), "array": Array(),
-            "object": Object()}[t]
+    return _PLAIN[t]
 
 
 def any_() -> list:
-    return [plain(t) for t in TYPES]
+    return [_PLAIN[t] for t in TYPES]
 
 
 def type_of(v) -> str:
@@ -142,11 +153,11 @@ def type_of(v) -> str:
 
 
 def is_plain(b) -> bool:
-    return isinstance(b, TYPED) and not keywords(b)
+    return isinstance(b, TYPED) and all(getattr(b, name) == default for name, default in _keyword_defaults(type(b)))
 
 
 def is_any(d) -> bool:
-    return len(d) >= len(TYPES) and set(TYPES) <= {b.type for b in d if is_plain(b)}
+    return len(d) >= len(TYPES) and set(TYPES) <= {b.type for b in d if id(b) in _PLAIN_IDS or is_plain(b)}
 
 
 def is_num(v) -> bool:

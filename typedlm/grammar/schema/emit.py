@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+from .algebra import whole_match
 from .branches import NOTHING, Array, Enum, Number, Object, Ref, String, any_, is_plain, needs_escape
 from .ebnf import contains_automaton
 from .keys import TooLarge, anything as any_key, lengths as key_lengths, meet, names as key_names
@@ -26,6 +27,12 @@ class Emitter:
 
     def __init__(self, n):
         self.n = n  # the run (:class:`.rewrites.Normalizer`): its state and its other parts, named explicitly
+        # build the automata only our EBNF reads (xgrammar): a string's ``x-typedlm-string``, an object's key
+        # classes (``x-typedlm-object``); off for llguidance's core form and for jsonschema probes, which read
+        # the standard keywords beside them (same meaning)
+        self.string_automata = self.key_automata = n.automata
+        self.probes: dict[int, tuple] = {}  # id(branch) -> (branch, its probe schema)
+        self.probe_defs: dict[int, dict] = {}  # $ref target key -> its definition in probes
 
     def emit(self, d) -> dict:
         if not d:
@@ -45,12 +52,35 @@ class Emitter:
             return dict(NOTHING)
         return branches[0] if len(branches) == 1 else {"anyOf": branches}
 
-    def emit_standalone(self, d) -> dict:
-        out = self.emit(d)
-        if self.n.cyclic:
-            out = {"allOf": [out], "$defs": {self.n.def_name(c): self.emit(self.n.memo[c]) for c in self.n.cyclic
-                                             if c in self.n.memo}}
-        return out
+    def probe(self, b) -> dict:
+        """Branch ``b`` as a schema jsonschema checks a value against (an enum filtered by ``b``): the standard
+        keywords only (jsonschema ignores ``x-typedlm-*``, whose automata took most of a probe's time and could
+        refuse a branch the probe then dropped), patterns whole-match (:func:`.algebra.whole_match`), with the
+        recursive definitions. Cached per branch and per definition (a branch is frozen, a definition final
+        once in the memo): an enum meets the same branch again and again."""
+        hit = self.probes.get(id(b))
+        if hit is None:
+            out = whole_match(self.standard(lambda: self.emit([b])))
+            if self.n.cyclic:
+                out = {"allOf": [out], "$defs": {self.n.def_name(c): self.probe_def(c) for c in self.n.cyclic
+                                                 if c in self.n.memo}}
+            if self.n.cyclic <= self.n.memo.keys():  # else a definition still being built is left out
+                self.probes[id(b)] = (b, out)  # b kept: its id stays its own
+            return out
+        return hit[1]
+
+    def probe_def(self, key: int) -> dict:
+        if key not in self.probe_defs:
+            self.probe_defs[key] = whole_match(self.standard(lambda: self.emit(self.n.memo[key])))
+        return self.probe_defs[key]
+
+    def standard(self, emit):
+        """``emit()`` with the automata off: standard keywords only."""
+        saved, self.string_automata, self.key_automata = (self.string_automata, self.key_automata), False, False
+        try:
+            return emit()
+        finally:
+            self.string_automata, self.key_automata = saved
 
     def emit_contains(self, b, out, pre) -> bool:
         """Add ``contains`` (and for the grammar, the item classes, see :mod:`.ebnf`) to emitted array
@@ -71,6 +101,9 @@ class Emitter:
         prefix = [classes(x) for x in pre]
         tail = classes(any_() if b.items is None else b.items)
         bounds = [[mn, mx] for _, mn, mx in cs]
+        counted = counted_by_length(bounds, [{m for m, _ in x} for x in prefix + [tail]], out)
+        if counted is not None:
+            return counted
         try:
             auto = contains_automaton(bounds, out.get("minItems", 0), out.get("maxItems"),
                                       [{m for m, _ in x} for x in prefix], {m for m, _ in tail})
@@ -154,7 +187,7 @@ class Emitter:
             return self.emit_number(b)
         out = {"type": b.type}
         if isinstance(b, String):
-            return emit_string(b)
+            return emit_string(b, self.string_automata)
         elif isinstance(b, Array):
             pre = list(b.prefix or [])
             mx = b.max_items
@@ -178,8 +211,9 @@ class Emitter:
             props, pats = b.properties, b.patterns or {}
             # measured: xgrammar lets any extra key through beside properties and patternProperties; it
             # mishandles names that need JSON escapes; one pattern alone it enforces
-            if len(pats) > 1 or (props and pats) or b.names is not None or any(map(needs_escape, props)) \
-                    or not all(xgrammar_safe(rewrite_pattern(pat)) for pat in pats):
+            if self.key_automata and (len(pats) > 1 or (props and pats) or b.names is not None
+                                      or any(map(needs_escape, props))
+                                      or not all(xgrammar_safe(rewrite_pattern(pat)) for pat in pats)):
                 classes = self.key_classes(b)
                 if classes is None:
                     return None
@@ -264,11 +298,34 @@ class Emitter:
         return out
 
 
-def emit_string(b: String) -> dict | None:
+def counted_by_length(bounds, masks: list[set], out: dict) -> bool | None:
+    """``contains`` counts as the array's length where every item the array can hold matches it, and as 0
+    where none does: then its bounds become ``minItems``/``maxItems`` of emitted array ``out`` (exact, and a
+    form llguidance reads: it has no ``contains``). ``masks``: per prefix position, then for the items after,
+    the classes (bit j: matches contains j) an item there can have. True: done; False: no array satisfies
+    the bounds; None: some ``contains`` splits the items (the counter automaton is needed)."""
+    lo, hi = out.get("minItems", 0), out.get("maxItems")
+    for j, (mn, mx) in enumerate(bounds):
+        bits = {m >> j & 1 for ms in masks for m in ms}
+        if bits == {1}:  # count = length
+            lo, hi = max(lo, mn), mx if hi is None else hi if mx is None else min(hi, mx)
+        elif bits <= {0}:  # count = 0
+            if mn > 0:
+                return False
+        else:
+            return None
+    if hi is not None and lo > hi:
+        return False
+    out.update({"minItems": lo} if lo else {}, **({"maxItems": hi} if hi is not None else {}))
+    return True
+
+
+def emit_string(b: String, automata: bool = True) -> dict | None:
     """A string branch. Patterns go to the grammar as their automaton (:mod:`.strings`: exact, JSON
     escapes included, lengths counted, several patterns intersected, excluded ones complemented) —
     required beside lengths or several patterns; else a format's regex, or a pattern whose automaton
-    is too large, stays xgrammar's ``pattern``."""
+    is too large, stays xgrammar's ``pattern``. Without ``automata`` (llguidance, probes): the standard
+    keywords only, which mean the same."""
     out = {"type": "string", **{k: v for k, v in (("minLength", b.min_length), ("maxLength", b.max_length),
                                                  ("pattern", b.pattern), ("format", b.format)) if v is not None}}
     if b.also:
@@ -278,7 +335,7 @@ def emit_string(b: String) -> dict | None:
     patterns = ((b.pattern,) if b.pattern is not None else ()) + b.also
     counted = b.min_length is not None or b.max_length is not None
     must = b.also or b.excluded or counted  # xgrammar's own lengths admit no JSON escape
-    if not must and (b.pattern is None or b.pattern in FORMAT_REGEXES):
+    if not automata or not must and (b.pattern is None or b.pattern in FORMAT_REGEXES):
         return out
     try:
         spec = length_spec(patterns, b.excluded, b.min_length or 0, b.max_length)

@@ -74,9 +74,11 @@ class Normalizer:
     handed this run explicitly: ``builder`` (:mod:`.build`), ``algebra`` (:mod:`.algebra`: intersection,
     complement) and ``emitter`` (:mod:`.emit`), over the branch representation (:mod:`.branches`)."""
 
-    def __init__(self, root, registry: referencing.Registry | None = None, deadline: float | None = None):
+    def __init__(self, root, registry: referencing.Registry | None = None, deadline: float | None = None,
+                 automata: bool = True):
         self.root = root
         self.deadline = deadline
+        self.automata = automata  # emit the automata our EBNF (xgrammar) needs
         self.draft = draft_of(root)
         try:
             resource = referencing.Resource.from_contents(root, default_specification=self.draft.spec)
@@ -150,13 +152,16 @@ def find_refusals(schema, registry: referencing.Registry | None = None) -> list[
 
 
 def prepare_schema(schema: dict, *, lenient: bool = False, registry: referencing.Registry | None = None,
-                   deadline: float | None = None) -> dict:
+                   deadline: float | None = None, automata: bool = True) -> dict:
     """The core-form schema to compile (exact), or GrammarCompileError naming keyword and pointer.
     ``lenient``: compile the schema as given even where it would not be enforced.
     ``registry``: documents that remote ``$ref`` s may point to (nothing is ever fetched).
-    ``deadline``: ``time.monotonic()`` value past which the rewrite gives up (GrammarCompileError)."""
+    ``deadline``: ``time.monotonic()`` value past which the rewrite gives up (GrammarCompileError).
+    ``automata``: build the automata our EBNF for xgrammar reads (``x-typedlm-string``, ``x-typedlm-object``);
+    off for llguidance, which reads patterns, lengths and key sets itself (the same core form without them:
+    faster, and no refusal of an automaton too large for a grammar of ours)."""
     try:
-        return Normalizer(copy.deepcopy(schema), registry, deadline).run()
+        return Normalizer(copy.deepcopy(schema), registry, deadline, automata).run()
     except Refuse as r:
         if lenient:
             return schema

@@ -11,9 +11,9 @@ object branch covers another only when the other's present keys are its own, in 
 
 from __future__ import annotations
 
-from dataclasses import fields, is_dataclass
+from dataclasses import fields
 
-from .branches import Array, Enum, Number, Object, Scalar, String, is_any, is_plain
+from .branches import Array, Enum, Number, Object, Ref, Scalar, String, is_any, is_plain
 
 OBJECT_BOOKKEEPING = ("evaluated_names", "evaluated_patterns", "evaluated_all", "partial")
 ARRAY_BOOKKEEPING = ("evaluated", "contained", "partial")
@@ -71,12 +71,20 @@ def _covers_object(a: Object, b: Object) -> bool:
 def identical(x, y) -> bool:
     """Equal as the grammar writes them: ``1``, ``1.0`` and ``true`` differ (``==`` says they are equal),
     and so does key order; the pointer ``at`` (for refusals only) is ignored."""
+    if x is y:
+        return True
     if type(x) is not type(y):
         return False
-    if is_dataclass(x):
-        return all(identical(getattr(x, f.name), getattr(y, f.name)) for f in fields(x) if f.name != "at")
+    names = _COMPARED.get(type(x))
+    if names is not None:
+        return all(identical(getattr(x, name), getattr(y, name)) for name in names)
     if isinstance(x, (list, tuple)):
         return len(x) == len(y) and all(map(identical, x, y))
     if isinstance(x, dict):
         return list(x) == list(y) and all(identical(x[k], y[k]) for k in x)
     return x == y
+
+
+# the fields :func:`identical` compares, per branch class
+_COMPARED = {cls: tuple(f.name for f in fields(cls) if f.name != "at")
+             for cls in (Array, Enum, Number, Object, Ref, Scalar, String)}
