@@ -17,6 +17,7 @@ from .subsume import prune
 
 MAX_BRANCHES = 64  # a rewrite that needs more alternatives than this is refused (size, compile time)
 MAX_CONTAINS = 3  # contains on one array (allOf): 2**n classes of items
+MAX_UNFOLD = 8  # expansions of one recursive $ref inside one intersection (two recursive sides never end)
 
 
 class Algebra:
@@ -24,6 +25,7 @@ class Algebra:
 
     def __init__(self, n):
         self.n = n  # the run (:class:`.rewrites.Normalizer`): its state and its other parts, named explicitly
+        self.unfolding: dict = {}  # Ref key -> how many of its expansions the current meet is inside
 
     def intersect(self, x, y, p, kw) -> list:
         self.n.check_time()
@@ -42,10 +44,17 @@ class Algebra:
         return self.n.memo[b.key]
 
     def meet(self, a, b, p, kw) -> list:
-        if isinstance(a, Ref):
-            return self.intersect(self.expand(a, p, kw), [b], p, kw)
-        if isinstance(b, Ref):
-            return self.intersect([a], self.expand(b, p, kw), p, kw)
+        if isinstance(a, Ref) or isinstance(b, Ref):
+            key = a.key if isinstance(a, Ref) else b.key
+            if self.unfolding.get(key, 0) >= MAX_UNFOLD:  # both sides recursive: it would never end
+                raise Refuse(kw, p, "a recursive $ref met with another recursive schema")
+            self.unfolding[key] = self.unfolding.get(key, 0) + 1
+            try:
+                if isinstance(a, Ref):
+                    return self.intersect(self.expand(a, p, kw), [b], p, kw)
+                return self.intersect([a], self.expand(b, p, kw), p, kw)
+            finally:
+                self.unfolding[key] -= 1
         if isinstance(a, Enum) or isinstance(b, Enum):
             e, other = (a, b) if isinstance(a, Enum) else (b, a)
             if isinstance(other, Enum):

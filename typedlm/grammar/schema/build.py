@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+from contextlib import contextmanager
 from dataclasses import replace
 
 import referencing.exceptions
@@ -19,6 +20,7 @@ from .refusal import JSON_TYPES, TYPES, Refuse, pattern_problem, ptr, rewrite_pa
 from .refs import dynamic_target
 from .scalars import number_branch, string_branch, unique_items
 from .unevaluated import unevaluated_items, unevaluated_properties
+from .weaken import UNEVALUATED, drop, place
 
 MAX_PATTERNS = 4  # patternProperties: 2**n classes of keys
 APPLICATORS = ("allOf", "anyOf", "oneOf", "not", "if", "$ref", "$dynamicRef", "$recursiveRef", "dependentSchemas")
@@ -32,8 +34,36 @@ class Builder:
 
     def __init__(self, n):
         self.n = n  # the run (:class:`.rewrites.Normalizer`): its state and its other parts, named explicitly
+        self.negative = 0  # > 0 while building a subschema used negatively (:meth:`exactly`)
 
     def norm(self, s, p) -> list:
+        """The branches of schema ``s`` (at pointer ``p``); in a relaxing run, where used positively,
+        a superset where a keyword is refused (:mod:`.weaken`)."""
+        if not (self.n.relax and self.negative == 0 and isinstance(s, dict)):
+            return self._norm_resource(s, p)
+        for _ in range(len(s) + 1):  # each retry drops at least one keyword
+            mark = self.n.mark()
+            try:
+                return self._norm_resource(s, p)
+            except Refuse as r:
+                self.n.rollback(mark)
+                s, action = drop(s, p, r.refusal, self.n.draft.legacy_ref)
+                self.n.relaxed.append(place(r.refusal, action))
+                if s is True:
+                    return any_()
+        return any_()
+
+    @contextmanager
+    def exactly(self):
+        """Build subschemas that are complemented or bounded from above (``not``, ``if``, ``oneOf``
+        branches, ``contains``) exactly, even in a relaxing run: a weaker one would make the whole stricter."""
+        self.negative += 1
+        try:
+            yield
+        finally:
+            self.negative -= 1
+
+    def _norm_resource(self, s, p) -> list:
         if isinstance(s, dict) and p != "" and self.n.draft.spec.id_of(s) is not None:
             old = self.n.res
             try:
@@ -59,7 +89,12 @@ class Builder:
         if values is not None:
             kept = [v for v in values if self.n.valid(v, raw, p)]
             return [Enum(kept)] if kept else []
+        relaxed_before = len(self.n.relaxed)
         d = self.applicators(self.typed(s, p), s, p)
+        if len(self.n.relaxed) > relaxed_before and any(k in s for k in APPLICATORS + ("contains",)):
+            for kw in UNEVALUATED:  # what its parts evaluate was relaxed: this would be stricter
+                if kw in s:
+                    raise Refuse(kw, ptr(p, kw), f"{kw} beside a relaxed part")
         if any(k in s for k in APPLICATORS):
             if "unevaluatedProperties" in s:
                 d = unevaluated_properties(self.n, d, s["unevaluatedProperties"], ptr(p, "unevaluatedProperties"))
@@ -97,7 +132,8 @@ class Builder:
 
     def ref(self, ref, p, resolved=None) -> list:
         resolved = resolved or self.lookup(ref, p)
-        node, key = resolved.contents, id(resolved.contents)
+        node = resolved.contents
+        key = (id(node), self.n.relax and self.negative == 0)  # a relaxed target is not the exact one
         if key in self.n.memo:
             return self.n.memo[key]
         if key in self.n.active:
@@ -155,7 +191,8 @@ class Builder:
         if "contains" in s:
             mn = count(s.get("minContains", 1), "minContains", ptr(p, "minContains"))
             mx = count(s["maxContains"], "maxContains", ptr(p, "maxContains")) if "maxContains" in s else None
-            c = self.norm(s["contains"], ptr(p, "contains"))
+            with self.exactly():
+                c = self.norm(s["contains"], ptr(p, "contains"))
             b["contained"] = tuple(c)  # the items it matches are evaluated (unevaluatedItems)
             if mn != 0 or mx is not None:
                 b["contains"] = ((c, mn, mx),)
@@ -274,10 +311,13 @@ class Builder:
             d = self.one_of(s["oneOf"], ptr(p, "oneOf"), d)
         if "not" in s:
             q = ptr(p, "not")
-            d = self.n.algebra.minus(d, self.norm(s["not"], q), q, "not")
+            with self.exactly():
+                negated = self.norm(s["not"], q)
+            d = self.n.algebra.minus(d, negated, q, "not")
         if "if" in s:
             q = ptr(p, "if")
-            cond = self.norm(s["if"], q)
+            with self.exactly():
+                cond = self.norm(s["if"], q)
             then = self.norm(s.get("then", True), ptr(p, "then"))
             other = self.norm(s.get("else", True), ptr(p, "else"))
             alt = self.n.algebra.intersect(cond, then, q, "if") + self.n.algebra.minus(other, cond, q, "if")
@@ -312,7 +352,8 @@ class Builder:
     def one_of(self, subs, p, context) -> list:
         """``context ∧ oneOf(subs)``: each branch within ``context`` (where the instance is anyway), minus the
         branches it can overlap there (``A ∧ ¬B``; a pair that cannot overlap needs no complement)."""
-        raw = [self.norm(sub, ptr(p, i)) for i, sub in enumerate(subs)]
+        with self.exactly():
+            raw = [self.norm(sub, ptr(p, i)) for i, sub in enumerate(subs)]
         ds = [self.n.algebra.intersect(context, d, p, "oneOf") for d in raw]
         out = []
         for i, a in enumerate(ds):

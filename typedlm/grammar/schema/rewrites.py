@@ -74,9 +74,12 @@ class Normalizer:
     handed this run explicitly: ``builder`` (:mod:`.build`), ``algebra`` (:mod:`.algebra`: intersection,
     complement) and ``emitter`` (:mod:`.emit`), over the branch representation (:mod:`.branches`)."""
 
-    def __init__(self, root, registry: referencing.Registry | None = None, deadline: float | None = None):
+    def __init__(self, root, registry: referencing.Registry | None = None, deadline: float | None = None,
+                 relax: bool = False):
         self.root = root
         self.deadline = deadline
+        self.relax = relax  # a superset where a keyword is refused (:mod:`.weaken`)
+        self.relaxed: list[dict] = []  # what was dropped where
         self.draft = draft_of(root)
         try:
             resource = referencing.Resource.from_contents(root, default_specification=self.draft.spec)
@@ -96,6 +99,18 @@ class Normalizer:
         self.names: dict[int, str] = {}
         self.keep: list = []  # every $ref target met (memo keys are their ids)
         self.builder, self.algebra, self.emitter = Builder(self), Algebra(self), Emitter(self)
+
+    def mark(self) -> tuple[int, int, frozenset]:
+        """The state a failed build of one object returns to (:meth:`rollback`)."""
+        return len(self.memo), len(self.relaxed), frozenset(self.cyclic)
+
+    def rollback(self, mark: tuple[int, int, frozenset]) -> None:
+        """Forget what a failed build memoized (its targets may hold references to unfinished ones)."""
+        memo_len, relaxed_len, cyclic = mark
+        for key in list(self.memo)[memo_len:]:
+            del self.memo[key]
+        del self.relaxed[relaxed_len:]
+        self.cyclic.intersection_update(cyclic)
 
     def check_time(self) -> None:
         if self.deadline is not None and time.monotonic() > self.deadline:
@@ -155,11 +170,24 @@ def prepare_schema(schema: dict, *, lenient: bool = False, registry: referencing
     ``lenient``: compile the schema as given even where it would not be enforced.
     ``registry``: documents that remote ``$ref`` s may point to (nothing is ever fetched).
     ``deadline``: ``time.monotonic()`` value past which the rewrite gives up (GrammarCompileError)."""
+    return _run(Normalizer(copy.deepcopy(schema), registry, deadline), schema if lenient else None)
+
+
+def prepare_relaxed(schema: dict, *, registry: referencing.Registry | None = None,
+                    deadline: float | None = None) -> tuple[dict, list[dict]]:
+    """(core form of a superset of ``schema``, the relaxed places ``[{keyword, pointer, action}]``; empty:
+    exact) in one pass (:mod:`.weaken`); GrammarCompileError for a refusal met after building (emission)."""
+    n = Normalizer(copy.deepcopy(schema), registry, deadline, relax=True)
+    return _run(n), n.relaxed
+
+
+def _run(n: Normalizer, on_refusal: dict | None = None) -> dict:
+    """``n.run()`` with every failure a GrammarCompileError (``on_refusal``: returned instead of a refusal)."""
     try:
-        return Normalizer(copy.deepcopy(schema), registry, deadline).run()
+        return n.run()
     except Refuse as r:
-        if lenient:
-            return schema
+        if on_refusal is not None:
+            return on_refusal
         raise GrammarCompileError(r.refusal.message(), keyword=r.refusal.keyword,
                                   pointer=r.refusal.pointer or "/") from None
     except RecursionError:
