@@ -209,8 +209,11 @@ class Grammars:
         superset that drops only what must go, in one relaxing pass (:func:`.relax.relaxed_core`), with a
         :class:`.relax.RelaxedSchemaWarning`; the output is still validated against the original
         schema (``schema_valid``). A schema that cannot be relaxed is compiled as given."""
-        if not c.lenient:
+        try:
             return prepare_schema(c.value, registry=self.schema_registry, deadline=deadline)
+        except GrammarCompileError as e:
+            if not c.lenient or not e.keyword:
+                raise
         try:
             core, done = relaxed_core(c.value, self.schema_registry, deadline)
         except NotRelaxable:

@@ -20,7 +20,8 @@ from .refusal import JSON_TYPES, TYPES, Refuse, pattern_problem, ptr, rewrite_pa
 from .refs import dynamic_target
 from .scalars import number_branch, string_branch, unique_items
 from .unevaluated import unevaluated_items, unevaluated_properties
-from .weaken import UNEVALUATED, drop, place
+from .one_of import disjoint, one_of
+from .weaken import UNEVALUATED, weakened
 
 MAX_PATTERNS = 4  # patternProperties: 2**n classes of keys
 APPLICATORS = ("allOf", "anyOf", "oneOf", "not", "if", "$ref", "$dynamicRef", "$recursiveRef", "dependentSchemas")
@@ -35,23 +36,14 @@ class Builder:
     def __init__(self, n):
         self.n = n  # the run (:class:`.rewrites.Normalizer`): its state and its other parts, named explicitly
         self.negative = 0  # > 0 while building a subschema used negatively (:meth:`exactly`)
+        self.relaxed_forms: dict = {}  # relaxing run: id(schema object) -> (what it became, the drops)
 
     def norm(self, s, p) -> list:
         """The branches of schema ``s`` (at pointer ``p``); in a relaxing run, where used positively,
         a superset where a keyword is refused (:mod:`.weaken`)."""
         if not (self.n.relax and self.negative == 0 and isinstance(s, dict)):
-            return self._norm_resource(s, p)
-        for _ in range(len(s) + 1):  # each retry drops at least one keyword
-            mark = self.n.mark()
-            try:
-                return self._norm_resource(s, p)
-            except Refuse as r:
-                self.n.rollback(mark)
-                s, action = drop(s, p, r.refusal, self.n.draft.legacy_ref)
-                self.n.relaxed.append(place(r.refusal, action))
-                if s is True:
-                    return any_()
-        return any_()
+            return self.norm_object(s, p)
+        return weakened(self, s, p)
 
     @contextmanager
     def exactly(self):
@@ -63,7 +55,7 @@ class Builder:
         finally:
             self.negative -= 1
 
-    def _norm_resource(self, s, p) -> list:
+    def norm_object(self, s, p) -> list:
         if isinstance(s, dict) and p != "" and self.n.draft.spec.id_of(s) is not None:
             old = self.n.res
             try:
@@ -285,7 +277,7 @@ class Builder:
                 target = dynamic_target(self.n, kw, s[kw], ptr(p, kw))
                 parts.append((pos, p, kw, self.ref(s[kw], ptr(p, kw), target)))
             elif kw == "allOf":
-                parts += [(pos, ptr(p, kw), kw, self.norm(sub, ptr(p, kw, i))) for i, sub in enumerate(s[kw])]
+                parts += [(pos, ptr(p, kw, i), kw, self.norm(sub, ptr(p, kw, i))) for i, sub in enumerate(s[kw])]
         before = [x for x in parts if x[0] < own]
         if before:  # written before the object's own properties: their keys come first
             head = before[0][3]
@@ -304,11 +296,12 @@ class Builder:
         if "anyOf" in s:
             ds = [self.norm(sub, ptr(p, "anyOf", i)) for i, sub in enumerate(s["anyOf"])]
             u = [b for x in ds for b in x]
-            if len(ds) > 1 and not self.disjoint(ds, ptr(p, "anyOf")):
+            # a relaxing run skips the (quadratic) test: "maybe overlapping" only makes unevaluated* go
+            if len(ds) > 1 and (self.n.relax or not disjoint(self.n.algebra, ds, ptr(p, "anyOf"))):
                 u = [replace(b, partial=True) if isinstance(b, (Object, Array)) else b for b in u]
             d = self.n.algebra.intersect(d, u, ptr(p, "anyOf"), "anyOf")
         if "oneOf" in s:
-            d = self.one_of(s["oneOf"], ptr(p, "oneOf"), d)
+            d = one_of(self, s["oneOf"], ptr(p, "oneOf"), d)
         if "not" in s:
             q = ptr(p, "not")
             with self.exactly():
@@ -337,29 +330,3 @@ class Builder:
                 others = [plain(t) for t in TYPES if t != "object"]
                 d = self.n.algebra.intersect(d, others + absent + need, q, kw)
         return d
-
-    def disjoint(self, ds, p) -> bool:
-        """Whether no instance matches two of the alternatives (as far as intersection can tell)."""
-        return all(self.apart(a, b, p) for i, a in enumerate(ds) for b in ds[i + 1:])
-
-    def apart(self, a, b, p) -> bool:
-        """Whether no instance matches both ``a`` and ``b`` (as far as intersection can tell)."""
-        try:
-            return not self.n.algebra.intersect(a, b, p, "oneOf")
-        except Refuse:
-            return False
-
-    def one_of(self, subs, p, context) -> list:
-        """``context ∧ oneOf(subs)``: each branch within ``context`` (where the instance is anyway), minus the
-        branches it can overlap there (``A ∧ ¬B``; a pair that cannot overlap needs no complement)."""
-        with self.exactly():
-            raw = [self.norm(sub, ptr(p, i)) for i, sub in enumerate(subs)]
-        ds = [self.n.algebra.intersect(context, d, p, "oneOf") for d in raw]
-        out = []
-        for i, a in enumerate(ds):
-            part = a
-            for j, b in enumerate(raw):
-                if i != j and part and not self.apart(part, ds[j], p):
-                    part = self.n.algebra.minus(part, b, p, "oneOf")
-            out.extend(part)
-        return out

@@ -105,12 +105,14 @@ class Normalizer:
         return len(self.memo), len(self.relaxed), frozenset(self.cyclic)
 
     def rollback(self, mark: tuple[int, int, frozenset]) -> None:
-        """Forget what a failed build memoized (its targets may hold references to unfinished ones)."""
+        """After a failed build: forget the drops it recorded and, where it met a recursive ``$ref`` whose
+        build it began (so never finished), what it memoized (that may refer to the unfinished target)."""
         memo_len, relaxed_len, cyclic = mark
-        for key in list(self.memo)[memo_len:]:
-            del self.memo[key]
+        if len(self.cyclic) > len(cyclic):
+            for key in list(self.memo)[memo_len:]:
+                del self.memo[key]
+            self.cyclic.intersection_update(cyclic)
         del self.relaxed[relaxed_len:]
-        self.cyclic.intersection_update(cyclic)
 
     def check_time(self) -> None:
         if self.deadline is not None and time.monotonic() > self.deadline:

@@ -23,7 +23,8 @@ against the original schema after generation.
 
 from __future__ import annotations
 
-from .refusal import Refusal
+from .branches import any_
+from .refusal import Refusal, Refuse, ptr
 
 UNEVALUATED = ("unevaluatedProperties", "unevaluatedItems")
 # dropping the key also drops these (one alone would make the object stricter)
@@ -51,6 +52,14 @@ def drop(raw: dict, p: str, refusal: Refusal, legacy_ref: bool) -> tuple[dict | 
         kw = refusal.keyword if refusal.keyword in raw else None
     if kw is None or kw in _KEEP or (legacy_ref and "$ref" in raw):
         return True, "replaced by true"  # draft 4-7: $ref's siblings are ignored, dropping it would wake them
+    member = _first_segment(refusal.pointer, ptr(p, kw))
+    if kw == "allOf" and isinstance(raw["allOf"], list) and len(raw["allOf"]) > 1 and member is not None \
+            and member.isdigit() and int(member) < len(raw["allOf"]):
+        out = dict(raw)  # one conjunct of allOf
+        out["allOf"] = [x for i, x in enumerate(raw["allOf"]) if i != int(member)]
+        for other in UNEVALUATED:
+            out.pop(other, None)
+        return out, f"dropped allOf member {member}"
     out = {k: v for k, v in raw.items() if k != kw}
     if kw == "items" and isinstance(raw.get("items"), list):
         out.pop("additionalItems", None)  # drafts before 2020-12: items [..] with additionalItems
@@ -72,6 +81,34 @@ def drop(raw: dict, p: str, refusal: Refusal, legacy_ref: bool) -> tuple[dict | 
         else:
             action = "dropped 'if' with 'then'/'else'"
     return out, action
+
+
+def weakened(builder, s: dict, p: str) -> list:
+    """The branches of a positively used schema object ``s`` (at ``p``) in a relaxing run: built, and on a
+    refusal built again without the conjunct it came through (:func:`drop`), until it builds. What an
+    object became is kept (``builder.relaxed_forms``), so a parent's retry does not redo its drops."""
+    original, places = s, []
+    if id(s) in builder.relaxed_forms:  # built before (a parent's retry, a shared object): start from that
+        s, places, first = builder.relaxed_forms[id(s)]
+        places = [{**x, "pointer": p + x["pointer"][len(first):] if x["pointer"].startswith(first) else x["pointer"]}
+                  for x in places]
+        builder.n.relaxed.extend(places)
+    for _ in range(len(original) + 1):  # each retry drops at least one keyword
+        if s is True:
+            break
+        mark = builder.n.mark()
+        try:
+            d = builder.norm_object(s, p)
+            if places:
+                builder.relaxed_forms[id(original)] = (s, places, p)
+            return d
+        except Refuse as r:
+            builder.n.rollback(mark)
+            s, action = drop(s, p, r.refusal, builder.n.draft.legacy_ref)
+            places.append(place(r.refusal, action))
+            builder.n.relaxed.append(places[-1])
+    builder.relaxed_forms[id(original)] = (True, places, p)
+    return any_()
 
 
 def place(refusal: Refusal, action: str) -> dict:
