@@ -143,3 +143,14 @@ def test_relaxed_core_relaxes_a_refusal_met_when_emitting():
     core, done = relaxed_core(schema)
     assert [(d["keyword"], d["action"]) for d in done] == [("minProperties", "dropped 'minProperties'")]
     assert prepare_schema({k: v for k, v in schema.items() if k != "minProperties"}) == core
+
+
+def test_unevaluated_properties_goes_beside_a_reused_relaxed_target(grammars):
+    """The same $ref target relaxed at its first use and met again (memo) under unevaluatedProperties."""
+    target = {"properties": {"a": {}}, "patternProperties": {LOOK: {}}}
+    schema = {"$defs": {"t": target}, "type": "object",
+              "properties": {"first": {"$ref": "#/$defs/t"},
+                             "second": {"allOf": [{"$ref": "#/$defs/t"}], "unevaluatedProperties": False}}}
+    assert jsonschema.Draft202012Validator(schema).is_valid({"second": {"ab": 1}})
+    compiled, notes = _relaxed(grammars, schema)
+    assert accepts_text(compiled, '{"second":{"ab":1}}'), notes

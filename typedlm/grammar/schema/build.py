@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import re
-from contextlib import contextmanager
 from dataclasses import replace
 
 import referencing.exceptions
@@ -21,7 +20,7 @@ from .refs import dynamic_target
 from .scalars import number_branch, string_branch, unique_items
 from .unevaluated import unevaluated_items, unevaluated_properties
 from .one_of import disjoint, one_of
-from .weaken import UNEVALUATED, weakened
+from .weaken import UNEVALUATED, exactly, weakened
 
 MAX_PATTERNS = 4  # patternProperties: 2**n classes of keys
 APPLICATORS = ("allOf", "anyOf", "oneOf", "not", "if", "$ref", "$dynamicRef", "$recursiveRef", "dependentSchemas")
@@ -35,7 +34,7 @@ class Builder:
 
     def __init__(self, n):
         self.n = n  # the run (:class:`.rewrites.Normalizer`): its state and its other parts, named explicitly
-        self.negative = 0  # > 0 while building a subschema used negatively (:meth:`exactly`)
+        self.negative = 0  # > 0 while building a subschema used negatively (:func:`.weaken.exactly`)
         self.relaxed_forms: dict = {}  # relaxing run: id(schema object) -> (what it became, the drops)
 
     def norm(self, s, p) -> list:
@@ -44,16 +43,6 @@ class Builder:
         if not (self.n.relax and self.negative == 0 and isinstance(s, dict)):
             return self.norm_object(s, p)
         return weakened(self, s, p)
-
-    @contextmanager
-    def exactly(self):
-        """Build subschemas that are complemented or bounded from above (``not``, ``if``, ``oneOf``
-        branches, ``contains``) exactly, even in a relaxing run: a weaker one would make the whole stricter."""
-        self.negative += 1
-        try:
-            yield
-        finally:
-            self.negative -= 1
 
     def norm_object(self, s, p) -> list:
         if isinstance(s, dict) and p != "" and self.n.draft.spec.id_of(s) is not None:
@@ -81,9 +70,9 @@ class Builder:
         if values is not None:
             kept = [v for v in values if self.n.valid(v, raw, p)]
             return [Enum(kept)] if kept else []
-        relaxed_before = len(self.n.relaxed)
+        events = self.n.relax_events
         d = self.applicators(self.typed(s, p), s, p)
-        if len(self.n.relaxed) > relaxed_before and any(k in s for k in APPLICATORS + ("contains",)):
+        if self.n.relax_events > events and any(k in s for k in APPLICATORS + ("contains",)):
             for kw in UNEVALUATED:  # what its parts evaluate was relaxed: this would be stricter
                 if kw in s:
                     raise Refuse(kw, ptr(p, kw), f"{kw} beside a relaxed part")
@@ -127,6 +116,7 @@ class Builder:
         node = resolved.contents
         key = (id(node), self.n.relax and self.negative == 0)  # a relaxed target is not the exact one
         if key in self.n.memo:
+            self.n.relax_events += key in self.n.relaxed_targets  # what it evaluates was relaxed (unevaluated*)
             return self.n.memo[key]
         if key in self.n.active:
             self.n.cyclic.add(key)
@@ -135,11 +125,14 @@ class Builder:
         self.n.keep.append(node)  # alive while the run lasts: ids stay unique
         old, self.n.res = self.n.res, resolved.resolver
         old_draft, self.n.draft = self.n.draft, draft_of(node, self.n.draft)  # a resource may name its own
+        events = self.n.relax_events
         try:
             d = self.norm(node, p)
         finally:
             self.n.res, self.n.draft = old, old_draft
             self.n.active.discard(key)
+        if self.n.relax_events > events:
+            self.n.relaxed_targets.add(key)
         self.n.memo[key] = d
         return d
 
@@ -183,7 +176,7 @@ class Builder:
         if "contains" in s:
             mn = count(s.get("minContains", 1), "minContains", ptr(p, "minContains"))
             mx = count(s["maxContains"], "maxContains", ptr(p, "maxContains")) if "maxContains" in s else None
-            with self.exactly():
+            with exactly(self):
                 c = self.norm(s["contains"], ptr(p, "contains"))
             b["contained"] = tuple(c)  # the items it matches are evaluated (unevaluatedItems)
             if mn != 0 or mx is not None:
@@ -304,12 +297,12 @@ class Builder:
             d = one_of(self, s["oneOf"], ptr(p, "oneOf"), d)
         if "not" in s:
             q = ptr(p, "not")
-            with self.exactly():
+            with exactly(self):
                 negated = self.norm(s["not"], q)
             d = self.n.algebra.minus(d, negated, q, "not")
         if "if" in s:
             q = ptr(p, "if")
-            with self.exactly():
+            with exactly(self):
                 cond = self.norm(s["if"], q)
             then = self.norm(s.get("then", True), ptr(p, "then"))
             other = self.norm(s.get("else", True), ptr(p, "else"))

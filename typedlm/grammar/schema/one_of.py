@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from .refusal import Refuse, ptr
+from .weaken import exactly
 
 
 def disjoint(algebra, ds: list, p: str) -> bool:
@@ -24,7 +25,7 @@ def one_of(builder, subs: list, p: str, context: list) -> list:
     branches it can overlap there (``A ∧ ¬B``; a pair that cannot overlap needs no complement). The
     branches are built exactly even in a relaxing run (they are complemented)."""
     algebra = builder.n.algebra
-    with builder.exactly():
+    with exactly(builder):
         raw = [builder.norm(sub, ptr(p, i)) for i, sub in enumerate(subs)]
     ds = [algebra.intersect(context, d, p, "oneOf") for d in raw]
     out = []

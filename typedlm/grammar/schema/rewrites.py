@@ -80,6 +80,8 @@ class Normalizer:
         self.deadline = deadline
         self.relax = relax  # a superset where a keyword is refused (:mod:`.weaken`)
         self.relaxed: list[dict] = []  # what was dropped where
+        self.relax_events = 0  # drops met so far, a relaxed $ref target's reuse included (never rolled back)
+        self.relaxed_targets: set = set()  # memo keys of $ref targets built with a drop
         self.draft = draft_of(root)
         try:
             resource = referencing.Resource.from_contents(root, default_specification=self.draft.spec)

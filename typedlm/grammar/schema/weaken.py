@@ -8,7 +8,7 @@ caught there, one conjunct of that object is removed (:func:`drop`) and the obje
 Dropping a conjunct can only let more instances through, so each object, and with it the whole
 schema, becomes a superset of the original. Subschemas used negatively or both ways (``not``, the
 ``if`` condition, ``oneOf`` branches, which are complemented, ``contains``, which ``maxContains``
-bounds) are built exactly (:meth:`Builder.exactly <.build.Builder.exactly>`): a refusal there goes up
+bounds) are built exactly (:func:`exactly`): a refusal there goes up
 to the nearest positive object, which drops the keyword holding them. Companions go with a keyword
 (``if`` with ``then``/``else``, ``contains`` with its counts, ``properties`` with
 ``additionalProperties``, ...): dropping one alone could make the object stricter. ``unevaluated*``
@@ -22,6 +22,8 @@ against the original schema after generation.
 """
 
 from __future__ import annotations
+
+from contextlib import contextmanager
 
 from .branches import any_
 from .refusal import Refusal, Refuse, ptr
@@ -93,6 +95,7 @@ def weakened(builder, s: dict, p: str) -> list:
         places = [{**x, "pointer": p + x["pointer"][len(first):] if x["pointer"].startswith(first) else x["pointer"]}
                   for x in places]
         builder.n.relaxed.extend(places)
+        builder.n.relax_events += bool(places)
     for _ in range(len(original) + 1):  # each retry drops at least one keyword
         if s is True:
             break
@@ -107,8 +110,20 @@ def weakened(builder, s: dict, p: str) -> list:
             s, action = drop(s, p, r.refusal, builder.n.draft.legacy_ref)
             places.append(place(r.refusal, action))
             builder.n.relaxed.append(places[-1])
+            builder.n.relax_events += 1
     builder.relaxed_forms[id(original)] = (True, places, p)
     return any_()
+
+
+@contextmanager
+def exactly(builder):
+    """Build subschemas that are complemented or bounded from above (``not``, ``if``, ``oneOf`` branches,
+    ``contains``) exactly, even in a relaxing run: a weaker one would make the whole stricter."""
+    builder.negative += 1
+    try:
+        yield
+    finally:
+        builder.negative -= 1
 
 
 def place(refusal: Refusal, action: str) -> dict:
