@@ -154,3 +154,11 @@ def test_unevaluated_properties_goes_beside_a_reused_relaxed_target(grammars):
     assert jsonschema.Draft202012Validator(schema).is_valid({"second": {"ab": 1}})
     compiled, notes = _relaxed(grammars, schema)
     assert accepts_text(compiled, '{"second":{"ab":1}}'), notes
+
+
+@pytest.mark.parametrize("prepare", [prepare_schema, prepare_relaxed])
+def test_invalid_identifiers_are_a_named_refusal(prepare):
+    """A refusal raised while reading the schema's identifiers is a GrammarCompileError naming '$id'."""
+    with pytest.raises(GrammarCompileError) as e:
+        prepare({"$schema": "http://json-schema.org/draft-07/schema#", "definitions": [{"a": 1}]})
+    assert e.value.keyword == "$id"

@@ -174,24 +174,25 @@ def prepare_schema(schema: dict, *, lenient: bool = False, registry: referencing
     ``lenient``: compile the schema as given even where it would not be enforced.
     ``registry``: documents that remote ``$ref`` s may point to (nothing is ever fetched).
     ``deadline``: ``time.monotonic()`` value past which the rewrite gives up (GrammarCompileError)."""
-    return _run(Normalizer(copy.deepcopy(schema), registry, deadline), schema if lenient else None)
+    return _run(lambda: Normalizer(copy.deepcopy(schema), registry, deadline), schema if lenient else None)[0]
 
 
 def prepare_relaxed(schema: dict, *, registry: referencing.Registry | None = None,
                     deadline: float | None = None) -> tuple[dict, list[dict]]:
     """(core form of a superset of ``schema``, the relaxed places ``[{keyword, pointer, action}]``; empty:
     exact) in one pass (:mod:`.weaken`); GrammarCompileError for a refusal met after building (emission)."""
-    n = Normalizer(copy.deepcopy(schema), registry, deadline, relax=True)
-    return _run(n), n.relaxed
+    return _run(lambda: Normalizer(copy.deepcopy(schema), registry, deadline, relax=True))
 
 
-def _run(n: Normalizer, on_refusal: dict | None = None) -> dict:
-    """``n.run()`` with every failure a GrammarCompileError (``on_refusal``: returned instead of a refusal)."""
+def _run(make, on_refusal: dict | None = None) -> tuple[dict, list[dict]]:
+    """(``make().run()``, its relaxed places) with every failure a GrammarCompileError (``on_refusal``:
+    returned instead of a refusal)."""
     try:
-        return n.run()
+        n = make()
+        return n.run(), n.relaxed
     except Refuse as r:
         if on_refusal is not None:
-            return on_refusal
+            return on_refusal, []
         raise GrammarCompileError(r.refusal.message(), keyword=r.refusal.keyword,
                                   pointer=r.refusal.pointer or "/") from None
     except RecursionError:
