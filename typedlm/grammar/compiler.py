@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import xgrammar as xgr
 
-from ..errors import EmptySchemaError, GrammarCompileError
+from ..errors import GrammarCompileError
 from .llg import LLG_KINDS, LLGrammar, NotForLLGuidance, check_engine, engine_from_env, llg_grammar, llg_tokenizer
-from .relax import NotRelaxable, RelaxedSchemaWarning, relax_schema
+from .relax import NotRelaxable, RelaxedSchemaWarning, relaxed_core
 from .schema import prepare_schema
 from .schema.ebnf import ebnf_literal, needs_grammar, to_ebnf
 from .spec import MAX_WHITESPACE, Constraint, canonical_json, engine_key
@@ -208,23 +208,23 @@ class Grammars:
     def _core_schema(self, c: Constraint, deadline: float, automata: bool = True) -> dict:
         """The core form of a json_schema constraint (``automata``: with those our EBNF for xgrammar reads,
         see :func:`.schema.prepare_schema`). ``lenient``: where a keyword is refused, the
-        superset that drops only what must go (:func:`.relax.relax_schema`), with a
+        superset that drops only what must go, in one relaxing pass (:func:`.relax.relaxed_core`), with a
         :class:`.relax.RelaxedSchemaWarning`; the output is still validated against the original
         schema (``schema_valid``). A schema that cannot be relaxed is compiled as given."""
         try:
             return prepare_schema(c.value, registry=self.schema_registry, deadline=deadline, automata=automata)
         except GrammarCompileError as e:
-            if not c.lenient or not e.keyword or isinstance(e, EmptySchemaError):
+            if not c.lenient or not e.keyword:
                 raise
-            try:
-                relaxed, done = relax_schema(c.value, self.schema_registry)
-            except NotRelaxable:
-                return c.value
+        try:
+            core, done = relaxed_core(c.value, self.schema_registry, deadline, automata)
+        except NotRelaxable:
+            return c.value
+        if done:
             places = "; ".join(f"{d['keyword']} at {d['pointer']}: {d['action']}" for d in done)
             with self._lock:
                 self._relaxed[self._key(c)] = f"json_schema partly enforced (the output is validated after): {places}"
-            return prepare_schema(relaxed, lenient=True, registry=self.schema_registry, deadline=deadline,
-                                  automata=automata)
+        return core
 
 
 def _checked_tag(node, lenient: bool, path: str = ""):

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import copy
 
-from .schema import find_refusals
+from ..errors import EmptySchemaError, GrammarCompileError
+from .schema import find_refusals, prepare_relaxed
 
 MAX_STEPS = 64
 _POSITIVE_MAP = {"properties", "patternProperties", "dependentSchemas"}
@@ -55,6 +56,26 @@ def relax_schema(schema, registry=None) -> tuple[object, list[dict]]:
         r = refusals[0]
         out, action = _relax_one(out, r.keyword, r.pointer)
         done.append({"keyword": r.keyword, "pointer": r.pointer or "/", "action": action})
+    raise NotRelaxable(f"more than {MAX_STEPS} keywords would have to be relaxed")
+
+
+def relaxed_core(schema, registry=None, deadline: float | None = None,
+                 automata: bool = True) -> tuple[dict, list[dict]]:
+    """(core form of a superset of ``schema``, the relaxed places): one relaxing pass of the normalizer
+    (:mod:`.schema.weaken`: a refused keyword dropped where it is met); a refusal it meets only when
+    emitting is relaxed in the schema text (:func:`_relax_one`) and the pass run again."""
+    work, places = copy.deepcopy(schema), []
+    for _ in range(MAX_STEPS):
+        try:
+            core, done = prepare_relaxed(work, registry=registry, deadline=deadline, automata=automata)
+            return core, places + done
+        except GrammarCompileError as e:
+            if not e.keyword or isinstance(e, EmptySchemaError):
+                raise
+            work, action = _relax_one(work, e.keyword, e.pointer if e.pointer != "/" else "")
+            places.append({"keyword": e.keyword, "pointer": e.pointer or "/", "action": action})
+            if work is True:
+                return prepare_relaxed(True, registry=registry, deadline=deadline, automata=automata)[0], places
     raise NotRelaxable(f"more than {MAX_STEPS} keywords would have to be relaxed")
 
 

@@ -7,6 +7,7 @@ emitted by ``n.emitter``; object branches are completed by ``n.builder``.
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import replace
 from fractions import Fraction
 
@@ -17,6 +18,7 @@ from .subsume import prune
 
 MAX_BRANCHES = 64  # a rewrite that needs more alternatives than this is refused (size, compile time)
 MAX_CONTAINS = 3  # contains on one array (allOf): 2**n classes of items
+MAX_UNFOLD = 8  # expansions of one recursive $ref inside one intersection (two recursive sides never end)
 
 
 class Algebra:
@@ -24,6 +26,7 @@ class Algebra:
 
     def __init__(self, n):
         self.n = n  # the run (:class:`.rewrites.Normalizer`): its state and its other parts, named explicitly
+        self.unfolding: dict = {}  # Ref key -> how many of its expansions the current meet is inside
 
     def intersect(self, x, y, p, kw) -> list:
         self.n.check_time()
@@ -41,11 +44,25 @@ class Algebra:
             raise Refuse(kw, p, "a recursive $ref inside an intersection or negation")
         return self.n.memo[b.key]
 
+    @contextmanager
+    def unfold(self, ref, p, kw):
+        """The branches of recursive ``ref`` (:meth:`expand`), refused past MAX_UNFOLD nested unfoldings of it
+        (a recursive schema met with, or complemented into, another recursive one never ends)."""
+        if self.unfolding.get(ref.key, 0) >= MAX_UNFOLD:
+            raise Refuse(kw, p, "a recursive $ref met with, or negated into, another recursive schema")
+        self.unfolding[ref.key] = self.unfolding.get(ref.key, 0) + 1
+        try:
+            yield self.expand(ref, p, kw)
+        finally:
+            self.unfolding[ref.key] -= 1
+
     def meet(self, a, b, p, kw) -> list:
         if isinstance(a, Ref):
-            return self.intersect(self.expand(a, p, kw), [b], p, kw)
+            with self.unfold(a, p, kw) as d:
+                return self.intersect(d, [b], p, kw)
         if isinstance(b, Ref):
-            return self.intersect([a], self.expand(b, p, kw), p, kw)
+            with self.unfold(b, p, kw) as d:
+                return self.intersect([a], d, p, kw)
         if isinstance(a, Enum) or isinstance(b, Enum):
             e, other = (a, b) if isinstance(a, Enum) else (b, a)
             if isinstance(other, Enum):
@@ -159,7 +176,11 @@ class Algebra:
                 # ¬additionalProperties names a key outside b's: known only within each branch of x
                 x = prune([y for a in x for y in self.intersect([a], self.complement_branch(b, p, kw, a), p, kw)])
                 continue
-            c = self.complement(self.expand(b, p, kw), p, kw) if isinstance(b, Ref) else self.complement_branch(b, p, kw)
+            if isinstance(b, Ref):
+                with self.unfold(b, p, kw) as target:
+                    c = self.complement(target, p, kw)
+            else:
+                c = self.complement_branch(b, p, kw)
             x = self.intersect(x, c, p, kw)
         return x
 

@@ -19,6 +19,8 @@ from .refusal import JSON_TYPES, TYPES, Refuse, pattern_problem, ptr, rewrite_pa
 from .refs import dynamic_target
 from .scalars import number_branch, string_branch, unique_items
 from .unevaluated import unevaluated_items, unevaluated_properties
+from .one_of import disjoint, one_of
+from .weaken import UNEVALUATED, exactly, weakened
 
 MAX_PATTERNS = 4  # patternProperties: 2**n classes of keys
 APPLICATORS = ("allOf", "anyOf", "oneOf", "not", "if", "$ref", "$dynamicRef", "$recursiveRef", "dependentSchemas")
@@ -32,8 +34,17 @@ class Builder:
 
     def __init__(self, n):
         self.n = n  # the run (:class:`.rewrites.Normalizer`): its state and its other parts, named explicitly
+        self.negative = 0  # > 0 while building a subschema used negatively (:func:`.weaken.exactly`)
+        self.relaxed_forms: dict = {}  # relaxing run: id(schema object) -> (what it became, the drops)
 
     def norm(self, s, p) -> list:
+        """The branches of schema ``s`` (at pointer ``p``); in a relaxing run, where used positively,
+        a superset where a keyword is refused (:mod:`.weaken`)."""
+        if not (self.n.relax and self.negative == 0 and isinstance(s, dict)):
+            return self.norm_object(s, p)
+        return weakened(self, s, p)
+
+    def norm_object(self, s, p) -> list:
         if isinstance(s, dict) and p != "" and self.n.draft.spec.id_of(s) is not None:
             old = self.n.res
             try:
@@ -59,7 +70,12 @@ class Builder:
         if values is not None:
             kept = [v for v in values if self.n.valid(v, raw, p)]
             return [Enum(kept)] if kept else []
+        events = self.n.relax_events
         d = self.applicators(self.typed(s, p), s, p)
+        if self.n.relax_events > events and any(k in s for k in APPLICATORS + ("contains",)):
+            for kw in UNEVALUATED:  # what its parts evaluate was relaxed: this would be stricter
+                if kw in s:
+                    raise Refuse(kw, ptr(p, kw), f"{kw} beside a relaxed part")
         if any(k in s for k in APPLICATORS):
             if "unevaluatedProperties" in s:
                 d = unevaluated_properties(self.n, d, s["unevaluatedProperties"], ptr(p, "unevaluatedProperties"))
@@ -97,8 +113,10 @@ class Builder:
 
     def ref(self, ref, p, resolved=None) -> list:
         resolved = resolved or self.lookup(ref, p)
-        node, key = resolved.contents, id(resolved.contents)
+        node = resolved.contents
+        key = (id(node), self.n.relax and self.negative == 0)  # a relaxed target is not the exact one
         if key in self.n.memo:
+            self.n.relax_events += key in self.n.relaxed_targets  # what it evaluates was relaxed (unevaluated*)
             return self.n.memo[key]
         if key in self.n.active:
             self.n.cyclic.add(key)
@@ -107,11 +125,14 @@ class Builder:
         self.n.keep.append(node)  # alive while the run lasts: ids stay unique
         old, self.n.res = self.n.res, resolved.resolver
         old_draft, self.n.draft = self.n.draft, draft_of(node, self.n.draft)  # a resource may name its own
+        events = self.n.relax_events
         try:
             d = self.norm(node, p)
         finally:
             self.n.res, self.n.draft = old, old_draft
             self.n.active.discard(key)
+        if self.n.relax_events > events:
+            self.n.relaxed_targets.add(key)
         self.n.memo[key] = d
         return d
 
@@ -155,7 +176,8 @@ class Builder:
         if "contains" in s:
             mn = count(s.get("minContains", 1), "minContains", ptr(p, "minContains"))
             mx = count(s["maxContains"], "maxContains", ptr(p, "maxContains")) if "maxContains" in s else None
-            c = self.norm(s["contains"], ptr(p, "contains"))
+            with exactly(self):
+                c = self.norm(s["contains"], ptr(p, "contains"))
             b["contained"] = tuple(c)  # the items it matches are evaluated (unevaluatedItems)
             if mn != 0 or mx is not None:
                 b["contains"] = ((c, mn, mx),)
@@ -248,7 +270,7 @@ class Builder:
                 target = dynamic_target(self.n, kw, s[kw], ptr(p, kw))
                 parts.append((pos, p, kw, self.ref(s[kw], ptr(p, kw), target)))
             elif kw == "allOf":
-                parts += [(pos, ptr(p, kw), kw, self.norm(sub, ptr(p, kw, i))) for i, sub in enumerate(s[kw])]
+                parts += [(pos, ptr(p, kw, i), kw, self.norm(sub, ptr(p, kw, i))) for i, sub in enumerate(s[kw])]
         before = [x for x in parts if x[0] < own]
         if before:  # written before the object's own properties: their keys come first
             head = before[0][3]
@@ -267,17 +289,21 @@ class Builder:
         if "anyOf" in s:
             ds = [self.norm(sub, ptr(p, "anyOf", i)) for i, sub in enumerate(s["anyOf"])]
             u = [b for x in ds for b in x]
-            if len(ds) > 1 and not self.disjoint(ds, ptr(p, "anyOf")):
+            # a relaxing run skips the (quadratic) test: "maybe overlapping" only makes unevaluated* go
+            if len(ds) > 1 and (self.n.relax or not disjoint(self.n.algebra, ds, ptr(p, "anyOf"))):
                 u = [replace(b, partial=True) if isinstance(b, (Object, Array)) else b for b in u]
             d = self.n.algebra.intersect(d, u, ptr(p, "anyOf"), "anyOf")
         if "oneOf" in s:
-            d = self.one_of(s["oneOf"], ptr(p, "oneOf"), d)
+            d = one_of(self, s["oneOf"], ptr(p, "oneOf"), d)
         if "not" in s:
             q = ptr(p, "not")
-            d = self.n.algebra.minus(d, self.norm(s["not"], q), q, "not")
+            with exactly(self):
+                negated = self.norm(s["not"], q)
+            d = self.n.algebra.minus(d, negated, q, "not")
         if "if" in s:
             q = ptr(p, "if")
-            cond = self.norm(s["if"], q)
+            with exactly(self):
+                cond = self.norm(s["if"], q)
             then = self.norm(s.get("then", True), ptr(p, "then"))
             other = self.norm(s.get("else", True), ptr(p, "else"))
             alt = self.n.algebra.intersect(cond, then, q, "if") + self.n.algebra.minus(other, cond, q, "if")
@@ -297,28 +323,3 @@ class Builder:
                 others = [plain(t) for t in TYPES if t != "object"]
                 d = self.n.algebra.intersect(d, others + absent + need, q, kw)
         return d
-
-    def disjoint(self, ds, p) -> bool:
-        """Whether no instance matches two of the alternatives (as far as intersection can tell)."""
-        return all(self.apart(a, b, p) for i, a in enumerate(ds) for b in ds[i + 1:])
-
-    def apart(self, a, b, p) -> bool:
-        """Whether no instance matches both ``a`` and ``b`` (as far as intersection can tell)."""
-        try:
-            return not self.n.algebra.intersect(a, b, p, "oneOf")
-        except Refuse:
-            return False
-
-    def one_of(self, subs, p, context) -> list:
-        """``context ∧ oneOf(subs)``: each branch within ``context`` (where the instance is anyway), minus the
-        branches it can overlap there (``A ∧ ¬B``; a pair that cannot overlap needs no complement)."""
-        raw = [self.norm(sub, ptr(p, i)) for i, sub in enumerate(subs)]
-        ds = [self.n.algebra.intersect(context, d, p, "oneOf") for d in raw]
-        out = []
-        for i, a in enumerate(ds):
-            part = a
-            for j, b in enumerate(raw):
-                if i != j and part and not self.apart(part, ds[j], p):
-                    part = self.n.algebra.minus(part, b, p, "oneOf")
-            out.extend(part)
-        return out

@@ -75,10 +75,14 @@ class Normalizer:
     complement) and ``emitter`` (:mod:`.emit`), over the branch representation (:mod:`.branches`)."""
 
     def __init__(self, root, registry: referencing.Registry | None = None, deadline: float | None = None,
-                 automata: bool = True):
+                 automata: bool = True, relax: bool = False):
         self.root = root
         self.deadline = deadline
         self.automata = automata  # emit the automata our EBNF (xgrammar) needs
+        self.relax = relax  # a superset where a keyword is refused (:mod:`.weaken`)
+        self.relaxed: list[dict] = []  # what was dropped where
+        self.relax_events = 0  # drops met so far, a relaxed $ref target's reuse included (never rolled back)
+        self.relaxed_targets: set = set()  # memo keys of $ref targets built with a drop
         self.draft = draft_of(root)
         try:
             resource = referencing.Resource.from_contents(root, default_specification=self.draft.spec)
@@ -98,6 +102,20 @@ class Normalizer:
         self.names: dict[int, str] = {}
         self.keep: list = []  # every $ref target met (memo keys are their ids)
         self.builder, self.algebra, self.emitter = Builder(self), Algebra(self), Emitter(self)
+
+    def mark(self) -> tuple[int, int, frozenset]:
+        """The state a failed build of one object returns to (:meth:`rollback`)."""
+        return len(self.memo), len(self.relaxed), frozenset(self.cyclic)
+
+    def rollback(self, mark: tuple[int, int, frozenset]) -> None:
+        """After a failed build: forget the drops it recorded and, where it met a recursive ``$ref`` whose
+        build it began (so never finished), what it memoized (that may refer to the unfinished target)."""
+        memo_len, relaxed_len, cyclic = mark
+        if len(self.cyclic) > len(cyclic):
+            for key in list(self.memo)[memo_len:]:
+                del self.memo[key]
+            self.cyclic.intersection_update(cyclic)
+        del self.relaxed[relaxed_len:]
 
     def check_time(self) -> None:
         if self.deadline is not None and time.monotonic() > self.deadline:
@@ -160,11 +178,27 @@ def prepare_schema(schema: dict, *, lenient: bool = False, registry: referencing
     ``automata``: build the automata our EBNF for xgrammar reads (``x-typedlm-string``, ``x-typedlm-object``);
     off for llguidance, which reads patterns, lengths and key sets itself (the same core form without them:
     faster, and no refusal of an automaton too large for a grammar of ours)."""
+    return _run(lambda: Normalizer(copy.deepcopy(schema), registry, deadline, automata),
+                schema if lenient else None)[0]
+
+
+def prepare_relaxed(schema: dict, *, registry: referencing.Registry | None = None,
+                    deadline: float | None = None, automata: bool = True) -> tuple[dict, list[dict]]:
+    """(core form of a superset of ``schema``, the relaxed places ``[{keyword, pointer, action}]``; empty:
+    exact) in one pass (:mod:`.weaken`); GrammarCompileError for a refusal met after building (emission).
+    ``automata``: as :func:`prepare_schema`."""
+    return _run(lambda: Normalizer(copy.deepcopy(schema), registry, deadline, automata, relax=True))
+
+
+def _run(make, on_refusal: dict | None = None) -> tuple[dict, list[dict]]:
+    """(``make().run()``, its relaxed places) with every failure a GrammarCompileError (``on_refusal``:
+    returned instead of a refusal)."""
     try:
-        return Normalizer(copy.deepcopy(schema), registry, deadline, automata).run()
+        n = make()
+        return n.run(), n.relaxed
     except Refuse as r:
-        if lenient:
-            return schema
+        if on_refusal is not None:
+            return on_refusal, []
         raise GrammarCompileError(r.refusal.message(), keyword=r.refusal.keyword,
                                   pointer=r.refusal.pointer or "/") from None
     except RecursionError:
