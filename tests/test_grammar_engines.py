@@ -112,14 +112,20 @@ def test_both_engines_read_the_core_form_alike(engines, schema, strict, text, ac
         assert accepts_text(compiled, text) is accepted, (name, text)
 
 
-def test_both_engines_write_escapes_in_a_length_bounded_string(engines):
-    """A JSON escape counts as the one character it stands for, in llguidance's strings and in our EBNF
-    repetition for lengths (xgrammar's own length-bounded string admitted no escape at all)."""
+def test_length_bounded_strings_escapes_by_engine(engines):
+    """llguidance counts a JSON escape as the one character it stands for; our EBNF for xgrammar counts
+    lengths alone as a repetition of raw characters, no escape (``strings.py``: an escape inside a
+    counted repetition leaves xgrammar no cached mask), stricter and sound, like xgrammar's own."""
     schema = {"type": "string", "maxLength": 2}
-    for name in ("llguidance", "xgrammar"):
-        compiled = _compile(engines[name], schema)
-        assert accepts_text(compiled, '"\\n\\""'), name
-        assert not accepts_text(compiled, '"\\n\\"a"'), name
+    llg, xg = _compile(engines["llguidance"], schema), _compile(engines["xgrammar"], schema)
+    assert accepts_text(llg, '"\\n\\""')
+    assert not accepts_text(llg, '"\\n\\"a"')
+    assert not accepts_text(xg, '"\\n\\""') and not accepts_text(xg, '"a\\n"')
+    assert accepts_text(xg, '"ab"') and not accepts_text(xg, '"abc"')
+    # no count, no loss: a pattern alone keeps its escapes on both engines
+    for compiled in (_compile(engines["llguidance"], {"type": "string", "pattern": "."}),
+                     _compile(engines["xgrammar"], {"type": "string", "pattern": "."})):
+        assert accepts_text(compiled, '"a\\nb"')
 
 
 def test_ecma_classes_are_spelled_out():
