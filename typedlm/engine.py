@@ -62,17 +62,14 @@ class Engine:
         return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
                                                   **template_kwargs)
 
-    def prompt_text(self, *, prompt: str | None = None, messages: list[dict] | None = None) -> tuple[str, bool]:
-        """(the text a prompt is tokenized from, whether the tokenizer adds its specials): a raw prompt with
-        them, rendered chat messages without (the template wrote them)."""
-        if (prompt is None) == (messages is None):
-            raise TypedLMError("give exactly one of 'prompt' or 'messages'")
-        return (self.render_chat(messages), False) if messages is not None else (prompt, True)
-
     def encode_prompt(self, *, prompt: str | None = None, messages: list[dict] | None = None) -> list[int]:
         """Token ids of a raw prompt (tokenizer adds its specials) or of rendered chat messages."""
-        text, specials = self.prompt_text(prompt=prompt, messages=messages)
-        return self.tokenizer.encode(text, add_special_tokens=specials)
+        if (prompt is None) == (messages is None):
+            raise TypedLMError("give exactly one of 'prompt' or 'messages'")
+        if messages is not None:
+            text = self.render_chat(messages)
+            return self.tokenizer.encode(text, add_special_tokens=False)
+        return self.tokenizer.encode(prompt, add_special_tokens=True)
 
     def sync(self) -> None:
         """Wait for queued device work (timings on CUDA); a no-op on the CPU."""

@@ -20,13 +20,13 @@ from typing import Any
 from ..engine import Engine
 from ..errors import TypedLMError
 from ..runner.prefix_cache import reused_by, tally
-from .batches import Scored, merged_usage, question_scores, score_prompts
+from .batches import Scored, merged_usage, question_score, score_prompts
 from .depends import given_text, waves as dependency_waves
 from .joint import pins, solve_fields
 from .options import DecideOptions
 from .plan import DEFAULT_SCORING, NONE_OF_ABOVE, Plan, get_plan
 from .prior import adjust, check_mode as check_prior, fingerprint, mean_log_probs, neutral as neutral_prior
-from .prompt import PROMPT_VERSION, check_context, prompt_record, prompts_ids
+from .prompt import PROMPT_VERSION, prompt_ids, prompt_record
 from .result import Decision, field_results, finish_decision
 from .schema import DecisionSchema
 from .score import DEFAULT_BUDGET_BYTES, resolve_packing
@@ -94,25 +94,17 @@ def prepare(schema: Any, contexts: list[str], options: DecideOptions | None = No
     plans = [plan] + [get_plan(engine, plan.schema.subset(w), opts.scoring, opts.allow_none_of_above)
                       for w in waves[1:]]
     longest = max((len(r.ids) for r in plan.rows), default=0)
+    prompts = []
     for i, c in enumerate(contexts):
-        _named(check_context, i, len(contexts), c)
-    prompts = prompts_ids(engine, plan, contexts)
-    for i, ids in enumerate(prompts):
-        _named(_check_length, i, len(contexts), engine, len(ids) + longest)
+        try:
+            ids = prompt_ids(engine, plan, c)
+            if len(ids) + longest > engine.max_context:
+                raise TypedLMError(f"decision prompt + rows need {len(ids) + longest} tokens; the model's context "
+                                   f"is {engine.max_context}")
+        except TypedLMError as e:
+            raise TypedLMError(f"contexts[{i}]: {e}" if len(contexts) > 1 else str(e)) from e
+        prompts.append(ids)
     return Job(engine, plan, opts, tuple(contexts), tuple(prompts), tuple(waves), tuple(plans))
-
-
-def _named(check, i: int, n: int, *args) -> None:
-    """``check(*args)`` for ``contexts[i]``: its error names the context when there are several."""
-    try:
-        check(*args)
-    except TypedLMError as e:
-        raise TypedLMError(f"contexts[{i}]: {e}" if n > 1 else str(e)) from e
-
-
-def _check_length(engine: Engine, tokens: int) -> None:
-    if tokens > engine.max_context:
-        raise TypedLMError(f"decision prompt + rows need {tokens} tokens; the model's context is {engine.max_context}")
 
 
 def run(job: Job, *, engine: Engine | None = None, budget_bytes: int = DEFAULT_BUDGET_BYTES,
@@ -137,8 +129,8 @@ def run(job: Job, *, engine: Engine | None = None, budget_bytes: int = DEFAULT_B
     fixed: list[dict] = [{} for _ in range(n)]  # constrained fields of earlier waves: the solver keeps them
     index = {(q.field, q.kind, q.option): i for i, q in enumerate(plan.questions)}
     for k, (wave, wplan) in enumerate(zip(job.waves, job.plans)):
-        ids_k = list(job.prompts) if k == 0 else prompts_ids(
-            engine, wplan, list(job.contexts), [given_text(plan.schema, values[i], wave) for i in range(n)])
+        ids_k = list(job.prompts) if k == 0 else \
+            [prompt_ids(engine, wplan, c, given_text(plan.schema, values[i], wave)) for i, c in enumerate(job.contexts)]
         with tally() as seen:  # the prefix cache's lookups: tokens each prompt read from it
             scored = score(wplan, ids_k)  # score
         if k == 0:
@@ -179,9 +171,9 @@ def _prior_and_calibration(job: Job, engine: Engine, wplan: Plan, tie_fields, id
     sc = adjust(wplan, s.scores, mode, logs)
     ties = near_ties(wplan, sc, tie_fields, drift(engine)) if tie_fields and max_rows != 1 else []
     if ties:
-        fresh = question_scores(wplan, [rescore_one_row(engine, wplan, ids, ties, s.stats)])[0]
-        sc = adjust(wplan, [new if q.field in ties else old
-                            for q, new, old in zip(wplan.questions, fresh, s.scores)], mode, logs)
+        picked = rescore_one_row(engine, wplan, ids, ties, s.stats)
+        sc = adjust(wplan, [question_score(q, qi, picked) if q.field in ties else old
+                            for qi, (q, old) in enumerate(zip(wplan.questions, s.scores))], mode, logs)
     if bundle is not None:
         sc = bundle.apply(wplan, sc)
     return sc, ties

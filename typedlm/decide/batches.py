@@ -2,8 +2,8 @@
 
 The prompts' shared prefix once and the contexts packed on it (``score.score_contexts``) where they fit,
 else batched prefill + rows in chunks (OOM halves a prefill batch). Scores come back per context as
-:class:`~typedlm.decide.result.QuestionScore` in plan order (``trie.score_tries`` turns the scored branch
-points of every context into each question's constrained log-scores at once).
+:class:`~typedlm.decide.result.QuestionScore` in plan order (``trie.score_trie`` turns the scored branch
+points into each question's constrained log-scores).
 """
 
 from __future__ import annotations
@@ -11,13 +11,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-import torch
-
 from ..engine import Engine
 from .plan import Plan
 from .result import QuestionScore
 from .score import ScoreStats, _is_oom, prefill_batch, score_contexts, score_rows
-from .trie import score_tries
+from .trie import score_trie
 
 
 @dataclass
@@ -45,14 +43,17 @@ def score_prompts(engine: Engine, plan: Plan, ids_all: list[list[int]], packing:
                    max_rows: int | None) -> list[Scored]:
     """Every question of ``plan`` scored on each prompt: the prompts' shared prefix once and the contexts
     packed on it (``score_contexts``) where they fit, else batched prefill + rows in chunks."""
-    picked_all: list = [None] * len(ids_all)  # per prompt: [points, width] children log-probs (host)
-    times = [{} for _ in ids_all]
+    out: list[Scored | None] = [None] * len(ids_all)
     todo = list(range(len(ids_all)))
     stats_all = [ScoreStats() for _ in ids_all]  # a context left to the chunked path keeps its OOM count
     if packing in ("fused", "packed") and max_rows is None:
-        picked_all = score_contexts(engine, plan, ids_all, fused=packing == "fused", budget_bytes=budget_bytes,
-                                    stats=stats_all, timings=times)
-        todo = [i for i, p in enumerate(picked_all) if p is None]
+        times = [{} for _ in ids_all]
+        picked = score_contexts(engine, plan, ids_all, fused=packing == "fused", budget_bytes=budget_bytes,
+                                stats=stats_all, timings=times)
+        todo = [i for i, p in enumerate(picked) if p is None]
+        for i, p in enumerate(picked):
+            if p is not None:
+                out[i] = Scored(_question_scores(plan, p), times[i]["prefill"], times[i]["scoring"], stats_all[i])
         packing = "packed"
     for group in _groups([ids_all[i] for i in todo]):
         group = [todo[g] for g in group]
@@ -63,24 +64,21 @@ def score_prompts(engine: Engine, plan: Plan, ids_all: list[list[int]], packing:
         share = (time.perf_counter() - t0) / len(group)  # the shared batched prefill, split evenly
         for i, cache, st in zip(group, caches, stats):
             t1 = time.perf_counter()
-            picked_all[i] = score_rows(engine, plan, cache, len(ids_all[i]), packing=packing,
-                                       budget_bytes=budget_bytes, max_rows=max_rows, stats=st)
+            picked = score_rows(engine, plan, cache, len(ids_all[i]), packing=packing, budget_bytes=budget_bytes,
+                                max_rows=max_rows, stats=st)
             engine.sync()
-            times[i] = {"prefill": share, "scoring": time.perf_counter() - t1}
-    return [Scored(scores, t["prefill"], t["scoring"], st)
-            for scores, t, st in zip(question_scores(plan, picked_all), times, stats_all)]
+            scores = _question_scores(plan, picked)
+            out[i] = Scored(scores, share, time.perf_counter() - t1, st)
+    return out
 
 
-def question_scores(plan: Plan, picked: list[torch.Tensor]) -> list[list[QuestionScore]]:
-    """Per prompt's ``[points, width]`` children log-probs (``score.score_rows``) -> its question scores in plan
-    order, every prompt and question in one :func:`~typedlm.decide.trie.score_tries`."""
-    if not picked:
-        return []
-    lay = plan.layout
-    local, _full, mass = score_tries(lay, torch.stack(picked))
-    local, mass = local.tolist(), mass.tolist()
-    return [[QuestionScore(tuple(loc[c0:c0 + n]), m[t]) for t, (c0, n) in enumerate(lay.candidates)]
-            for loc, m in zip(local, mass)]
+def _question_scores(plan: Plan, picked: dict) -> list[QuestionScore]:
+    return [question_score(q, qi, picked) for qi, q in enumerate(plan.questions)]
+
+
+def question_score(q, qi: int, picked: dict) -> QuestionScore:
+    local, _full, log_mass = score_trie(q.trie, [picked[(qi, p)] for p in range(len(q.trie.points))])
+    return QuestionScore(tuple(local), log_mass)
 
 
 MAX_BATCH_CONTEXTS = 8

@@ -16,7 +16,6 @@ code = meaning). Booleans and counts are the same in both modes.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import string
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from dataclasses import dataclass
 from ..engine import Engine
 from ..grammar.spec import canonical_json
 from .schema import DecisionSchema, Field, SchemaError
-from .trie import Layout, Trie, build_trie, layout
+from .trie import Trie, build_trie
 
 SCORING_MODES = ("labels", "slots")
 DEFAULT_SCORING = "labels"  # chosen by measurement: docs/ARCHITECTURE.md, "Decisions"
@@ -58,15 +57,6 @@ class Plan:
     questions: tuple[Question, ...]
     rows: tuple[Row, ...]
     codes: dict  # field -> {choice value: shown code}; labels mode: value -> value
-
-    @functools.cached_property
-    def layout(self) -> Layout:
-        """Every question's branch points in one flat order (scores of many contexts in one step)."""
-        return layout([q.trie for q in self.questions])
-
-    def point(self, question: int, point: int) -> int:
-        """The flat index (``layout``) of ``question``'s branch point ``point``."""
-        return self.layout.offsets[question] + point
 
     def shown(self, field: str, value: str) -> str:
         return self.codes[field][value]

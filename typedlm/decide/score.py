@@ -22,7 +22,6 @@ only within one pass of at most :data:`MAX_PASS_TOKENS` queries (bench/results/d
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 
@@ -31,7 +30,7 @@ import torch
 from ..engine import Engine
 from ..errors import TypedLMError
 from ..runner.invariant.ops import log_softmax as invariant_log_softmax
-from ..runner.tensors import device_tensor, to_device
+from ..runner.tensors import device_tensor
 from .plan import Plan, Row
 
 PACKINGS = ("packed", "expand", "fused")
@@ -116,9 +115,8 @@ def _is_oom(e: BaseException) -> bool:
 @torch.inference_mode()
 def score_rows(engine: Engine, plan: Plan, cache, prefix_len: int, *, packing: str = DEFAULT_PACKING,
                budget_bytes: int = DEFAULT_BUDGET_BYTES, max_rows: int | None = None,
-               stats: ScoreStats | None = None) -> torch.Tensor:
-    """Every row of the plan -> ``[points, width]`` float32 on the host: per flat branch point
-    (``plan.layout``) the log-probabilities of its allowed children; NaN where no row of ``plan`` reads it."""
+               stats: ScoreStats | None = None) -> dict[tuple[int, int], torch.Tensor]:
+    """Every row of the plan -> {(question, branch point): log-probabilities of its allowed children}."""
     if packing not in PACKINGS:
         raise TypedLMError(f"packing must be one of {', '.join(PACKINGS)}, got {packing!r}")
     stats = stats or ScoreStats()
@@ -127,13 +125,14 @@ def score_rows(engine: Engine, plan: Plan, cache, prefix_len: int, *, packing: s
     chunk = chunk_rows(engine, rows, prefix_len, packing, budget_bytes)
     if max_rows:
         chunk = min(chunk, max_rows)
-    got, points = [], []
+    out: dict[tuple[int, int], torch.Tensor] = {}
     i = 0
     while i < len(rows):
         part = rows[i:i + chunk]
         try:
             run = _pass_expand if packing == "expand" else _pass_packed
-            picked, at, fed = run(engine, plan, part, cache, prefix_len)
+            picked, fed = run(engine, plan, part, cache, prefix_len)
+            out.update(picked)
         except Exception as e:  # noqa: BLE001 - only out-of-memory is retried; everything else re-raised
             if not _is_oom(e):
                 raise
@@ -144,38 +143,42 @@ def score_rows(engine: Engine, plan: Plan, cache, prefix_len: int, *, packing: s
             chunk = max(1, chunk // 2)
             stats.oom_retries += 1
             continue
-        got.append(picked)
-        points += at
         stats.passes += 1
         stats.rows += len(part)
         stats.scored_tokens += fed
         i += len(part)
     stats.chunk_rows = chunk
-    out = torch.full(tuple(plan.layout.children.shape), float("nan"))
-    if got:
-        out[torch.tensor(points)] = torch.cat(got).cpu()  # one copy to the host
     return out
 
 
-def _reads(plan: Plan, part: list[Row]) -> list[tuple[int, int, int]]:
-    """(flat point, row in ``part``, position in the row) of every read of ``part``."""
-    return [(plan.point(r.question, p), b, pos) for b, r in enumerate(part) for p, pos in r.reads]
-
-
-def _log_probs(engine: Engine, plan: Plan, logits: torch.Tensor, idx: list[int], points: list[int]) -> torch.Tensor:
-    """Rows ``idx`` of the logits (``[N, V]``, or ``[rows, reads, V]`` flattened) -> on the device
-    ``[len(idx), width]``: the full-vocabulary log-probabilities (padded lm_head ids excluded) of the allowed
-    children of flat point ``points[k]`` (``plan.layout.children`` order)."""
+def _gather(engine: Engine, plan: Plan, part: list[Row], logits: torch.Tensor, where, contexts: int = 1,
+            defer: bool = False):
+    """logits rows at every read of ``part`` -> children log-probs (padded lm_head ids excluded), one
+    dict per context: ``part`` is ``contexts`` equal blocks of rows, ``where(context, row, pos)`` the index
+    of that read in ``logits``.
+    ``defer``: return a function that copies them to the host then (no device sync before it is called)."""
+    reads, idx, size = [], [], len(part) // contexts
+    for r_i, row in enumerate(part):
+        for point, pos in row.reads:
+            reads.append((r_i // size, row.question, point))
+            idx.append(where(r_i // size, r_i % size, pos))
+    if logits.dim() == 3:  # [rows, reads, V] (expand): (row, read) -> a row of the flattened logits
+        idx = [b * logits.shape[1] + j for b, j in idx]
     flat = logits.reshape(-1, logits.shape[-1])
-    used = sorted(set(idx))
-    if len(used) < flat.shape[0]:  # rows no read needs (expand's padding): not softmaxed
-        flat = flat.index_select(0, device_tensor(used, flat.device))
-        at = {u: k for k, u in enumerate(used)}
-        idx = [at[i] for i in idx]
-    rows_t = flat.float()[:, : engine.tokenizer_vocab_size]  # log-softmax is row by row: no reordering copy
+    rows_t = flat.index_select(0, device_tensor(idx, flat.device)).float()[:, : engine.tokenizer_vocab_size]
     lsm = invariant_log_softmax(rows_t) if getattr(engine.runner, "invariant", False) else torch.log_softmax(rows_t, -1)
-    kids = to_device(plan.layout.children[torch.tensor(points, dtype=torch.long)], lsm.device)
-    return lsm[device_tensor(idx, lsm.device)[:, None], kids]
+    kids = [plan.questions[q].trie.points[p].children for _, q, p in reads]
+    width = max(len(ch) for ch in kids)
+    on_device = lsm.gather(1, device_tensor([list(ch) + [0] * (width - len(ch)) for ch in kids], lsm.device))
+
+    def finish() -> list[dict]:
+        picked = on_device.cpu()
+        out: list[dict] = [{} for _ in range(contexts)]
+        for k, (c, q, p) in enumerate(reads):
+            out[c][(q, p)] = picked[k, : len(plan.questions[q].trie.points[p].children)]
+        return out
+
+    return finish if defer else finish()
 
 
 def _pass_expand(engine: Engine, plan: Plan, part: list[Row], cache, prefix_len: int) -> tuple[dict, int]:
@@ -185,10 +188,8 @@ def _pass_expand(engine: Engine, plan: Plan, part: list[Row], cache, prefix_len:
         ids[b, : len(r.ids)] = torch.tensor(r.ids)  # right padding: causal rows never read it
     need = sorted({p for r in part for _, p in r.reads})
     at = {k: i for i, k in enumerate(need)}
-    logits = engine.runner.score_expand(ids, cache, need)  # [B, reads, V]
-    reads = _reads(plan, part)
-    idx = [b * len(need) + at[pos] for _g, b, pos in reads]
-    return _log_probs(engine, plan, logits, idx, [g for g, _b, _p in reads]), [g for g, _b, _p in reads], B * L
+    logits = engine.runner.score_expand(ids, cache, need)
+    return _gather(engine, plan, part, logits, lambda _c, b, pos: (b, at[pos]))[0], B * L
 
 
 def _tree(part: list[Row], P: int):
@@ -226,15 +227,18 @@ def _pass_packed(engine: Engine, plan: Plan, part: list[Row], cache, prefix_len:
     need = sorted({row_nodes[b][p] for b, r in enumerate(part) for _, p in r.reads})
     at = {k: i for i, k in enumerate(need)}
     logits, _ = engine.runner.score(ids, cache, pos, allow, need)
-    reads = _reads(plan, part)
-    idx = [at[row_nodes[b][pos]] for _g, b, pos in reads]
-    return _log_probs(engine, plan, logits, idx, [g for g, _b, _p in reads]), [g for g, _b, _p in reads], len(ids)
+    return _gather(engine, plan, part, logits, lambda _c, b, p: at[row_nodes[b][p]])[0], len(ids)
 
 
 def shared_prefix(ids_all: list[list[int]]) -> int:
     """Length of the longest common token prefix of the prompts (one prompt: all of it). The prompt
     layout puts system + schema + questions before the per-context fence, so it is at least that part."""
-    return len(os.path.commonprefix(ids_all))  # compares only the least and greatest prompts
+    first = ids_all[0]
+    n = min(len(i) for i in ids_all)
+    for k in range(n):
+        if any(ids[k] != first[k] for ids in ids_all[1:]):
+            return k
+    return n
 
 
 def _pass_bytes(engine: Engine, q: int, k: int, reads: int) -> int:
@@ -254,15 +258,15 @@ MAX_PASS_TOKENS = 2048  # query tokens of one shared-prefix pass: enough for ful
 @torch.inference_mode()
 def score_contexts(engine: Engine, plan: Plan, ids_all: list[list[int]], *, fused: bool,
                    budget_bytes: int = DEFAULT_BUDGET_BYTES, stats: list[ScoreStats] | None = None,
-                   timings: list[dict] | None = None) -> list[torch.Tensor | None]:
+                   timings: list[dict] | None = None) -> list[dict | None]:
     """Every row of the plan on every prompt, the prompts' common prefix computed ONCE.
 
     The prefix (:func:`shared_prefix`) is prefilled once (``fused``: inside the first pass); then
     contexts are packed together, as many as fit ``budget_bytes`` and :data:`MAX_PASS_TOKENS`, into
     one sequence on the prefix KV (never copied): per context its own prompt tokens (causal) and its
     row tree (:func:`_tree`), under a block mask (a token sees the prefix, its own context's earlier
-    tokens and its ancestors) with per-token positions. Returns per prompt its ``[points, width]``
-    children log-probs (as :func:`score_rows`; one device-to-host copy for all), or None where the prompt's rows do not fit one pass (the caller prefills it
+    tokens and its ancestors) with per-token positions. Returns per prompt {(question, point):
+    children log-probs}, or None where the prompt's rows do not fit one pass (the caller prefills it
     and scores its rows in chunks). One prompt, ``fused``: prompt + rows in one forward; not fused:
     prefill + one packed pass. ``timings[i]`` gets ``prefill`` (the prefix's share) and ``scoring``
     (the context's share of its pass) in seconds."""
@@ -284,7 +288,7 @@ def score_contexts(engine: Engine, plan: Plan, ids_all: list[list[int]], *, fuse
                                    _pass_bytes(engine, q, P + q - (P if with_prefix else 0), R * len(group))
                                    <= budget_bytes)
 
-    out: list[torch.Tensor | None] = [None] * n
+    out: list[dict | None] = [None] * n
     todo = [i for i in range(n) if _pass_bytes(engine, len(ids_all[i]) - P + T + (P if fused else 0),
                                                 len(ids_all[i]) + T, R) <= budget_bytes]
     if not todo:
@@ -301,7 +305,7 @@ def score_contexts(engine: Engine, plan: Plan, ids_all: list[list[int]], *, fuse
             groups[-1].append(i)
         else:
             groups.append([i])
-    done: list[tuple[list[int], torch.Tensor]] = []  # passes are queued back to back; ONE copy at the end
+    done: list[tuple[list[int], object]] = []  # passes are queued back to back; results copied at the end
     while groups:
         group = groups.pop(0)
         try:
@@ -316,10 +320,9 @@ def score_contexts(engine: Engine, plan: Plan, ids_all: list[list[int]], *, fuse
                 groups[:0] = [group[: len(group) // 2], group[len(group) // 2:]]
             continue  # a single context that does not fit: left to the caller (None)
         done.append((group, picked))
-    if done:
-        got = torch.cat([t for _, t in done]).cpu().view(-1, *plan.layout.children.shape)
-        for i, picked in zip([i for group, _ in done for i in group], got):
-            out[i] = picked
+    for group, finish in done:
+        for i, got in zip(group, finish()):
+            out[i] = got
     took = time.perf_counter() - t0 - prefix_s
     scored = [i for i in range(n) if out[i] is not None]
     for i in scored:
@@ -337,8 +340,7 @@ def score_contexts(engine: Engine, plan: Plan, ids_all: list[list[int]], *, fuse
 
 def _pass_contexts(engine: Engine, plan: Plan, suffixes: list[list[int]], prefix: list[int], cache, tree):
     """One forward: [prefix, when ``cache`` is None] + per context (its own tokens, the row tree).
-    Returns the picked log-probs on the device (``[contexts * points, width]``, context-major, flat points in
-    ``plan.layout`` order) and the cache cut back to the prefix."""
+    Returns the picked log-probs per context and the cache cut back to the prefix."""
     row_ids, row_pos, row_allow, row_nodes = tree
     P, T = len(prefix), len(row_ids)
     lead = P if cache is None else 0  # prefix tokens inside this forward
@@ -350,18 +352,18 @@ def _pass_contexts(engine: Engine, plan: Plan, suffixes: list[list[int]], prefix
     Q = len(ids)
     allow = torch.zeros(Q, P + Q - lead, dtype=torch.bool)  # keys: the prefix, then this forward's other tokens
     allow[:, :P] = True
-    causal = torch.ones(max(lead, *map(len, suffixes)), max(lead, *map(len, suffixes)), dtype=torch.bool).tril_()
     if lead:
-        allow[:P, :P] = causal[:P, :P]
+        allow[:P, :P] = torch.ones(P, P, dtype=torch.bool).tril_()
     for st, suf in zip(starts, suffixes):
         s, a = len(suf), st - len(suf)  # the context's first own token: query row a, key column k
         k = P + a - lead
-        allow[a:a + s, k:k + s] = causal[:s, :s]
+        allow[a:a + s, k:k + s] = torch.ones(s, s, dtype=torch.bool).tril_()
         allow[st:st + T, k:k + s] = True
         allow[st:st + T, k + s:k + s + T] = row_allow
-    reads = sorted(_reads(plan, list(plan.rows)))  # one read per flat point, in flat order
-    need = sorted({st + row_nodes[b][p] for st in starts for _g, b, p in reads})
+    rows = list(plan.rows)
+    need = sorted({st + row_nodes[b][p] for st in starts for b, r in enumerate(rows) for _, p in r.reads})
     at = {k: i for i, k in enumerate(need)}
     logits, cache = engine.runner.score(ids, cache, pos, allow, need, keep=P)
-    idx = [at[st + row_nodes[b][p]] for st in starts for _g, b, p in reads]
-    return _log_probs(engine, plan, logits, idx, [g for g, _b, _p in reads] * len(suffixes)), cache
+    picked = _gather(engine, plan, rows * len(suffixes), logits,
+                     lambda c, b, p: at[starts[c] + row_nodes[b][p]], contexts=len(suffixes), defer=True)
+    return picked, cache

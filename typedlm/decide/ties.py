@@ -56,9 +56,9 @@ def near_ties(plan: Plan, scores: list[QuestionScore], fields, threshold: float)
     return out
 
 
-def rescore_one_row(engine: Engine, plan: Plan, ids: list[int], fields: list[str], stats: ScoreStats) -> torch.Tensor:
-    """The ``[points, width]`` children log-probs (``score.score_rows``; NaN off ``fields``) of every row of
-    ``fields``, one row per forward on a fresh prefill of ``ids`` (counted in ``stats``)."""
+def rescore_one_row(engine: Engine, plan: Plan, ids: list[int], fields: list[str], stats: ScoreStats) -> dict:
+    """{question index: picked children log-probs} for every row of ``fields``, one row per forward on
+    a fresh prefill of ``ids`` (counted in ``stats``)."""
     keep = {i for i, q in enumerate(plan.questions) if q.field in fields}
     sub = Plan(schema=plan.schema, scoring=plan.scoring, none_of_above=plan.none_of_above, questions=plan.questions,
                rows=tuple(r for r in plan.rows if r.question in keep), codes=plan.codes)
