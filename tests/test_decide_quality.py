@@ -103,7 +103,8 @@ def test_fit_threshold_recovers_the_set_sizes():
     assert 0.85 <= t < 2.2  # between the runner-up's log-odds (0.85) and the top option's (2.2)
 
 
-def test_decide_options_are_one_validated_object(tiny):
+def test_decide_options_are_one_validated_object(tiny, no_prefix_cache):
+    # cache off: a second call on a cached prompt is scored fused off CUDA (equal within CACHED_PROB_TOL, not bit for bit)
     opts = DecideOptions(prior="none", abstain_below_margin=0.2)
     with pytest.raises(Exception):
         opts.prior = "batch"  # frozen

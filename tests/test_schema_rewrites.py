@@ -60,15 +60,17 @@ CASES = [
     ("multipleOf between bounds", {"multipleOf": 3, "minimum": -10, "maximum": 10}, "12", False),
     ("integer bounds made whole", {"type": "integer", "minimum": 1.5}, "2", True),
     ("integer bounds made whole", {"type": "integer", "exclusiveMaximum": 3}, "3", False),
-    ("lengths count an escape as one character", {"type": "string", "maxLength": 3}, '"a\\nb"', True),
-    ("lengths count an escape as one character", {"type": "string", "maxLength": 3}, '"a\\nbc"', False),
-    ("lengths count an escape as one character", {"type": "string", "minLength": 2}, '"\\n"', False),
-    ("lengths count an escape as one character", {"type": "string", "minLength": 2}, '"\\"\\\\"', True),
-    ("lengths count an escape as one character", {"type": "string", "minLength": 1, "maxLength": 9000},
-     '"\\t\\\\"', True),
-    ("lengths count an escape as one character", {"type": "object", "properties": {
+    ("lengths alone: raw characters, no escape", {"type": "string", "maxLength": 3}, '"abc"', True),
+    ("lengths alone: raw characters, no escape", {"type": "string", "maxLength": 3}, '"abcd"', False),
+    ("lengths alone: raw characters, no escape", {"type": "string", "minLength": 2}, '"a"', False),
+    ("lengths alone: raw characters, no escape", {"type": "string", "minLength": 1, "maxLength": 9000},
+     "\"a bé\"", True),
+    ("lengths alone: raw characters, no escape", {"type": "object", "properties": {
         "a": {"type": "string", "pattern": "^[a-z]*$", "maxLength": 3}, "b": {"type": "string", "maxLength": 3}}},
-     '{"a":"ab","b":"a\\nb"}', True),  # two counted strings of one length, different classes
+     '{"a":"ab","b":"a b"}', True),  # two counted strings of one length, different classes
+    ("lengths alone: raw characters, no escape", {"type": "object", "properties": {
+        "a": {"type": "string", "pattern": "^[a-z]*$", "maxLength": 3}, "b": {"type": "string", "maxLength": 3}}},
+     '{"a":"abcd","b":"a"}', False),  # xgrammar alone drops a length beside a pattern
     ("number range of any precision", {"type": "number", "exclusiveMinimum": 0}, "0.12345678901234567", True),
     ("number range of any precision", {"type": "number", "exclusiveMinimum": 0}, "0", False),
     ("number range of any precision", {"type": "number", "minimum": -1.5, "maximum": 2}, "-1.50000001", False),
