@@ -30,7 +30,7 @@ class Emitter:
         # build the automata only our EBNF reads (xgrammar): a string's ``x-typedlm-string``, an object's key
         # classes (``x-typedlm-object``); off for llguidance's core form and for jsonschema probes, which read
         # the standard keywords beside them (same meaning)
-        self.string_automata = self.key_automata = n.automata
+        self.automata = n.automata
         self.probes: dict[int, tuple] = {}  # id(branch) -> (branch, its probe schema)
         self.probe_defs: dict[int, dict] = {}  # $ref target key -> its definition in probes
 
@@ -76,11 +76,11 @@ class Emitter:
 
     def standard(self, emit):
         """``emit()`` with the automata off: standard keywords only."""
-        saved, self.string_automata, self.key_automata = (self.string_automata, self.key_automata), False, False
+        saved, self.automata = self.automata, False
         try:
             return emit()
         finally:
-            self.string_automata, self.key_automata = saved
+            self.automata = saved
 
     def emit_contains(self, b, out, pre) -> bool:
         """Add ``contains`` (and for the grammar, the item classes, see :mod:`.ebnf`) to emitted array
@@ -187,7 +187,7 @@ class Emitter:
             return self.emit_number(b)
         out = {"type": b.type}
         if isinstance(b, String):
-            return emit_string(b, self.string_automata)
+            return emit_string(b, self.automata)
         elif isinstance(b, Array):
             pre = list(b.prefix or [])
             mx = b.max_items
@@ -211,7 +211,7 @@ class Emitter:
             props, pats = b.properties, b.patterns or {}
             # measured: xgrammar lets any extra key through beside properties and patternProperties; it
             # mishandles names that need JSON escapes; one pattern alone it enforces
-            if self.key_automata and (len(pats) > 1 or (props and pats) or b.names is not None
+            if self.automata and (len(pats) > 1 or (props and pats) or b.names is not None
                                       or any(map(needs_escape, props))
                                       or not all(xgrammar_safe(rewrite_pattern(pat)) for pat in pats)):
                 classes = self.key_classes(b)
