@@ -76,9 +76,11 @@ class StaticKV(SlotCache):
         cfg = model.config
         self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim, self.scaling, self.qk_norm = a.head_dim, a.scaling, hasattr(a, "q_norm")
-        shape = (capacity, self.kv_heads, max_len + 1, self.head_dim)
-        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in self.layers]
-        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in self.layers]
+        # one buffer ``[2, layers, capacity, kv_heads, max_len + 1, head_dim]``; ``k[i]`` / ``v[i]`` are its layers
+        # (a cached prefix goes into a slot, and a slot's blocks out of it, in one copy instead of one a layer)
+        self.store = torch.zeros(2, len(self.layers), capacity, self.kv_heads, max_len + 1, self.head_dim,
+                                 dtype=dtype, device=device)
+        self.k, self.v = list(self.store[0]), list(self.store[1])
         self.length = [0] * capacity  # tokens in each slot's KV
         self.slots = SlotPool(capacity)
         self._lock = threading.RLock()  # schedulers sharing this cache take turns per forward
@@ -126,18 +128,15 @@ class StaticKV(SlotCache):
         with self._lock:
             for s in slots:
                 self.length[s] = m
-            for s in slots if m else ():  # plain slice copies: no index tensor staged, no index_put
-                for i in range(len(self.layers)):
-                    self.k[i][s, :, :m].copy_(past[i, 0])
-                    self.v[i][s, :, :m].copy_(past[i, 1])
+            for s in slots if m else ():  # one slice copy a row: no index tensor staged, no index_put
+                self.store[:, :, s, :, :m].copy_(past.transpose(0, 1))
             if self.short.fits(g, t):  # a graph per row: still far cheaper than the eager forward
                 return torch.cat([self.short.run(ids[i], s, m) for i, s in enumerate(slots)])
             return self._extend(ids, slots, [t] * g)
 
     def read(self, slot: int, a: int, b: int) -> torch.Tensor:
         """KV of tokens ``[a, b)`` of ``slot`` -> ``[layers, 2, kv_heads, b - a, head_dim]`` (a copy)."""
-        parts = [x for k, v in zip(self.k, self.v) for x in (k[slot, :, a:b], v[slot, :, a:b])]
-        return torch.stack(parts).unflatten(0, (len(self.k), 2))  # one copy of every layer's K and V
+        return self.store[:, :, slot, :, a:b].transpose(0, 1).contiguous()  # one copy of every layer's K and V
 
     @torch.inference_mode()
     def step(self, tokens: list[int] | torch.Tensor, slots: list[int]) -> torch.Tensor:
