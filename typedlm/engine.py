@@ -22,6 +22,7 @@ from .grammar.compiler import Grammars
 from .lru import LRUCache
 from .profile import ChatProfile, ReasoningFormat, detect_reasoning
 from .runner.model_runner import ModelRunner
+from .tokens import SegmentEncoder
 
 
 @dataclass
@@ -31,6 +32,7 @@ class EngineCaches:
     plans: LRUCache = field(default_factory=lambda: LRUCache(256))  # compiled decide plans (decide.plan.get_plan)
     priors: LRUCache = field(default_factory=lambda: LRUCache(256))  # neutral priors (decide.prior)
     fingerprint: str | None = None  # hash of the weights (decide.prior.fingerprint), computed once
+    segments: SegmentEncoder | None = None  # rendered prompts' long segments -> ids (typedlm.tokens), made on first use
 
 
 @dataclass(frozen=True)
@@ -67,9 +69,15 @@ class Engine:
         if (prompt is None) == (messages is None):
             raise TypedLMError("give exactly one of 'prompt' or 'messages'")
         if messages is not None:
-            text = self.render_chat(messages)
-            return self.tokenizer.encode(text, add_special_tokens=False)
+            return self.encode_text(self.render_chat(messages))
         return self.tokenizer.encode(prompt, add_special_tokens=True)
+
+    def encode_text(self, text: str) -> list[int]:
+        """Ids of a rendered chat prompt (no specials added): segments between added tokens, the long ones
+        (a repeated system prompt) read from a cache (:mod:`typedlm.tokens`; the same ids as a plain encode)."""
+        if self.caches.segments is None:
+            self.caches.segments = SegmentEncoder(self.tokenizer)
+        return self.caches.segments.encode(text)
 
     def sync(self) -> None:
         """Wait for queued device work (timings on CUDA); a no-op on the CPU."""

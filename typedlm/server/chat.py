@@ -45,7 +45,7 @@ class ChatPlan:
             thinking = False
             if engine.reasoning is not None:
                 text, thinking = prepare(engine.reasoning, text, self.budget)
-            return Prompt(engine.tokenizer.encode(text, add_special_tokens=False),
+            return Prompt(engine.encode_text(text),
                           {"thinking": thinking, "reasoning_budget": self.budget, "jump_forward": self.jump_forward})
 
         return encode
