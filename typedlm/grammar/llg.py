@@ -270,3 +270,30 @@ class LLGMatcher:
             except UnicodeDecodeError:
                 continue
         return ""
+
+
+_EXECUTOR: list = []  # llguidance's LLExecutor, made on first use (its thread pool lives for the process)
+_EXECUTOR_LOCK = threading.Lock()
+
+
+def llg_executor():
+    """The one ``llguidance.LLExecutor`` of the process (its Rust thread pool: 80 % of the cores, at most 32)."""
+    with _EXECUTOR_LOCK:
+        if not _EXECUTOR:
+            import llguidance
+
+            _EXECUTOR.append(llguidance.LLExecutor())
+        return _EXECUTOR[0]
+
+
+def batch_fill_next_token_bitmask(matchers: list[LLGMatcher], bitmask, indices: list[int]) -> None:
+    """Fill row ``indices[i]`` of ``bitmask`` (a contiguous ``[B, ceil(V/32)]`` int32 host tensor) with the
+    mask of ``matchers[i]``, all in one call: llguidance's executor computes the masks on its threads with
+    the GIL released (what :meth:`LLGMatcher.fill_next_token_bitmask` does row by row). A matcher in its
+    error state gets an empty row, as there."""
+    from llguidance.torch import fill_next_token_bitmask_par
+
+    fill_next_token_bitmask_par(llg_executor(), [(m.inner, i) for m, i in zip(matchers, indices)], bitmask)
+    for m, i in zip(matchers, indices):
+        if m.inner.is_error():
+            bitmask[i].zero_()
