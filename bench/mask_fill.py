@@ -9,7 +9,7 @@ state is nearly free), so the two llguidance fills run on two walks of their own
 compile, with the same seeds: the same states, which the equal masks check; their order alternates per
 step. No model weights, no GPU: CPU only.
 
-    python bench/mask_fill.py --rows 32 --steps 200 --json bench/results/mask-fill-cpu.json
+    python bench/mask_fill.py --rows 32 --steps 200 [--threads N] --json bench/results/mask-fill-cpu.json
 """
 
 from __future__ import annotations
@@ -80,8 +80,12 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--vocab", choices=("qwen", "default"), default="qwen")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, help="llguidance executor threads (TYPEDLM_LLG_THREADS; default: "
+                                                "llguidance's, 80%% of the cores up to 32)")
     ap.add_argument("--json", help="also write the result here")
     args = ap.parse_args()
+    if args.threads:
+        os.environ["TYPEDLM_LLG_THREADS"] = str(args.threads)
 
     import llguidance
     import xgrammar as xgr
@@ -128,7 +132,7 @@ def main() -> None:
 
     out = {"bench": "mask_fill", "rows": args.rows, "steps": args.steps, "vocab": args.vocab,
            "vocab_size": info.vocab_size, "schema": "typedlm bench gen SCHEMA, any_whitespace=False",
-           "cpu_count": os.cpu_count(), "machine": platform.processor() or platform.machine(),
+           "cpu_count": os.cpu_count(), "llg_threads": args.threads or "llguidance default", "machine": platform.processor() or platform.machine(),
            "llguidance": llguidance.__version__, "xgrammar": importlib.metadata.version("xgrammar"),
            "llguidance_per_row": summary(per_row, args.rows), "llguidance_batched": summary(batched, args.rows),
            "xgrammar_batched": summary(xgr_batched, args.rows),

@@ -272,17 +272,20 @@ class LLGMatcher:
         return ""
 
 
+THREADS_ENV = "TYPEDLM_LLG_THREADS"  # threads that fill llguidance's masks of a batch (read once)
 _EXECUTOR: list = []  # llguidance's LLExecutor, made on first use (its thread pool lives for the process)
 _EXECUTOR_LOCK = threading.Lock()
 
 
 def llg_executor():
-    """The one ``llguidance.LLExecutor`` of the process (its Rust thread pool: 80 % of the cores, at most 32)."""
+    """The one ``llguidance.LLExecutor`` of the process: its Rust thread pool has :data:`THREADS_ENV`
+    threads, else llguidance's default (80 % of the cores, at most 32)."""
     with _EXECUTOR_LOCK:
         if not _EXECUTOR:
             import llguidance
 
-            _EXECUTOR.append(llguidance.LLExecutor())
+            threads = os.environ.get(THREADS_ENV, "").strip()
+            _EXECUTOR.append(llguidance.LLExecutor(int(threads) if threads.isdigit() and int(threads) > 0 else None))
         return _EXECUTOR[0]
 
 
