@@ -157,6 +157,8 @@ def _format_as_pattern(node: dict) -> dict:
 
 
 def _anchored(rx: str) -> str:
+    if "(?!" in rx:  # a patternProperties name pattern ^(?!X)Y: Rust's regexes have no lookaround
+        raise NotForLLGuidance(f"pattern {rx!r}: a lookahead (xgrammar gets its automaton)", keyword="patternProperties")
     return f"^(?:{ecma_classes(rx)})$"
 
 
