@@ -295,9 +295,12 @@ def batch_fill_next_token_bitmask(matchers: list[LLGMatcher], bitmask, indices: 
     """Fill row ``indices[i]`` of ``bitmask`` (a contiguous ``[B, ceil(V/32)]`` int32 host tensor) with the
     mask of ``matchers[i]``, all in one call: llguidance's executor computes the masks on its threads with
     the GIL released (what :meth:`LLGMatcher.fill_next_token_bitmask` does row by row). A matcher in its
-    error state gets an empty row, as there."""
+    error state gets an empty row, as there. One row is filled on the calling thread (no handoff: b1)."""
     from llguidance.torch import fill_next_token_bitmask_par
 
+    if len(matchers) == 1:
+        matchers[0].fill_next_token_bitmask(bitmask, indices[0])
+        return
     fill_next_token_bitmask_par(llg_executor(), [(m.inner, i) for m, i in zip(matchers, indices)], bitmask)
     for m, i in zip(matchers, indices):
         if m.inner.is_error():
