@@ -338,6 +338,33 @@ def test_degrade_non_strict_schema_keeps_the_structure(server, model, seed):
     assert chunks[-1]["typedlm"]["schema_valid"] == notice["schema_valid"]
 
 
+def test_a_schema_with_more_refusals_than_the_old_loop_allowed_is_relaxed_in_one_pass(server, model):
+    """70 refused keywords (one ``uniqueItems`` per property): the old loop relaxed one refusal per
+    normalizer run and gave up after 64 (free text); the lenient compile drops them all in one relaxing
+    pass, so the output keeps the schema's structure and each place is named."""
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9},
+                                               **{f"k{i}": {"type": "array", "items": {"type": "integer"},
+                                                            "uniqueItems": True} for i in range(70)}},
+              "required": ["n"], "additionalProperties": False}
+    body = {"model": model, "messages": MSG, "max_tokens": 200, "seed": 3,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": schema,
+                                                                      "any_whitespace": False}}}
+    r = post(server, "/v1/chat/completions", body)
+    assert r.status_code == 200, r.text
+    assert r.headers["warning"].startswith('199 typedlm "response_format partly enforced: relaxed uniqueItems at '
+                                           '/properties/k0/uniqueItems; uniqueItems at /properties/k1/uniqueItems')
+    out = r.json()
+    notice = out["typedlm"]
+    assert notice["degraded"] == "relaxed"
+    assert [d["pointer"] for d in notice["relaxed"]] == [f"/properties/k{i}/uniqueItems" for i in range(70)]
+    choice = out["choices"][0]
+    content = choice["message"]["content"]
+    assert content.startswith('{"n":'), content  # the grammar held from the start
+    if choice["finish_reason"] == "stop":
+        value = json.loads(content)
+        assert notice["schema_valid"] == [jsonschema.Draft202012Validator(schema).is_valid(value)]
+
+
 def test_degrade_when_grammar_disabled(server, model, monkeypatch):
     before = metric(server, "typedlm_degraded_requests_total")
     monkeypatch.setenv("TYPEDLM_GRAMMAR", "0")

@@ -228,6 +228,21 @@ def test_non_strict_tool_schema_is_relaxed_and_the_arguments_validated(client, t
     assert len(verdicts) == 3
 
 
+def test_a_relaxed_tool_leaves_a_response_format_beside_it_exact(client, tiny):
+    """tool_choice auto with a relaxed (non-strict) tool and a json_schema answer: the tag is compiled
+    lenient for the tool only; an answer schema that does not compile exactly is still a 400 (it is not
+    relaxed along with the tool), one that does compiles beside the relaxed tool."""
+    tools = [{"type": "function", "function": {"name": "f", "parameters": UNIQUE}}]
+    refused = {"type": "object", "properties": {"v": {"type": "array", "uniqueItems": True}}}
+    kw = dict(model=tiny.name, messages=MSG, tools=tools, tool_choice="auto", max_tokens=8, seed=0)
+    with pytest.raises(openai.BadRequestError, match="answer's json_schema.*uniqueItems"):
+        client.chat.completions.create(**kw, response_format={"type": "json_schema", "json_schema": {
+            "name": "a", "schema": refused}})
+    raw = client.chat.completions.with_raw_response.create(**kw, response_format={
+        "type": "json_schema", "json_schema": {"name": "a", "schema": ADD}})
+    assert raw.headers["warning"].startswith('199 typedlm "tool parameters partly enforced: relaxed uniqueItems')
+
+
 def test_parse_and_stream_parsers_agree():
     text = 'hello <tool_call>\n{"name": "add", "arguments": {"a": 1, "b": {"c": [2]}}}\n</tool_call>\n' \
            '<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>'

@@ -13,7 +13,7 @@ import xgrammar as xgr
 
 from ..errors import GrammarCompileError
 from .llg import LLG_KINDS, LLGrammar, NotForLLGuidance, check_engine, engine_from_env, llg_grammar, llg_tokenizer
-from .relax import NotRelaxable, RelaxedSchemaWarning, relaxed_core
+from .relax import RelaxedSchemaWarning, lenient_core
 from .schema import prepare_schema
 from .schema.ebnf import ebnf_literal, needs_grammar, to_ebnf
 from .spec import MAX_WHITESPACE, Constraint, canonical_json, engine_key
@@ -87,7 +87,7 @@ class Grammars:
         self.max_entries = max_entries
         self._cache: OrderedDict[str, xgr.CompiledGrammar] = OrderedDict()
         self._lock = threading.Lock()
-        self._relaxed: dict[str, str] = {}  # lenient constraint key -> what was relaxed (warned on each compile)
+        self._relaxed: dict[str, list[dict]] = {}  # lenient constraint key -> the relaxed places (warned on each compile)
         self.stats = CacheStats()
 
     @classmethod
@@ -97,14 +97,24 @@ class Grammars:
                                                   stop_token_ids=list(stop_ids))
         return cls(info, schema_registry=schema_registry, engine=engine)
 
-    def compile(self, c: Constraint) -> tuple[Compiled, float]:
+    def compile(self, c: Constraint, *, warn: bool = True) -> tuple[Compiled, float]:
         """Compiled grammar and the seconds this call spent (≈0 on a cache hit); a lenient schema that
-        was relaxed warns (:class:`.relax.RelaxedSchemaWarning`) in the caller's thread."""
+        was relaxed warns (:class:`.relax.RelaxedSchemaWarning`) in the caller's thread, unless ``warn``
+        is off (a caller that reports :meth:`relaxed_places` itself)."""
         out = self._compile(c)
-        note = self._relaxed.get(self._key(c))
-        if note is not None:
-            warnings.warn(RelaxedSchemaWarning(note), stacklevel=2)
+        places = self.relaxed_places(c) if warn else []
+        if places:
+            note = "; ".join(f"{d['keyword']} at {d['pointer']}: {d['action']}" for d in places)
+            warnings.warn(RelaxedSchemaWarning(f"{c.kind} partly enforced (the output is validated after): "
+                                               f"{note}"), stacklevel=2)
         return out
+
+    def relaxed_places(self, c: Constraint) -> list[dict]:
+        """What compiling the lenient constraint ``c`` relaxed (``[{keyword, pointer, action}]``, the
+        pointers into its schema, or into its structural tag); empty when it compiled exactly, or was not
+        compiled. The server names them in its ``Warning`` header instead of a warning."""
+        with self._lock:
+            return list(self._relaxed.get(self._key(c), ()))
 
     def _key(self, c: Constraint) -> str:
         """The cache key: the constraint's, with the engine that compiles it."""
@@ -188,7 +198,9 @@ class Grammars:
             if c.kind == "lark":
                 return self.compiler.compile_lark(c.value)
             if c.kind == "structural_tag":
-                tag = _checked_tag(c.value, c.lenient)
+                relaxed: list[dict] = []
+                tag = _checked_tag(c.value, relaxed if c.lenient else None)
+                self._note_relaxed(c, relaxed)
                 return self.compiler.compile_structural_tag(canonical_json(tag))
         except GrammarCompileError:
             raise
@@ -207,48 +219,52 @@ class Grammars:
 
     def _core_schema(self, c: Constraint, deadline: float, automata: bool = True) -> dict:
         """The core form of a json_schema constraint (``automata``: with those our EBNF for xgrammar reads,
-        see :func:`.schema.prepare_schema`). ``lenient``: where a keyword is refused, the
-        superset that drops only what must go, in one relaxing pass (:func:`.relax.relaxed_core`), with a
-        :class:`.relax.RelaxedSchemaWarning`; the output is still validated against the original
-        schema (``schema_valid``). A schema that cannot be relaxed is compiled as given."""
-        try:
+        see :func:`.schema.prepare_schema`). ``lenient``: where a keyword is refused, the superset that
+        drops only what must go, in one relaxing pass (:func:`.relax.lenient_core`), named by
+        :meth:`relaxed_places` and a :class:`.relax.RelaxedSchemaWarning`; the output is still validated
+        against the original schema (``schema_valid``). A schema that cannot be relaxed is compiled as given."""
+        if not c.lenient:
             return prepare_schema(c.value, registry=self.schema_registry, deadline=deadline, automata=automata)
-        except GrammarCompileError as e:
-            if not c.lenient or not e.keyword:
-                raise
-        try:
-            core, done = relaxed_core(c.value, self.schema_registry, deadline, automata)
-        except NotRelaxable:
-            return c.value
-        if done:
-            places = "; ".join(f"{d['keyword']} at {d['pointer']}: {d['action']}" for d in done)
-            with self._lock:
-                self._relaxed[self._key(c)] = f"json_schema partly enforced (the output is validated after): {places}"
+        core, places = lenient_core(c.value, self.schema_registry, deadline, automata)
+        self._note_relaxed(c, places)
         return core
 
+    def _note_relaxed(self, c: Constraint, places: list[dict]) -> None:
+        if places:
+            with self._lock:
+                self._relaxed[self._key(c)] = places
 
-def _checked_tag(node, lenient: bool, path: str = ""):
-    """Structural tags embed JSON Schemas: each one goes through the refusal layer (unless lenient)
-    and gets the bounded-whitespace default; one whose core form needs our EBNF (:mod:`.schema.ebnf`)
-    becomes a ``grammar`` format. ``any_order`` (drops required/uniqueness checks) and
-    ``excludes`` (drops minLength/maxLength) are not exact, so they are refused too."""
+
+def _checked_tag(node, relaxed: list[dict] | None, path: str = ""):
+    """Structural tags embed JSON Schemas: each one goes through the refusal layer and gets the
+    bounded-whitespace default; one whose core form needs our EBNF (:mod:`.schema.ebnf`) becomes a
+    ``grammar`` format. ``any_order`` (drops required/uniqueness checks) and ``excludes`` (drops
+    minLength/maxLength) are not exact, so they are refused too. ``relaxed`` (a lenient constraint: a
+    list, else None): each schema is compiled as a lenient json_schema is (:func:`.relax.lenient_core`),
+    its relaxed places appended there with the schema's path in the tag before their pointers."""
     if isinstance(node, list):
-        return [_checked_tag(x, lenient, f"{path}/{i}") for i, x in enumerate(node)]
+        return [_checked_tag(x, relaxed, f"{path}/{i}") for i, x in enumerate(node)]
     if not isinstance(node, dict):
         return node
     if node.get("type") == "json_schema" and "json_schema" in node:
         for opt in ("any_order", "excludes"):
-            if node.get(opt) and not lenient:
+            if node.get(opt) and relaxed is None:
                 raise GrammarCompileError(f"structural_tag{path}/{opt}: not enforced exactly (drops schema checks)",
                                           keyword=opt, pointer=f"{path}/{opt}")
-    out = {k: _checked_tag(v, lenient, f"{path}/{k}") for k, v in node.items()
+    out = {k: _checked_tag(v, relaxed, f"{path}/{k}") for k, v in node.items()
            if not _is_embedded_schema(node, k)}
     for k, v in node.items():
         if not _is_embedded_schema(node, k):
             continue
         inner = f"{path}/{k}"
         try:
-            out[k] = prepare_schema(v, lenient=lenient) if isinstance(v, dict) else v
+            if not isinstance(v, dict):
+                out[k] = v
+            elif relaxed is None:
+                out[k] = prepare_schema(v)
+            else:
+                out[k], places = lenient_core(v)
+                relaxed += [{**d, "pointer": inner + (d["pointer"] if d["pointer"] != "/" else "")} for d in places]
             private = needs_grammar(out[k])
             if private and node.get("type") == "json_schema" and node.get("style", "json") == "json":
                 # the core form needs EBNF of ours: the content becomes a grammar format

@@ -8,7 +8,7 @@ bitmask (``tests/test_structure.py`` checks it); the decode loop sees :class:`Gr
 
 One :class:`GrammarRow` per sequence. Its mask lives in row ``index`` of a bitmask: its own
 one-row buffer, or, once the batch sampler ``attach``-es it, the batch's shared ``[max_batch, V/32]``
-buffer (the sampler then fills every row's mask in one ``BatchGrammarMatcher`` call). The decode loop calls, each step and in this order:
+buffer (the sampler then fills every row's mask in one batched call per engine: :class:`GrammarBatch`). The decode loop calls, each step and in this order:
 ``fill()`` -> (``state()`` complete/dead ends the row with no sampling) -> ``apply(logits)`` as the very last
 logits processor -> sample -> ``accept(token)`` -> ``fill()`` + ``state()`` again, so a grammar
 that just completed ends the row before another forward pass is spent on it.
@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 import xgrammar as xgr
 
-from .llg import LLGrammar
+from .llg import LLGMatcher, LLGrammar, batch_fill_next_token_bitmask
 
 
 class GrammarRow:
@@ -94,19 +94,24 @@ class GrammarRow:
 
 
 class GrammarBatch:
-    """Fills the masks of many rows that share one bitmask in one call (xgrammar's ``BatchGrammarMatcher``)."""
+    """Fills the masks of many rows that share one bitmask, one call per engine: xgrammar's rows through
+    ``BatchGrammarMatcher``, llguidance's through its executor (:func:`.llg.batch_fill_next_token_bitmask`);
+    both compute on their own threads with the GIL released."""
 
     def __init__(self):
         self._filler = xgr.BatchGrammarMatcher()
 
     def fill(self, rows: list[GrammarRow], bitmask: torch.Tensor) -> None:
         xgr_rows = [g for g in rows if isinstance(g.matcher, xgr.GrammarMatcher)]
+        llg_rows = [g for g in rows if isinstance(g.matcher, LLGMatcher)]
+        if len(xgr_rows) + len(llg_rows) != len(rows):
+            raise TypeError("a grammar row's matcher is neither xgrammar's nor llguidance's")
         if xgr_rows:
             self._filler.batch_fill_next_token_bitmask([g.matcher for g in xgr_rows], bitmask,
                                                        [g.index for g in xgr_rows])
+        if llg_rows:
+            batch_fill_next_token_bitmask([g.matcher for g in llg_rows], bitmask, [g.index for g in llg_rows])
         for g in rows:
-            if not isinstance(g.matcher, xgr.GrammarMatcher):
-                g.matcher.fill_next_token_bitmask(bitmask, g.index)
             g.mark_filled()
 
 

@@ -157,6 +157,8 @@ def _format_as_pattern(node: dict) -> dict:
 
 
 def _anchored(rx: str) -> str:
+    if "(?!" in rx:  # a patternProperties name pattern ^(?!X)Y: Rust's regexes have no lookaround
+        raise NotForLLGuidance(f"pattern {rx!r}: a lookahead (xgrammar gets its automaton)", keyword="patternProperties")
     return f"^(?:{ecma_classes(rx)})$"
 
 
@@ -270,3 +272,36 @@ class LLGMatcher:
             except UnicodeDecodeError:
                 continue
         return ""
+
+
+THREADS_ENV = "TYPEDLM_LLG_THREADS"  # threads that fill llguidance's masks of a batch (read once)
+_EXECUTOR: list = []  # llguidance's LLExecutor, made on first use (its thread pool lives for the process)
+_EXECUTOR_LOCK = threading.Lock()
+
+
+def llg_executor():
+    """The one ``llguidance.LLExecutor`` of the process: its Rust thread pool has :data:`THREADS_ENV`
+    threads, else llguidance's default (80 % of the cores, at most 32)."""
+    with _EXECUTOR_LOCK:
+        if not _EXECUTOR:
+            import llguidance
+
+            threads = os.environ.get(THREADS_ENV, "").strip()
+            _EXECUTOR.append(llguidance.LLExecutor(int(threads) if threads.isdigit() and int(threads) > 0 else None))
+        return _EXECUTOR[0]
+
+
+def batch_fill_next_token_bitmask(matchers: list[LLGMatcher], bitmask, indices: list[int]) -> None:
+    """Fill row ``indices[i]`` of ``bitmask`` (a contiguous ``[B, ceil(V/32)]`` int32 host tensor) with the
+    mask of ``matchers[i]``, all in one call: llguidance's executor computes the masks on its threads with
+    the GIL released (what :meth:`LLGMatcher.fill_next_token_bitmask` does row by row). A matcher in its
+    error state gets an empty row, as there. One row is filled on the calling thread (no handoff: b1)."""
+    from llguidance.torch import fill_next_token_bitmask_par
+
+    if len(matchers) == 1:
+        matchers[0].fill_next_token_bitmask(bitmask, indices[0])
+        return
+    fill_next_token_bitmask_par(llg_executor(), [(m.inner, i) for m, i in zip(matchers, indices)], bitmask)
+    for m, i in zip(matchers, indices):
+        if m.inner.is_error():
+            bitmask[i].zero_()

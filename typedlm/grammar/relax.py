@@ -1,21 +1,20 @@
 """Superset schemas: relax only the keywords the grammar cannot enforce, keep the rest of the structure.
 
-For a non-strict ``response_format`` whose schema is refused (``find_refusals`` names a keyword and
-the JSON pointer of where it is used), :func:`relax_schema` rewrites the schema so that it accepts
-*at least* every instance the original accepts, then compiles that. The output is then checked
-against the original schema with jsonschema (``schema_valid``), and the response says so.
+For a lenient ``json_schema`` (the Python API's ``lenient=True``, the CLI's ``--lenient``, a non-strict
+``response_format`` or tool on the server) whose schema is refused, :func:`lenient_core` compiles a
+superset: the normalizer's one relaxing pass (:func:`relaxed_core`, :mod:`.schema.weaken`) drops a
+refused keyword where it is used positively and names every place it relaxed. The output is then
+checked against the original schema with jsonschema (``schema_valid``), and the caller says so.
 
-Polarity is what makes this sound. Dropping a keyword makes a schema weaker only where the schema
-is used positively. Under ``not`` (or inside an ``if`` condition, a ``oneOf`` branch, which the
-rewrite also complements, or ``contains`` with ``maxContains``) a weaker subschema makes the whole
-schema *stricter*. So the pointer is walked from the root through positive applicators only
-(``properties``, ``patternProperties``, ``additionalProperties``, ``items``, ``prefixItems``,
-``allOf``, ``anyOf``, ``then``, ``else``, ``dependentSchemas``, ``propertyNames``, and ``$ref``,
-whose target is inlined at the use site so other uses keep the original). At the deepest subschema
-reached that way, one conjunct is dropped, which can only weaken it: the refused keyword itself when
-the walk reached it, else the non-positive keyword the walk stopped at (the whole ``not`` / ``if`` +
-``then`` + ``else`` / ``oneOf`` / ``contains`` + ``minContains`` + ``maxContains``). Where not even
-that is possible, that subschema is replaced by ``true``. One refusal at a time, until none is left (at most :data:`MAX_STEPS`).
+A refusal the pass only meets when emitting is relaxed in the schema text (:func:`_relax_one`) and the
+pass run again. Polarity is what makes that sound too. The pointer is walked from the root through
+positive applicators only (``properties``, ``patternProperties``, ``additionalProperties``, ``items``,
+``prefixItems``, ``allOf``, ``anyOf``, ``then``, ``else``, ``dependentSchemas``, ``propertyNames``, and
+``$ref``, whose target is inlined at the use site so other uses keep the original). At the deepest
+subschema reached that way, one conjunct is dropped, which can only weaken it: the refused keyword
+itself when the walk reached it, else the non-positive keyword the walk stopped at (the whole ``not`` /
+``if`` + ``then`` + ``else`` / ``oneOf`` / ``contains`` + ``minContains`` + ``maxContains``). Where not
+even that is possible, that subschema is replaced by ``true``. At most :data:`MAX_STEPS` such reruns.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from __future__ import annotations
 import copy
 
 from ..errors import EmptySchemaError, GrammarCompileError
-from .schema import find_refusals, prepare_relaxed
+from .schema import prepare_relaxed, prepare_schema
 
 MAX_STEPS = 64
 _POSITIVE_MAP = {"properties", "patternProperties", "dependentSchemas"}
@@ -45,20 +44,6 @@ class NotRelaxable(Exception):
     """The refusal cannot be located in the schema (it stays a free-text degrade)."""
 
 
-def relax_schema(schema, registry=None) -> tuple[object, list[dict]]:
-    """(superset schema with no refusal left, the relaxed places ``[{keyword, pointer, action}]``)."""
-    out = copy.deepcopy(schema)
-    done: list[dict] = []
-    for _ in range(MAX_STEPS):
-        refusals = find_refusals(out, registry)
-        if not refusals:
-            return out, done
-        r = refusals[0]
-        out, action = _relax_one(out, r.keyword, r.pointer)
-        done.append({"keyword": r.keyword, "pointer": r.pointer or "/", "action": action})
-    raise NotRelaxable(f"more than {MAX_STEPS} keywords would have to be relaxed")
-
-
 def relaxed_core(schema, registry=None, deadline: float | None = None,
                  automata: bool = True) -> tuple[dict, list[dict]]:
     """(core form of a superset of ``schema``, the relaxed places): one relaxing pass of the normalizer
@@ -77,6 +62,23 @@ def relaxed_core(schema, registry=None, deadline: float | None = None,
             if work is True:
                 return prepare_relaxed(True, registry=registry, deadline=deadline, automata=automata)[0], places
     raise NotRelaxable(f"more than {MAX_STEPS} keywords would have to be relaxed")
+
+
+def lenient_core(schema, registry=None, deadline: float | None = None,
+                 automata: bool = True) -> tuple[object, list[dict]]:
+    """(core form, the relaxed places ``[{keyword, pointer, action}]``) of a lenient schema: its exact core
+    form with no places where nothing is refused; else the superset's (:func:`relaxed_core`); a schema
+    that cannot be relaxed (:class:`NotRelaxable`) comes back as given, with no places (not enforced,
+    only validated after). GrammarCompileError for a failure that names no keyword."""
+    try:
+        return prepare_schema(schema, registry=registry, deadline=deadline, automata=automata), []
+    except GrammarCompileError as e:
+        if not e.keyword:
+            raise
+    try:
+        return relaxed_core(schema, registry, deadline, automata)
+    except NotRelaxable:
+        return schema, []
 
 
 def _segments(pointer: str) -> list[str]:

@@ -69,7 +69,7 @@ def plan(state, engine, body, logprobs) -> ChatPlan:
     calls, relaxed = tool_format(body, mode, named)
     structured = answer
     if calls is not None:
-        structured = Structured(combine(calls, mode, answer.constraint), "tools")
+        structured = Structured(combine(calls, mode, answer.constraint, relaxed is not None), "tools")
     messages, kwargs = template_messages(body, engine.chat.template)
     extra = body.chat_template_kwargs or {}
     clash = sorted(RESERVED_TEMPLATE_KWARGS & set(extra))

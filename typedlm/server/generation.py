@@ -17,7 +17,6 @@ from fastapi import Request as HTTPRequest
 
 from ..errors import GrammarCompileError, TypedLMError
 from ..grammar.compiler import GrammarDisabled
-from ..grammar.relax import NotRelaxable, relax_schema
 from ..grammar.spec import make_constraint
 from ..generate.api import build_sequence
 from ..generate.result import GenerationResult
@@ -92,17 +91,20 @@ def warning_header(reason: str, what: str = "response_format not enforced") -> s
 
 
 def relaxed_grammar(engine, structured: Structured, err: GrammarCompileError):
-    """For a degradable json_schema refusal: (compiled superset grammar, relaxed places), or None when
-    no grammar at all can be built (then the request degrades to free text)."""
+    """For a degradable json_schema refusal: (compiled superset grammar, relaxed places), from the lenient
+    compile of the same schema (:func:`typedlm.grammar.relax.lenient_core`, cached like any constraint);
+    None when nothing could be relaxed (then the request degrades to free text)."""
     c = structured.constraint
     if isinstance(err, GrammarDisabled) or c is None or c.kind != "json_schema" or not err.keyword:
         return None
+    lenient = make_constraint(json_schema=c.value, any_whitespace=c.any_whitespace, strict=c.strict, lenient=True,
+                              engine=c.engine)
     try:
-        schema, done = relax_schema(c.value)
-        compiled, _ = engine.grammars.compile(make_constraint(json_schema=schema, any_whitespace=c.any_whitespace))
-    except (NotRelaxable, GrammarCompileError):
+        compiled, _ = engine.grammars.compile(lenient, warn=False)  # the Warning header names the places
+    except GrammarCompileError:
         return None
-    return compiled, done
+    done = engine.grammars.relaxed_places(lenient)
+    return (compiled, done) if done else None
 
 
 @dataclass
@@ -265,6 +267,8 @@ def _build(state: ServerState, prompt: Prompt, params: SamplingParams, constrain
     cap = state.config.max_prompt_tokens
     if cap is not None and len(ids) > cap:
         raise TypedLMError(f"prompt has {len(ids)} tokens; this server accepts at most {cap}")
+    if compiled is None and constraint is not None and constraint.lenient:  # relaxed tools: the Warning header
+        compiled, _ = engine.grammars.compile(constraint, warn=False)      # names the places, no Python warning
     out = []
     for i in range(n):
         p = params if params.seed is None or i == 0 else replace(params, seed=params.seed + i)

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 from ..errors import GrammarCompileError
 from ..generate.result import check_schema
-from ..grammar.relax import NotRelaxable, relax_schema
+from ..grammar.relax import NotRelaxable, relaxed_core
 from ..grammar.schema import prepare_schema
 from ..grammar.spec import Constraint, canonical_json, make_constraint
 from .errors import APIError
@@ -167,8 +167,9 @@ def tool_format(body, mode: str, named: str | None) -> tuple[dict | None, Relaxe
     """The structural-tag format for the calls (None: mode none) and what was relaxed. Each schema is
     checked here so a refusal names the tool (``tools[i].function.parameters`` + the keyword's
     pointer): a 400 for a ``strict`` tool; otherwise, like a non-strict ``json_schema``, the calls are
-    generated under a superset schema (:mod:`typedlm.grammar.relax`) and their arguments validated
-    with jsonschema afterwards (``Relaxed``)."""
+    generated under a superset (the tag is compiled lenient, :func:`combine`: each schema through the
+    one relaxing pass, :func:`typedlm.grammar.relax.relaxed_core`, whose places are named here) and
+    their arguments validated with jsonschema afterwards (``Relaxed``)."""
     if mode == "none":
         return None, None
     tags, relaxed = [], Relaxed([], [], {})
@@ -185,13 +186,13 @@ def tool_format(body, mode: str, named: str | None) -> tuple[dict | None, Relaxe
             if t.function.strict or not e.keyword:
                 raise APIError(400, f"{where}: {e}", param=param, code="grammar_compile_error") from e
             try:
-                schema, done = relax_schema(params)
-            except NotRelaxable as r:
+                _, done = relaxed_core(params)
+            except (NotRelaxable, GrammarCompileError) as r:
                 raise APIError(400, f"{where}: {e} (and it cannot be relaxed: {r})", param=param,
                                code="grammar_compile_error") from e
             relaxed.places += [{"tool": t.function.name, **d} for d in done]
             relaxed.reasons.append(f"{where}: {e}")
-            relaxed.schemas[t.function.name], params = params, schema
+            relaxed.schemas[t.function.name] = params
         tags.append({"type": "tag", "begin": begin(t.function.name),
                      "content": {"type": "json_schema", "json_schema": params}, "end": END_TEXT})
     one = not body.parallel_tool_calls or named is not None  # a named tool_choice: that one call (as vLLM, OpenAI)
@@ -203,22 +204,31 @@ def tool_format(body, mode: str, named: str | None) -> tuple[dict | None, Relaxe
     return fmt, relaxed if relaxed.schemas else None
 
 
-def combine(calls: dict | None, mode: str, answer: Constraint | None) -> Constraint | None:
+def combine(calls: dict | None, mode: str, answer: Constraint | None, relaxed: bool = False) -> Constraint | None:
     """One constraint for tool calls and/or a response_format answer. A forced call (``required`` or a
     named tool) leaves no room for an answer in this turn: the calls alone (the answer's format applies
-    to the turn that answers, as with OpenAI; openai-agents sends both on every turn)."""
+    to the turn that answers, as with OpenAI; openai-agents sends both on every turn). ``relaxed``: some
+    tool's schema is relaxed (:func:`tool_format`), so the tag is compiled lenient; an answer schema
+    beside it must still compile exactly (a 400 otherwise, as without relaxed tools)."""
     if calls is None:
         return answer
     if answer is None or mode != "auto":
-        return make_constraint(structural_tag={"type": "structural_tag", "format": calls})
+        return make_constraint(structural_tag={"type": "structural_tag", "format": calls}, lenient=relaxed)
     if answer.kind not in ("json_schema", "json_object"):
         raise APIError(400, f"tools can be combined with response_format json_schema / json_object only, "
                             f"not {answer.kind}", param="tools")
+    if relaxed and answer.kind == "json_schema":
+        try:
+            prepare_schema(answer.schema)
+        except GrammarCompileError as e:
+            raise APIError(400, f"tools: the answer's json_schema: {e}", param="response_format",
+                           code="grammar_compile_error") from e
     calls = {**calls, "type": "tags_with_separator", "separator": "\n", "at_least_one": True}
     calls.pop("triggers", None)
     js = {"type": "json_schema", "json_schema": answer.schema}
     return make_constraint(structural_tag={"type": "structural_tag", "format": {"type": "or",
-                                                                               "elements": [calls, js]}})
+                                                                               "elements": [calls, js]}},
+                           lenient=relaxed)
 
 
 # -- parsing ---------------------------------------------------------------------------------------

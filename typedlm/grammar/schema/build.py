@@ -15,7 +15,7 @@ import referencing.exceptions
 from .algebra import check_array
 from .branches import Array, Enum, Object, Ref, String, any_, at, count, is_plain, plain
 from .drafts import DEFAULT, draft_of, translate
-from .refusal import JSON_TYPES, TYPES, Refuse, pattern_problem, ptr, rewrite_pattern
+from .refusal import JSON_TYPES, TYPES, Refuse, key_regex, pattern_problem, ptr
 from .refs import dynamic_target
 from .scalars import number_branch, string_branch, unique_items
 from .unevaluated import unevaluated_items, unevaluated_properties
@@ -202,7 +202,7 @@ class Builder:
                 raise Refuse("patternProperties", ptr(p, "patternProperties"),
                              f"more than {MAX_PATTERNS} patterns (each set of them is a class of keys)")
             for pat in pp:
-                if rewrite_pattern(pat) is None:
+                if key_regex(pat) is None:
                     raise Refuse("patternProperties", ptr(p, "patternProperties", pat), pattern_problem(pat))
             b["patterns"] = {pat: self.norm(sub, ptr(p, "patternProperties", pat)) for pat, sub in pp.items()}
         b["evaluated_names"], b["evaluated_patterns"] = frozenset(b["properties"]), tuple(b.get("patterns") or ())

@@ -12,7 +12,7 @@ from .branches import NOTHING, Array, Enum, Number, Object, Ref, String, any_, i
 from .ebnf import contains_automaton
 from .keys import TooLarge, anything as any_key, lengths as key_lengths, meet, names as key_names
 from .keys import pattern as key_pattern, spec as key_spec
-from .refusal import TYPES, Refuse, rewrite_pattern, xgrammar_safe
+from .refusal import TYPES, Refuse, key_regex, lookahead_split, rewrite_pattern, xgrammar_safe
 from .formats import BOUNDED_URI, PATTERNS
 from .numbers import range_spec
 from .strings import TooLarge as LengthsTooLarge, length_spec
@@ -161,7 +161,7 @@ class Emitter:
             if allowed is not None:
                 if props:
                     allowed = meet(allowed, key_names(list(props)).everythingbut())
-                fsms = [key_pattern(rewrite_pattern(pat)) for pat, _ in pats]
+                fsms = [key_language(pat) for pat, _ in pats]
                 for mask in range(2 ** len(pats)):
                     f = allowed
                     value = (any_() if b.additional is None else b.additional) if mask == 0 else any_()
@@ -213,7 +213,7 @@ class Emitter:
             # mishandles names that need JSON escapes; one pattern alone it enforces
             if self.automata and (len(pats) > 1 or (props and pats) or b.names is not None
                                       or any(map(needs_escape, props))
-                                      or not all(xgrammar_safe(rewrite_pattern(pat)) for pat in pats)):
+                                      or not all(map(_xgrammar_reads_key, pats))):
                 classes = self.key_classes(b)
                 if classes is None:
                     return None
@@ -223,7 +223,7 @@ class Emitter:
             if props:
                 out["properties"] = {n: self.emit(d) for n, d in props.items()}
             if pats:
-                out["patternProperties"] = {rewrite_pattern(pat): self.emit(d) for pat, d in pats.items()}
+                out["patternProperties"] = {key_regex(pat): self.emit(d) for pat, d in pats.items()}
             if b.required:
                 out["required"] = list(b.required)
             if b.additional is not None and b.additional != any_():
@@ -351,3 +351,19 @@ def emit_string(b: String, automata: bool = True) -> dict | None:
         return None
     out["x-typedlm-string"] = spec
     return out
+
+
+def key_language(pat: str):
+    """The automaton of the names ``patternProperties`` pattern ``pat`` matches; ``^(?!X)Y`` as the names
+    ``^Y`` matches minus those X excludes (:func:`.refusal.lookahead_split`): exact, a complement."""
+    split = lookahead_split(pat)
+    if split is None:
+        return key_pattern(rewrite_pattern(pat))
+    excluded, matched = split
+    return meet(key_pattern(matched), key_pattern(excluded).everythingbut())
+
+
+def _xgrammar_reads_key(pat: str) -> bool:
+    """Whether xgrammar's own ``patternProperties`` reads ``pat`` right (no lookahead, a regex it reads)."""
+    rx = rewrite_pattern(pat)
+    return rx is not None and xgrammar_safe(rx)

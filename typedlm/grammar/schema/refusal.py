@@ -196,3 +196,48 @@ def _large_range_mid_group(rx: str) -> bool:
                 return True
         i += 1
     return False
+
+
+def lookahead_split(p) -> tuple[str, str] | None:
+    """A name pattern ``^(?!X)Y`` (a leading negative lookahead, as in ``^(?!x-)``, ``^(?!(a|b)$)``) as
+    two whole-match regexes: (the names it excludes: those that start with X, or are X where X ends in
+    ``$``; the names ``^Y`` matches). None for any other form, or where X or Y has no exact rewrite
+    (:func:`rewrite_pattern`), or Y a top-level ``|`` (the lookahead would bind to its first branch only)."""
+    if not isinstance(p, str) or not p.startswith("^(?!"):
+        return None
+    depth, i, in_class = 1, 4, False
+    while i < len(p) and depth:
+        ch = p[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = ch != "]"
+        elif ch == "[":
+            in_class = True
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        i += 1
+    if depth:
+        return None
+    head, rest = p[4:i - 1], p[i:]
+    whole = head.endswith("$") and not head.endswith("\\$")
+    excluded = rewrite_pattern(f"^(?:{head[:-1] if whole else head})" + ("$" if whole else ""))
+    scanned = _scan(rest)
+    if excluded is None or scanned is None or scanned[2] or _LOOKAROUND.search(rest):
+        return None
+    matched = rewrite_pattern("^" + rest)
+    return None if matched is None else (excluded, matched)
+
+
+def key_regex(p) -> str | None:
+    """The whole-match regex of the names a ``patternProperties`` pattern matches: :func:`rewrite_pattern`'s,
+    or for ``^(?!X)Y`` (:func:`lookahead_split`) one with the lookahead kept (``(?!..\\Z)``: read by
+    jsonschema's probes only; the grammar gets the automaton, llguidance refuses it); None: refused."""
+    out = rewrite_pattern(p)
+    if out is not None:
+        return out
+    split = lookahead_split(p)
+    return None if split is None else f"(?!(?:{split[0]})\\Z)(?:{split[1]})"

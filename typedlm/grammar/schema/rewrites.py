@@ -42,7 +42,8 @@ keyword and its JSON pointer. The rewrites (each pinned by tests/test_schema_rew
   ``minContains: 0`` and no maximum only its annotation stays (the items it matches are evaluated).
 - ``patternProperties`` (several, beside ``properties``), ``propertyNames``, names needing escapes:
   keys in classes by the patterns they match (automata: intersections and complements), each with
-  the intersection of its schemas; a listed name's value also meets the patterns it matches.
+  the intersection of its schemas; a listed name's value also meets the patterns it matches. A name
+  pattern ``^(?!X)Y``: the names ``^Y`` matches minus those X excludes (``refusal.lookahead_split``).
 - complements: ``integer`` -> non-integral numbers (no exponent, at most 15 digits), ``multipleOf``
   -> other residues, a number enum -> the open intervals between its values.
 - ``unevaluatedProperties``/``unevaluatedItems`` with no in-place applicator: turned into

@@ -16,7 +16,7 @@ is dropped whenever anything of its object (or below it) was relaxed: it depends
 keywords evaluated. Two drops are replacements, each a superset: ``oneOf`` becomes ``anyOf`` of its
 branches, ``if``/``then``/``else`` becomes ``anyOf`` of ``then`` and ``else``.
 
-Every drop is recorded (``{"keyword", "pointer", "action"}``, as :func:`typedlm.grammar.relax.relax_schema`
+Every drop is recorded (``{"keyword", "pointer", "action"}``, as :func:`typedlm.grammar.relax.relaxed_core`
 records its own): the compiler names them in its ``RelaxedSchemaWarning``; the output is validated
 against the original schema after generation.
 """
