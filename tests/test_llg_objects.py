@@ -30,6 +30,8 @@ SCHEMAS = [
     {"type": "object", "properties": {"a": {"enum": [7]}, "b": INT}, "propertyNames": {"enum": ["a", "x"]},
      "additionalProperties": INT},
     {"type": "object", "propertyNames": {"pattern": "^[a-x]$"}, "additionalProperties": INT},
+    {"type": "object", "propertyNames": {"type": "string", "minLength": 2}, "additionalProperties": INT},
+    {"type": "object", "propertyNames": {"maxLength": 1}, "additionalProperties": False},
     {"type": "object", "propertyNames": {"enum": ["a", "b", "x", "y"]}, "additionalProperties": INT,
      "minProperties": 1, "maxProperties": 2},
     {"type": "object", "properties": {"p": {"type": "object", "properties": {"a": INT, "b": INT}, "maxProperties": 1}},

@@ -8,7 +8,7 @@ whose children are already adapted (:func:`.llg._adapt`) and returns a node mean
   listed key is required): a disjunction over which optional keys are present, each branch with those
   required and the others ``false`` (absent), the counts kept where unlisted keys may still come
   (:func:`counted_object`). At most :data:`MAX_COUNT_BRANCHES` branches, else declined.
-- ``propertyNames`` (an ``enum`` of names, or a string ``pattern``) over an otherwise open map: the
+- ``propertyNames`` (an ``enum`` of names, a string ``pattern`` or lengths) over an otherwise open map: the
   names as one ``patternProperties`` entry carrying ``additionalProperties``, and no other key
   (:func:`named_properties`); a listed key the names exclude becomes ``false``.
 
@@ -126,9 +126,9 @@ def named_properties(node: Node, anchored, decline) -> Node:
         fits = (lambda k: k in allowed)
         unlisted = [n for n in allowed if n not in props]
         pattern = anchored("|".join(_escaped(n) for n in unlisted)) if unlisted else None
-    elif isinstance(names, dict) and set(names) <= {"type", "pattern"} and names.get("type", "string") == "string" \
-            and "pattern" in names and not props:
-        fits, pattern = (lambda k: False), names["pattern"]  # adapted already: anchored, classes spelled out
+    elif isinstance(names, dict) and names.get("type", "string") == "string" and not props \
+            and (set(names) <= {"type", "pattern"} or set(names) <= {"type", "minLength", "maxLength"}):
+        fits, pattern = (lambda k: False), names.get("pattern") or _lengths(names)  # a pattern: adapted (anchored)
     else:
         decline("propertyNames other than an enum of names, or a pattern over unlisted keys")
     out = {k: v for k, v in node.items() if k not in ("propertyNames", "additionalProperties")}
@@ -138,6 +138,12 @@ def named_properties(node: Node, anchored, decline) -> Node:
         out["patternProperties"] = {pattern: other}
     out["additionalProperties"] = False
     return out
+
+
+def _lengths(names: Node) -> str:
+    """A name of ``minLength``..``maxLength`` characters (code points, as JSON Schema counts them)."""
+    hi = names.get("maxLength")
+    return f"^[\\s\\S]{{{names.get('minLength', 0)},{'' if hi is None else hi}}}$"
 
 
 def _escaped(name: str) -> str:
