@@ -19,6 +19,7 @@ reads ``false`` as that, and counts such keys as it counts required ones.
 from __future__ import annotations
 
 from itertools import combinations
+from math import comb
 from typing import Any, Iterator
 
 MAX_COUNT_BRANCHES = 64  # beyond: declined, and auto takes xgrammar
@@ -38,7 +39,7 @@ def _extras_possible(node: Node) -> bool:
 def counted_object(node: Node, decline) -> Node:
     """``node`` without ``minProperties``/``maxProperties`` beside optional keys (module docstring);
     ``decline(reason)`` raises where the branches would be too many."""
-    if ("minProperties" not in node and "maxProperties" not in node) or node.get("type", "object") != "object":
+    if ("minProperties" not in node and "maxProperties" not in node) or node.get("type") != "object":
         return node
     props: dict[str, Any] = node.get("properties", {})
     absent = {k for k, s in props.items() if _nothing(s)}
@@ -48,7 +49,7 @@ def counted_object(node: Node, decline) -> Node:
     extras = _extras_possible(node)
     fixed = len(set(required))
     if any(_nothing(props.get(k, True)) for k in node.get("required", [])):
-        return {**({"$defs": node["$defs"]} if "$defs" in node else {}), "anyOf": []}  # a required key that cannot be
+        return {**({"$defs": node["$defs"]} if "$defs" in node else {}), "anyOf": []}  # a required key that cannot be there
     present_sets = list(_present_sets(optional, lo - fixed, None if hi is None else hi - fixed, extras, decline))
     branches = []
     for present, gone, counts in present_sets:
@@ -66,7 +67,7 @@ def counted_object(node: Node, decline) -> Node:
     if len(branches) == 1:
         only = branches[0]
     else:
-        only = {"anyOf": branches} if branches else {"anyOf": []}
+        only = {"anyOf": branches}  # none: no object fits
     return {**({"$defs": node["$defs"]} if "$defs" in node else {}), **only}
 
 
@@ -82,7 +83,7 @@ def _present_sets(optional: list[str], need: int, room: int | None, extras: bool
         yield from _at_least(tuple(optional), max(0, need), extras, decline)
         return
     sizes = range(max(0, need) if not extras else 0, min(room, len(optional)) + 1)
-    total = sum(_choose(len(optional), j) for j in sizes)
+    total = sum(comb(len(optional), j) for j in sizes)
     if total > MAX_COUNT_BRANCHES:
         decline(f"min/maxProperties beside {len(optional)} optional keys: {total} branches")
     for j in sizes:
@@ -104,12 +105,6 @@ def _at_least(keys: tuple[str, ...], need: int, extras: bool, decline, budget: l
             yield (key, *present), set(keys[:i]) | gone, counts
     if extras:  # none of ``keys`` present: unlisted keys count
         yield (), set(keys), True
-
-
-def _choose(n: int, k: int) -> int:
-    from math import comb
-
-    return comb(n, k)
 
 
 def named_properties(node: Node, anchored, decline) -> Node:
