@@ -10,6 +10,7 @@ official suite (one draft), or a JSON-lines file of ``{"schema": ...}`` rows. Ea
 
 from __future__ import annotations
 
+import gc
 import json
 import statistics
 import time
@@ -79,7 +80,7 @@ def auto_phases(schema, info, registry=None, deadline_s: float = 60.0) -> dict:
     any whitespace, not lenient), each phase timed on that same path: ``normalize_llg`` (the core form
     for llguidance), ``llguidance`` (its grammar + matcher) or ``llguidance_declined`` (why not),
     ``normalize_xgrammar`` (the core form with automata, on the fallback), ``xgrammar`` (its compile),
-    ``total``; ``refused``: the keyword of a refusal."""
+    ``total``; ``gc``: Python's garbage collector within them; ``refused``: the keyword of a refusal."""
     import xgrammar as xgr
 
     from ..errors import GrammarCompileError
@@ -117,6 +118,15 @@ def auto_phases(schema, info, registry=None, deadline_s: float = 60.0) -> dict:
 
     grammars = Timed(info, schema_registry=registry, engine="auto", timeout_s=deadline_s)
     grammars.compiler = TimedCompiler(xgr.GrammarCompiler(info, cache_enabled=False))
+    collecting: list[float] = []
+
+    def gc_timer(phase, _info):  # Python's collector, inside the phases above: the process's heap, not the schema
+        if phase == "start":
+            collecting.append(time.perf_counter())
+        elif collecting:
+            row["gc"] = row.get("gc", 0.0) + time.perf_counter() - collecting.pop()
+
+    gc.callbacks.append(gc_timer)
     t0 = time.perf_counter()
     try:
         grammars._build(make_constraint(json_schema=schema, strict=False), time.monotonic() + deadline_s)
@@ -124,6 +134,8 @@ def auto_phases(schema, info, registry=None, deadline_s: float = 60.0) -> dict:
         row["refused"] = e.keyword or "(schema)"
     except Exception as e:  # noqa: BLE001 - xgrammar's own refusal: a row
         row["refused"] = f"xgrammar: {type(e).__name__}"
+    finally:
+        gc.callbacks.remove(gc_timer)
     row["total"] = time.perf_counter() - t0
     return row
 
@@ -131,7 +143,7 @@ def auto_phases(schema, info, registry=None, deadline_s: float = 60.0) -> dict:
 def phases_summary(rows: list[dict], top: int = 20) -> dict:
     """Quantiles of the total (compiled and refused apart), where the time of the ``top`` slowest went,
     and how much of all time each phase took."""
-    phases = ("normalize_llg", "llguidance", "normalize_xgrammar", "xgrammar")
+    phases = ("normalize_llg", "llguidance", "normalize_xgrammar", "xgrammar", "gc")
     done = [r for r in rows if "refused" not in r]
     slow = sorted(rows, key=lambda r: -r["total"])[:top]
     return {"schemas": len(rows), "compiled": len(done),
