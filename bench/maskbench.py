@@ -75,12 +75,13 @@ def main() -> None:
     commit = subprocess.run(["git", "--git-dir", str(args.repo), "rev-parse", "HEAD"], check=True,
                             capture_output=True, text=True).stdout.strip()
     results = schemastore.run_all(schemas, rows, args.timeout, engine=args.engine,
-                                  job_fn=schemastore.split_one if args.split else schemastore.run_one)
+                                  job_fn=schemastore.job_for(args))
     split = {r["name"]: r["split"] for r in rows}
-    by_split = {s: schemastore.summarize([x for x in results if split[x["name"]] == s], args.split)
+    by_split = {s: schemastore.summarize([x for x in results if split[x["name"]] == s], args.split, args.phases)
                 for s in sorted(set(split.values()))}
     out = {"source": f"guidance-ai/jsonschemabench@{commit} ({FOLDER}, every {args.stride}th schema with tests)",
-           "engine": args.engine, "summary": schemastore.summarize(results, args.split), "by_split": by_split,
+           "engine": "auto" if args.phases else args.engine,
+           "summary": schemastore.summarize(results, args.split, args.phases), "by_split": by_split,
            "rows": results}
     args.json.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
     print(json.dumps(out["summary"], indent=2))

@@ -205,6 +205,20 @@ def split_one(row: dict, lenient: bool = False) -> dict:
     return {"name": row["name"], **{k: v for k, v in out.items() if k != "schema"}}
 
 
+def phase_one(row: dict, lenient: bool = False) -> dict:
+    """Where one schema's compile time goes under ``--engine auto``, phase by phase on the compiler's own
+    path (:func:`typedlm.bench.schema_compile.auto_phases`)."""
+    from typedlm.bench.schema_compile import auto_phases
+
+    return {"name": row["name"], **auto_phases(_STATE["schemas"][row["name"]], _STATE["info"], _STATE["registry"],
+                                                deadline_s=_STATE.get("deadline_s", 60.0))}
+
+
+def job_for(args):
+    """The per-schema job the options ask for: phases, the old split, or the compile-and-judge run."""
+    return phase_one if args.phases else split_one if args.split else run_one
+
+
 def run_all(schemas: dict, rows: list[dict], timeout: float, *, engine: str = "xgrammar",
             job_fn=run_one) -> list[dict]:
     """``job_fn`` on each row in a one-process pool; a schema past ``timeout`` seconds is a timeout row
@@ -298,10 +312,17 @@ def add_engine_options(ap) -> None:
                     help="grammar engine for JSON Schemas (typedlm.grammar.compiler.Grammars)")
     ap.add_argument("--split", action="store_true",
                     help="instead of judging instances: time the normalizer, xgrammar and llguidance apart")
+    ap.add_argument("--phases", action="store_true",
+                    help="instead of judging instances: time each phase of an --engine auto compile on its own path")
 
 
-def summarize(results: list[dict], split: bool) -> dict:
-    """:func:`summary`, or with ``split`` the per-stage summary (timeouts counted as refusals)."""
+def summarize(results: list[dict], split: bool, phases: bool = False) -> dict:
+    """:func:`summary`, or with ``split`` the per-stage summary (timeouts counted as refusals), or with
+    ``phases`` the per-phase one (a timeout row: its total is the limit)."""
+    if phases:
+        from typedlm.bench.schema_compile import phases_summary
+
+        return phases_summary([{**r, "total": r.get("total", r.get("seconds", 0.0))} for r in results])
     if not split:
         return summary(results)
     from typedlm.bench.schema_compile import split_summary
@@ -328,12 +349,12 @@ def main() -> None:
         schemas, rows = extract(args.repo)
         i, n = map(int, args.shard.split("/"))
         rows = (rows[:args.limit] if args.limit else rows)[i::n]
-        results = run_all(schemas, rows, args.timeout, engine=args.engine, job_fn=split_one if args.split else run_one)
-    out = {"source": f"SchemaStore/schemastore@{commit}", "engine": args.engine,
-           "summary": summarize(results, args.split), "rows": results}
+        results = run_all(schemas, rows, args.timeout, engine=args.engine, job_fn=job_for(args))
+    out = {"source": f"SchemaStore/schemastore@{commit}", "engine": "auto" if args.phases else args.engine,
+           "summary": summarize(results, args.split, args.phases), "rows": results}
     args.json.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
     print(json.dumps(out["summary"], indent=2))
-    if not args.split:
+    if not args.split and not args.phases:
         print(table(out["summary"]))
 
 

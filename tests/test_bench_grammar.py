@@ -34,3 +34,19 @@ def test_bench_instances_are_valid_for_their_schemas():
 def test_bad_tokenizer_option():
     r = CliRunner().invoke(app, ["bench", "grammar", "--tokenizer", "gpt2"])
     assert r.exit_code == 2 and "--tokenizer" in r.stderr
+
+
+def test_auto_phases_follow_the_compilers_own_path(tiny):
+    """`--phases` (issue 22): llguidance's phases where it takes the core form; its refusal, the automata
+    normalization and xgrammar's compile where auto falls back; a normalizer refusal ends the row."""
+    from typedlm.bench.schema_compile import auto_phases, phases_summary
+
+    info = tiny.grammars.tokenizer_info
+    taken = auto_phases({"type": "object", "properties": {"a": {"type": "integer"}}, "minProperties": 1}, info)
+    assert {"normalize_llg", "llguidance", "total"} <= set(taken) and "xgrammar" not in taken
+    fallback = auto_phases({"type": "array", "contains": {"const": 1}, "minContains": 2}, info)
+    assert fallback["llguidance_declined"] and {"normalize_xgrammar", "xgrammar"} <= set(fallback)
+    refused = auto_phases({"type": "string", "pattern": "(?=a)b"}, info)
+    assert refused["refused"] == "pattern" and "llguidance" not in refused
+    summary = phases_summary([{"name": "x", **r} for r in (taken, fallback, refused)])
+    assert summary["compiled"] == 2 and summary["xgrammar_fallbacks"] == 1

@@ -10,6 +10,7 @@ official suite (one draft), or a JSON-lines file of ``{"schema": ...}`` rows. Ea
 
 from __future__ import annotations
 
+import gc
 import json
 import statistics
 import time
@@ -72,6 +73,89 @@ def split_one(schema, info, registry=None, deadline_s: float = 60.0) -> dict:
         return {**row, "refused": "xgrammar"}
     row.update(ebnf=t5 - t4, xgrammar=time.perf_counter() - t5)
     return row
+
+
+def auto_phases(schema, info, registry=None, deadline_s: float = 60.0) -> dict:
+    """One schema compiled as a server compiles it (``Grammars`` with ``engine="auto"``, ``strict=False``,
+    any whitespace, not lenient), each phase timed on that same path: ``normalize_llg`` (the core form
+    for llguidance), ``llguidance`` (its grammar + matcher) or ``llguidance_declined`` (why not),
+    ``normalize_xgrammar`` (the core form with automata, on the fallback), ``xgrammar`` (its compile),
+    ``total``; ``gc``: Python's garbage collector within them; ``refused``: the keyword of a refusal."""
+    import xgrammar as xgr
+
+    from ..errors import GrammarCompileError
+    from ..grammar.compiler import Grammars
+    from ..grammar.llg import NotForLLGuidance
+    from ..grammar.spec import make_constraint
+
+    row: dict = {}
+
+    def timed(name, fn, *args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            row[name] = row.get(name, 0.0) + time.perf_counter() - t
+
+    class Timed(Grammars):
+        def _core_schema(self, c, deadline, automata=True):
+            return timed("normalize_xgrammar" if automata else "normalize_llg", super()._core_schema,
+                         c, deadline, automata)
+
+        def _build_llg(self, c, core):
+            try:
+                return timed("llguidance", super()._build_llg, c, core)
+            except NotForLLGuidance as e:
+                row["llguidance_declined"] = (e.keyword or str(e))[:100]
+                raise
+
+    class TimedCompiler:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __getattr__(self, name):
+            return lambda *a, **k: timed("xgrammar", getattr(self.inner, name), *a, **k)
+
+    grammars = Timed(info, schema_registry=registry, engine="auto", timeout_s=deadline_s)
+    grammars.compiler = TimedCompiler(xgr.GrammarCompiler(info, cache_enabled=False))
+    collecting: list[float] = []
+
+    def gc_timer(phase, _info):  # Python's collector, inside the phases above: the process's heap, not the schema
+        if phase == "start":
+            collecting.append(time.perf_counter())
+        elif collecting:
+            row["gc"] = row.get("gc", 0.0) + time.perf_counter() - collecting.pop()
+
+    gc.callbacks.append(gc_timer)
+    t0 = time.perf_counter()
+    try:
+        grammars._build(make_constraint(json_schema=schema, strict=False), time.monotonic() + deadline_s)
+    except GrammarCompileError as e:
+        row["refused"] = e.keyword or "(schema)"
+    except Exception as e:  # noqa: BLE001 - xgrammar's own refusal: a row
+        row["refused"] = f"xgrammar: {type(e).__name__}"
+    finally:
+        gc.callbacks.remove(gc_timer)
+    row["total"] = time.perf_counter() - t0
+    return row
+
+
+def phases_summary(rows: list[dict], top: int = 20) -> dict:
+    """Quantiles of the total (compiled and refused apart), where the time of the ``top`` slowest went,
+    and how much of all time each phase took."""
+    phases = ("normalize_llg", "llguidance", "normalize_xgrammar", "xgrammar", "gc")
+    done = [r for r in rows if "refused" not in r]
+    slow = sorted(rows, key=lambda r: -r["total"])[:top]
+    return {"schemas": len(rows), "compiled": len(done),
+            "compiled_total": _quantiles([r["total"] for r in done]),
+            "refused_total": _quantiles([r["total"] for r in rows if "refused" in r]),
+            "all_total": _quantiles([r["total"] for r in rows]),
+            "over_100ms": sum(r["total"] > 0.1 for r in rows), "over_2s": sum(r["total"] > 2 for r in rows),
+            "xgrammar_fallbacks": sum("xgrammar" in r for r in rows),
+            "llguidance_declined": _counts(r.get("llguidance_declined") for r in rows),
+            "share": {p: round(sum(r.get(p, 0) for r in rows) / max(1e-9, sum(r["total"] for r in rows)), 3)
+                      for p in phases},
+            "slowest": [{k: (round(1000 * v, 1) if isinstance(v, float) else v) for k, v in r.items()} for r in slow]}
 
 
 def split_summary(rows: list[dict]) -> dict:

@@ -13,8 +13,9 @@ Schema subset lacks (lengths beside patterns, key classes, residues), so they ar
 compiler asks for a core form without the costly ones: ``prepare_schema(automata=False)``) and
 llguidance enforces the keywords themselves: it implements ``minLength``/``maxLength`` beside
 ``pattern`` (regex intersection), escapes counted as one character, ``patternProperties`` exclusions.
-Where it lacks one (``contains``, ``not``, ``minProperties``, ...) it refuses the schema by name
-(``lenient`` off) and ``auto`` takes xgrammar. Rewrites keep llguidance's reading equal to ours:
+Where it lacks one (``contains``, ``not``, ...) it refuses the schema by name (``lenient`` off) and
+``auto`` takes xgrammar; ``minProperties``/``maxProperties`` beside optional keys and ``propertyNames``
+are rewritten into keywords it reads (:mod:`.llg_objects`). Rewrites keep llguidance's reading equal to ours:
 
 - a ``pattern`` (and a ``patternProperties`` name) is a whole-match ECMA-262 regex in the core form: it is
   anchored ``^(?:..)$`` and its class escapes spelled out (:func:`ecma_classes`; Rust's are Unicode);
@@ -35,6 +36,7 @@ import os
 import threading
 
 from ..errors import GrammarCompileError
+from .llg_objects import counted_object, named_properties
 from .schema.ebnf import PRIVATE
 from .spec import ENGINES
 
@@ -135,7 +137,15 @@ def _adapt(node, strict: bool):
         out["additionalProperties"] = False
     if strict and "prefixItems" in out and "items" not in out:
         out["items"] = False
-    return out
+    if "propertyNames" in out:
+        out = named_properties(out, _anchored, _declined("propertyNames"))
+    return counted_object(out, _declined("minProperties"))
+
+
+def _declined(keyword: str):
+    def decline(reason: str):
+        raise NotForLLGuidance(f"llguidance: {reason}", keyword=keyword)
+    return decline
 
 
 # The formats the core form leaves to xgrammar's own grammar, as the same regexes (of the decoded string).

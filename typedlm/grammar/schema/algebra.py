@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from fractions import Fraction
 
+from ...errors import GrammarCompileError
 from .branches import (KEYWORD, Array, Enum, Number, Object, Ref, Scalar, String, any_, is_any, keywords, plain,
                        same, type_of)
 from .refusal import TYPES, Refuse
@@ -18,6 +19,9 @@ from .subsume import prune
 
 MAX_BRANCHES = 64  # a rewrite that needs more alternatives than this is refused (size, compile time)
 MAX_CONTAINS = 3  # contains on one array (allOf): 2**n classes of items
+MAX_MEETS = 100_000  # branch pairs one normalization may meet: the real-world schemas that compile need
+# at most ~49,000 (SchemaStore's minecraft-recipe); past this a rewrite is refused by name in about a
+# second instead of running for tens (bench/results/compile-tail-cpu.md)
 MAX_UNFOLD = 8  # expansions of one recursive $ref inside one intersection (two recursive sides never end)
 
 
@@ -27,6 +31,7 @@ class Algebra:
     def __init__(self, n):
         self.n = n  # the run (:class:`.rewrites.Normalizer`): its state and its other parts, named explicitly
         self.unfolding: dict = {}  # Ref key -> how many of its expansions the current meet is inside
+        self.meets = 0  # branch pairs met so far in this run (MAX_MEETS)
 
     def intersect(self, x, y, p, kw) -> list:
         self.n.check_time()
@@ -34,6 +39,10 @@ class Algebra:
             return y
         if is_any(y):
             return x
+        self.meets += len(x) * len(y)
+        if self.meets > MAX_MEETS:  # the whole run stops (like its deadline): not a refusal to relax around
+            raise GrammarCompileError(f"keyword {kw!r} at {p or '/'!r} is not enforced: the exact rewrite needs more "
+                                      f"than {MAX_MEETS} intersections of branches", keyword=kw, pointer=p or "/")
         out = prune([c for a in x for b in y for c in self.meet(a, b, p, kw)])
         if len(out) > MAX_BRANCHES:
             raise Refuse(kw, p, f"the exact rewrite needs more than {MAX_BRANCHES} alternatives")

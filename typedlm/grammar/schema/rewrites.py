@@ -163,6 +163,8 @@ def find_refusals(schema, registry: referencing.Registry | None = None) -> list[
         Normalizer(schema, registry).run()
     except Refuse as r:
         return [r.refusal]
+    except GrammarCompileError as e:  # a run-wide limit (algebra.MAX_MEETS)
+        return [Refusal(e.keyword or "(schema)", e.pointer or "/", str(e))]
     except RecursionError:
         return [Refusal("$ref", "", "the schema nests too deeply")]
     except (TypeError, ValueError, AttributeError, KeyError, IndexError) as e:
