@@ -48,7 +48,7 @@ def _pass(eng, graphed: bool, prompt: list[int], rows: int):
     return logits, kv
 
 
-@pytest.mark.parametrize("prompt_len,rows", [(40, 5), (45, 30), (50, 100)])  # new tokens in buckets 16, 64, 128
+@pytest.mark.parametrize("prompt_len,rows", [(40, 5), (45, 30), (50, 100), (60, 270)])  # buckets 16, 64, 128, 320
 def test_graphed_pass_equals_the_eager_pass_bit_for_bit(eng, prompt_len, rows):
     prompt = [(37 * i + 11) % 500 + 3 for i in range(prompt_len)]
     ref_logits, ref_kv = _pass(eng, False, prompt, rows)
@@ -83,3 +83,9 @@ def test_too_long_a_pass_stays_eager(eng):
     assert g.fits(900, score_graph.BUCKETS[-1]) == g.enabled
     assert not g.fits(10, score_graph.BUCKETS[-1] + 1)
     assert not g.fits(g.max_len, 1)
+
+
+def test_buckets_above_256_step_by_64():
+    assert [score_graph.bucket_of(n) for n in (1, 16, 17, 256, 257, 282, 320, 321, 400, 512)] == \
+        [16, 16, 32, 256, 320, 320, 320, 384, 448, 512]
+    assert list(score_graph.BUCKETS) == sorted(set(score_graph.BUCKETS)) and len(score_graph.BUCKETS) <= 9

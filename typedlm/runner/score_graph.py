@@ -32,8 +32,10 @@ import torch
 from .graphs import MIN_BUCKET, DecodeGraphs, bucket
 from .tensors import device_tensor, to_device
 
-BUCKETS = (16, 32, 64, 128, 256, 384, 512)  # tokens of a graphed pass (GEMM row tiles are 128: padding to a
-# multiple of 128 costs no extra tile above 128)
+# tokens of a graphed pass: powers of two, then steps of 64 above 256 (a later decision's ~280-token pass pays 320
+# rows, not 384: the attention, the elementwise ops, and the GEMMs where the table's tiles for 257-320 rows are
+# shorter than 128; gemm_configs.json's buckets follow these, bench/gemm_sweep.py). 9 token buckets at most.
+BUCKETS = (16, 32, 64, 128, 256, 320, 384, 448, 512)
 
 
 class _Columns:
