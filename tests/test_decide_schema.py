@@ -115,6 +115,31 @@ def test_trie_branch_points_rows_and_distribution():
         build_trie([(1, 2), (1, 2, 3)])
 
 
+def _score_trie_on_tensors(trie, child_logprobs):
+    """score_trie as it was (float64 tensor elements): the Python-float version must give the same bits."""
+    n = len(trie.paths)
+    local, full = torch.zeros(n, dtype=torch.float64), torch.zeros(n, dtype=torch.float64)
+    for bp, child in zip(trie.points, child_logprobs):
+        child = child.double()
+        norm = torch.logsumexp(child, 0)
+        for m, k in enumerate(bp.take):
+            if k >= 0:
+                local[m] += child[k] - norm
+                full[m] += child[k]
+    return local.tolist(), full.tolist(), float(torch.logsumexp(full, 0))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_score_trie_is_bit_identical_to_the_tensor_version(seed):
+    g = torch.Generator().manual_seed(seed)
+    paths = sorted({tuple(int(t) for t in torch.randint(1, 5, (int(torch.randint(1, 5, (1,), generator=g)),),
+                                                          generator=g)) for _ in range(12)})
+    paths = [p for p in paths if not any(q != p and q[:len(p)] == p for q in paths)]  # prefix-free
+    t = build_trie(paths)
+    lp = [torch.log_softmax(torch.randn(40, generator=g) * 4, 0)[:len(p.children)] for p in t.points]  # float32
+    assert score_trie(t, lp) == _score_trie_on_tensors(t, lp)
+
+
 def test_plan_rows_and_prompt_show_what_is_scored(tok):
     s = DecisionSchema.from_dict(GOOD)
     for mode in ("labels", "slots"):
