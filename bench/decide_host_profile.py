@@ -73,3 +73,7 @@ if "cum" in sys.argv[2:]:
     buf = io.StringIO()
     pstats.Stats(pr, stream=buf).sort_stats("cumtime").print_stats(r"typedlm|tokenizers|transformers", 45)
     print(buf.getvalue(), file=sys.stderr)
+if "callees" in sys.argv[2:]:
+    buf = io.StringIO()
+    pstats.Stats(pr, stream=buf).sort_stats("cumtime").print_callees(r"score_contexts|_pass_contexts|_gather|score_graph.py.*\(run\)")
+    print(buf.getvalue(), file=sys.stderr)

@@ -11,16 +11,33 @@ import torch.nn.functional as F
 from .invariant import mode as invariant
 
 
+def joined(parts: list[torch.Tensor]) -> torch.Tensor | None:
+    """The one tensor ``parts`` are consecutive row blocks of (contiguous, back to back in one storage: an earlier
+    :func:`fuse`), as a view; else None."""
+    first = parts[0].data
+    at = first.data_ptr()
+    for p in parts:
+        if not p.is_contiguous() or p.data_ptr() != at or p.untyped_storage().data_ptr() != \
+                first.untyped_storage().data_ptr() or p.shape[1:] != first.shape[1:]:
+            return None
+        at += p.numel() * p.element_size()
+    return first.as_strided((sum(p.shape[0] for p in parts), *first.shape[1:]), first.stride())
+
+
 def fuse(layer) -> tuple:
     """One decoder layer's weights, q/k/v and gate/up each in one matrix. The module parameters are
     turned into views of the fused tensors, so the model's own forward (prefill, decide, HF baselines)
-    reads the same memory: nothing is duplicated."""
+    reads the same memory: nothing is duplicated. Idempotent: a layer fused before gives views of the same
+    tensors (no copy, no parameter moved: the prefix cache's weights stamp stays)."""
     a, mlp = layer.self_attn, layer.mlp
 
     def cat(mods, attr):
         parts = [getattr(m, attr) for m in mods]
         if parts[0] is None:
             return None
+        done = joined(parts)
+        if done is not None:
+            return done
         fused = torch.cat([p.data for p in parts], dim=0)
         at = 0
         for m, p in zip(mods, parts):
