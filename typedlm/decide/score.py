@@ -221,6 +221,14 @@ def _tree(part: list[Row], P: int):
     return ids, pos, allow, row_nodes
 
 
+def row_tree(plan: Plan):
+    """:func:`_tree` of all the plan's rows at offset 0, built once per plan (callers only read it)."""
+    tree = plan.memo.get("row_tree")
+    if tree is None:
+        tree = plan.memo["row_tree"] = _tree(list(plan.rows), 0)
+    return tree
+
+
 def _pass_packed(engine: Engine, plan: Plan, part: list[Row], cache, prefix_len: int) -> tuple[dict, int]:
     """All rows of ``part`` in one sequence on the cached prefix (see :func:`_tree`)."""
     ids, pos, allow, row_nodes = _tree(part, prefix_len)
@@ -278,7 +286,7 @@ def score_contexts(engine: Engine, plan: Plan, ids_all: list[list[int]], *, fuse
     if P == 0:
         return [None] * n
     prefix = ids_all[0][:P]
-    tree = _tree(rows, 0)
+    tree = row_tree(plan)
     T = len(tree[0])
     R = sum(len(r.reads) for r in rows)
 
