@@ -198,3 +198,13 @@ def test_row_tree_is_built_once_per_plan_and_is_the_tree_of_its_rows(tok):
     ids, pos, allow, nodes = _tree(list(plan.rows), 0)
     assert (tree[0], tree[1], tree[3]) == (ids, pos, nodes) and torch.equal(tree[2], allow)
     assert plan == compile_plan(tok, DecisionSchema.from_dict(GOOD), "labels")  # the memo is not part of the value
+
+
+def test_prompt_record_is_computed_once_per_plan_and_handed_out_as_a_copy(tok):
+    from typedlm.decide.prompt import PROMPT_VERSION, prompt_hash, prompt_record
+
+    plan = compile_plan(tok, DecisionSchema.from_dict(GOOD), "labels")
+    rec = prompt_record(plan)
+    assert rec["version"] == PROMPT_VERSION and rec["hash"] == prompt_hash(plan)
+    rec["hash"] = "changed"
+    assert prompt_record(plan)["hash"] == prompt_hash(plan) and prompt_record(plan) is not prompt_record(plan)

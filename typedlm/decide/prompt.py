@@ -46,11 +46,16 @@ def prompt_hash(plan: Plan) -> str:
 
 
 def prompt_record(plan: Plan) -> dict:
-    """What each decision records about its prompt: layout version, hash, and its few-shot examples."""
-    ex = plan.schema.examples
-    return {"version": PROMPT_VERSION, "hash": prompt_hash(plan), "examples": len(ex),
+    """What each decision records about its prompt: layout version, hash, and its few-shot examples (computed once
+    per plan: rendering and hashing the prompt cost a later decision's host ~1 ms; a copy each call)."""
+    rec = plan.memo.get("prompt_record")
+    if rec is None:
+        ex = plan.schema.examples
+        rec = plan.memo["prompt_record"] = {
+            "version": PROMPT_VERSION, "hash": prompt_hash(plan), "examples": len(ex),
             "examples_hash": hashlib.sha256(canonical_json(plan.schema.to_dict()["examples"]).encode()).hexdigest()[:12]
             if ex else None}
+    return dict(rec)
 
 
 def render_user(plan: Plan, context: str, given: str | None = None) -> str:
