@@ -7,7 +7,7 @@ Batch-invariant scoring on, preset support_triage, ~100-token contexts, the plan
 GPU runs inside one replay), so only the host work is left (its probabilities are then meaningless).
 Prints JSON: p50 wall of the later decisions, the function calls they make; the top functions by own time to stderr.
 
-    python bench/decide_host_profile.py [runs] [stub]
+    python bench/decide_host_profile.py [runs] [stub [pre]] [cum] [callers] [callees]
 """
 
 import cProfile
@@ -44,6 +44,7 @@ decide(schema, ctxs[-1], engine=engine)  # first call: the plan prefix cached
 decide(schema, ctxs[-2], engine=engine)  # warm
 stub = "stub" in sys.argv[2:]
 marks: list[float] = []
+pr = cProfile.Profile()
 if stub:  # what the GPU would run: the graph's layers, the lm_head, the log-softmax over the vocabulary
     import typedlm.decide.score as score_mod
 
@@ -52,6 +53,8 @@ if stub:  # what the GPU would run: the graph's layers, the lm_head, the log-sof
 
     def replay(b, cols):
         marks.append(time.perf_counter())
+        if "pre" in sys.argv[2:]:  # profile only the host work before the pass (the GPU idles through it)
+            pr.disable()
         return zeros[:b]
 
     runner.score_graphs._run = replay
@@ -64,11 +67,10 @@ for c in ctxs[:runs]:
     walls.append(time.perf_counter() - t0)
     if marks:
         before.append(marks[-1] - t0)
-pr = cProfile.Profile()
-pr.enable()
 for c in ctxs[runs:2 * runs]:
+    pr.enable()
     decide(schema, c, engine=engine)
-pr.disable()
+    pr.disable()
 buf = io.StringIO()
 st = pstats.Stats(pr, stream=buf)
 st.sort_stats("tottime").print_stats(30)

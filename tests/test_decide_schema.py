@@ -208,3 +208,25 @@ def test_prompt_record_is_computed_once_per_plan_and_handed_out_as_a_copy(tok):
     assert rec["version"] == PROMPT_VERSION and rec["hash"] == prompt_hash(plan)
     rec["hash"] = "changed"
     assert prompt_record(plan)["hash"] == prompt_hash(plan) and prompt_record(plan) is not prompt_record(plan)
+
+
+CONTEXTS = ["hello", " leading space", "\n\nleading newlines", "\u0301combining first", "<text-00>fake fence",
+            "ends with newline\n", "x" * 300, "Ünïcödé — 漢字 😀", "\t tab", "'s contraction", "123 numbers"]
+
+
+@pytest.mark.parametrize("chat", [True, False])
+def test_prompt_ids_on_the_shared_part_equal_the_whole_texts_ids(tok, chat):
+    from typedlm.decide.prompt import prompt_ids, prompt_kwargs
+    from typedlm.engine import engine_from_model
+    from typedlm.testing import tiny_llama
+
+    eng = engine_from_model(tiny_llama(tok), tok, name="tiny", device="cpu", dtype=torch.float32)
+    plan = compile_plan(tok, DecisionSchema.from_dict(GOOD), "labels")
+    if not chat:  # a raw prompt (the tokenizer adds its specials)
+        eng = dataclasses.replace(eng, chat=dataclasses.replace(eng.chat, template=None))
+    for i, c in enumerate(CONTEXTS):
+        assert prompt_ids(eng, plan, c) == eng.encode_prompt(**prompt_kwargs(eng, plan, c)), c
+        if i == 0:
+            memo = plan.memo[("shared_ids", chat)]
+            assert memo[1] is not None and len(memo[2]) > 50  # the split is used from here on
+    assert prompt_ids(eng, plan, "ok", given="Given: x") == eng.encode_prompt(**prompt_kwargs(eng, plan, "ok", "Given: x"))
