@@ -45,7 +45,10 @@ def _pass(eng, graphed: bool, prompt: list[int], rows: int):
     logits, cache = r.score(ids, None, list(range(P)) + [P + (i % 3) for i in range(rows)], allow, read, keep=P)
     assert (r.score_graphs.passes - before) == int(graphed)
     kv = torch.stack([torch.stack((lay.keys[0], lay.values[0])) for lay in cache.layers])
-    return logits, kv
+    with r._scoring():  # the invariant tree of the cache
+        stored = r.prefix_cache.match(prompt).kv()  # the prompt's blocks the pass stored
+    assert stored.shape[3] == P - P % 16
+    return logits, torch.cat([kv, stored], 3)
 
 
 @pytest.mark.parametrize("fused", [True, False])  # fused q/k/v + gate/up GEMMs, or the model's own layer modules
@@ -61,7 +64,7 @@ def test_graphed_pass_equals_the_eager_pass_bit_for_bit(eng, prompt_len, rows, f
     finally:
         g.use_fused(True)
     assert logits.shape == ref_logits.shape == (rows + 1, ref_logits.shape[-1])
-    assert kv.shape == ref_kv.shape and kv.shape[3] == prompt_len
+    assert kv.shape == ref_kv.shape and kv.shape[3] == prompt_len + prompt_len - prompt_len % 16  # + stored blocks
     assert torch.equal(logits, ref_logits)
     assert torch.equal(kv, ref_kv)
     assert score_graph.bucket_of(prompt_len - 32 + rows) > prompt_len - 32 + rows  # padding was exercised

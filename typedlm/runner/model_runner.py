@@ -211,8 +211,8 @@ class ModelRunner:
             graphs, m = self.score_graphs, 0 if past is None else int(past.shape[3])
             if self.invariant and graphs is not None and graphs.fits(m, len(ids)):  # = the eager pass, bit for bit
                 logits, kv = graphs.run(past, ids, positions, allow, read, keep)
-                store_pass(self.prefix_cache, prompt, prefix := to_hf(kv))
-                return logits, prefix
+                store_pass(self.prefix_cache, prompt, kv)
+                return logits, to_hf(kv, copy=False)
             prefix = None if past is None else to_hf(past)
         cut = keep if keep is not None else (prefix_length(prefix) if prefix is not None else None)
         read_t = device_tensor(read, dev)  # pinned staging: a copy from pageable memory would wait for the queue

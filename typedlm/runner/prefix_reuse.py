@@ -127,5 +127,9 @@ def cached_pass(cache: PrefixCache, ids: list[int], positions: list[int], allow:
 
 
 def store_pass(cache: PrefixCache, prompt: list[int], kv) -> None:
-    """Store the prompt's KV a scoring pass left (``kv``: a transformers cache of exactly that prompt)."""
-    cache.insert(prompt, lambda a, b: from_hf(kv, 0, a, b))
+    """Store the prompt's KV a scoring pass left (``kv``: a transformers cache of exactly that prompt, or its tensor
+    ``[layers, 2, kv_heads, len(prompt), head_dim]``: the blocks are sliced from it, no restacking)."""
+    if isinstance(kv, torch.Tensor):
+        cache.insert(prompt, lambda a, b: kv[:, :, :, a:b])
+    else:
+        cache.insert(prompt, lambda a, b: from_hf(kv, 0, a, b))
