@@ -358,16 +358,16 @@ def _pass_contexts(engine: Engine, plan: Plan, suffixes: list[list[int]], prefix
         ids += suf + row_ids
         pos += list(range(P, P + len(suf))) + [P + len(suf) + d for d in row_pos]
     Q = len(ids)
-    allow = torch.zeros(Q, P + Q - lead, dtype=torch.bool)  # keys: the prefix, then this forward's other tokens
+    # keys: the prefix, then this forward's other tokens; rows: this forward's tokens after the prefix (the prefix's
+    # own rows, when it is inside, are causal: left implied, runner/allow.py)
+    allow = torch.zeros(Q - lead, P + Q - lead, dtype=torch.bool)
     allow[:, :P] = True
-    if lead:
-        allow[:P, :P] = torch.ones(P, P, dtype=torch.bool).tril_()
     for st, suf in zip(starts, suffixes):
-        s, a = len(suf), st - len(suf)  # the context's first own token: query row a, key column k
-        k = P + a - lead
+        s, a = len(suf), st - len(suf) - lead  # the context's first own token: row a, key column k
+        k = P + a
         allow[a:a + s, k:k + s] = torch.ones(s, s, dtype=torch.bool).tril_()
-        allow[st:st + T, k:k + s] = True
-        allow[st:st + T, k + s:k + s + T] = row_allow
+        allow[a + s:a + s + T, k:k + s] = True
+        allow[a + s:a + s + T, k + s:k + s + T] = row_allow
     rows = list(plan.rows)
     need = sorted({st + row_nodes[b][p] for st in starts for b, r in enumerate(rows) for _, p in r.reads})
     at = {k: i for i, k in enumerate(need)}

@@ -199,7 +199,8 @@ class ModelRunner:
         then this pass's tokens) -> (logits ``[len(read), V]`` at the pass positions ``read``, the cache cut
         back to ``keep`` tokens: the prefix's length by default; None when ``prefix`` is None and ``keep`` is
         not given). ``keep`` without a prefix: the pass starts with a ``keep``-token prompt (causal, positions
-        0..keep-1), read from and stored into the prefix cache."""
+        0..keep-1), read from and stored into the prefix cache; ``allow`` may then leave out the prompt's rows
+        (``[Q - keep, K]``: :mod:`.allow`)."""
         with self._scoring():  # the prefix cache's lookups too: invariant KV is kept apart
             return self._score(ids, prefix, positions, allow, read, keep)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 
+from .allow import rows_from
 from .prefix_cache import PrefixCache, from_hf, to_hf
 from .tensors import device_tensor, to_device
 
@@ -121,9 +122,10 @@ def cached_pass(cache: PrefixCache, ids: list[int], positions: list[int], allow:
     allow, read) for the rest of the pass (the same keys: the cached tokens then the pass's own)."""
     hit = cache.match(ids[:keep], limit=min([keep, *read]))
     m = hit.length
+    allow = rows_from(allow, keep, m, len(ids))  # the prompt's rows may be left implied (runner/allow.py)
     if not m:
         return None, ids, positions, allow, read
-    return hit.kv(), ids[m:], positions[m:], allow[m:], [r - m for r in read]
+    return hit.kv(), ids[m:], positions[m:], allow, [r - m for r in read]
 
 
 def store_pass(cache: PrefixCache, prompt: list[int], kv) -> None:
