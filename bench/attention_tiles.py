@@ -3,7 +3,8 @@
 one-query-a-program kernel under the same causal mask given explicitly (a decide pass's path) and vs a few
 queries alone on their own keys — ``torch.equal`` (expected: true) — and the times (ms, median,
 ``triton.testing.do_bench``) of SDPA (causal), the tiled pass, the one-query-a-program causal kernel and the masked
-path. Prints JSON; ``same_bits`` is the verdict.
+path; then a later decision's masked pass (``decision``: masked query tiles vs one query a program). Prints JSON;
+``same_bits`` is the verdict.
 
     python bench/attention_tiles.py > bench/results/attention-tiles-h200.json
 """
@@ -32,6 +33,38 @@ def per_query(Q, K, V):
         ta.TILE_ROWS = tile
 
 
+def decision_case(gen, prefix: int = 832, ctx: int = 168, tree: int = 114, pad: int = 38, contexts: int = 1) -> dict:
+    """A later decision's graphed pass (masked query tiles, ``MASKED_TILE_ROWS``): ``prefix`` cached keys, then per
+    context (``decide_many`` packs several side by side) its tokens causally and tree tokens over them and a chain
+    of ancestors; ``pad`` padding queries that see nothing; tiled vs one query a program: same bits, times."""
+    per = ctx + tree
+    q = contexts * per + pad
+    k = prefix + q
+    allow = torch.zeros(q, k, dtype=torch.bool)
+    allow[:contexts * per, :prefix] = True
+    for c in range(contexts):
+        a = c * per
+        allow[a:a + ctx, prefix + a:prefix + a + ctx] = torch.ones(ctx, ctx).tril().bool()
+        allow[a + ctx:a + per, prefix + a:prefix + a + ctx] = True
+        for i in range(a + ctx, a + per):
+            allow[i, prefix + max(a + ctx, i - 5):prefix + i + 1] = True  # ancestors: the rows before, in the tree
+    allow = allow.cuda()[None, None]
+    Q = torch.randn(1, H, q, D, device="cuda", dtype=torch.bfloat16, generator=gen)
+    K, V = (torch.randn(1, KVH, k, D, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(2))
+
+    def one_query():
+        tile, ta.MASKED_TILE_ROWS = ta.MASKED_TILE_ROWS, 0
+        try:
+            return ta.attention(Q, K, V, allow, D ** -0.5)
+        finally:
+            ta.MASKED_TILE_ROWS = tile
+
+    tiled = ta.attention(Q, K, V, allow, D ** -0.5)
+    return {"queries": q, "keys": k, "contexts": contexts, "masked_tile_rows": ta.MASKED_TILE_ROWS,
+            "equals_per_query": torch.equal(tiled, one_query()),
+            "ms": {"tiled": bench(lambda: ta.attention(Q, K, V, allow, D ** -0.5)), "per_query": bench(one_query)}}
+
+
 def main() -> None:
     out = {"device": torch.cuda.get_device_name(0), "heads": [H, KVH, D], "tile_rows": ta.TILE_ROWS, "cases": {}}
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -55,8 +88,11 @@ def main() -> None:
                       "masked": bench(lambda: ta.attention(Q, K, V, allow, D ** -0.5))}
         case["tiled_over_sdpa"] = case["ms"]["tiled"] / case["ms"]["sdpa"]
         out["cases"][f"{q}x{k}"] = case
+    out["decision"] = decision_case(gen)
+    out["decide_many_4"] = decision_case(gen, ctx=400, pad=0, contexts=4)  # contexts packed: more gathered blocks
     out["same_bits"] = all(c["equals_masked"] and c["equals_per_query"] and all(c["alone"])
-                           for c in out["cases"].values())
+                           for c in out["cases"].values()) and out["decision"]["equals_per_query"] \
+        and out["decide_many_4"]["equals_per_query"]
     print(json.dumps(out, indent=1))
 
 

@@ -36,8 +36,8 @@ DEV, DTYPE = "cuda", torch.bfloat16
 CHECKED = (1, 7, 64, 170, 300, 1000, 2048)  # row counts whose bits are compared with the reference's
 SPREAD = 256 << 20  # bytes of weight copies a timed graph reads (> 2x the L2)
 OFFSET = 11  # the checked rows start here: a row sits elsewhere in its tile than in the reference pass
-BUCKETS = {16: (16,), 32: (32,), 64: (64,), 128: (128,), 256: (256,), 512: (384, 512), 1024: (1024,),
-           None: (2048,)}  # most rows of a bucket (None: any) -> the row counts timed for it
+BUCKETS = {16: (16,), 32: (32,), 64: (64,), 128: (128,), 256: (256,), 320: (320,), 384: (384,), 448: (448,),
+           512: (512,), 1024: (1024,), None: (2048,)}  # most rows of a bucket (None: any) -> the row counts timed for it
 REDUCTIONS = ({"BK": 64, "SPLIT": 1}, {"BK": 128, "SPLIT": 1})
 TILES = [dict(BM=bm, BN=bn, GROUP=8, num_warps=w, num_stages=st) for bm, bn, w, st in (
     (128, 128, 8, 3),  # the reference: the old one-config-for-every-M tiles

@@ -89,3 +89,49 @@ def test_causal_query_tiles_give_each_query_its_own_bits(ta, q, k, g):
         alone = ta.attention(Q[:, :, i:i + 1], K[:, :, :n], V[:, :, :n], None, 0.25)
         assert torch.equal(tiled[:, i], alone[:, 0]), i
     torch.testing.assert_close(tiled, ref.attention(Q, K, V, None, 0.25), rtol=1e-5, atol=1e-5)
+
+
+def _decision_mask(b, q, k, seed):
+    """Rows shaped like a decision pass: every query sees a contiguous prefix, then its context causally, and the
+    tree queries their ancestors among the other tree tokens; plus a few random rows and one row seeing nothing."""
+    g = torch.Generator().manual_seed(seed)
+    P = k - q
+    allow = torch.zeros(b, q, k, dtype=torch.bool)
+    allow[:, :, :P] = True
+    ctx = q // 3
+    for i in range(q):
+        if i < ctx:
+            allow[:, i, P:P + i + 1] = True
+        else:
+            allow[:, i, P:P + ctx] = True
+            j = i
+            while j >= ctx:  # ancestors: a random chain back into the tree
+                allow[:, i, P + j] = True
+                j = ctx - 1 if j == ctx else int(torch.randint(ctx, j, (1,), generator=g)) if j > ctx else ctx - 1
+    allow[:, -3] = torch.rand(b, k, generator=g) < 0.4  # a scattered row
+    allow[:, -2] = False  # a padding row: no key at all
+    return allow[:, None]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("q,k,g", [(40, 200, 3), (70, 150, 7)])
+def test_masked_query_tiles_give_each_query_its_own_bits(ta, monkeypatch, dtype, q, k, g):
+    """A masked pass runs query tiles (blocks whose keys are in place for every row read once; the others gathered
+    query by query): every query has the bits of the one-query-a-program kernel, and a query keeps its bits
+    whichever other queries share its tile."""
+    kvh, d = 2, 16
+    torch.manual_seed(q)
+    Q, K, V = (torch.randn(2, kvh * g, q, d).to(dtype), torch.randn(2, kvh, k, d).to(dtype),
+               torch.randn(2, kvh, k, d).to(dtype))
+    mask = _decision_mask(2, q, k, seed=q)
+    assert ta.MASKED_TILE_ROWS
+    tiled = ta.attention(Q, K, V, mask, 0.25)
+    monkeypatch.setattr(ta, "MASKED_TILE_ROWS", 0)
+    one = ta.attention(Q, K, V, mask, 0.25)
+    assert torch.equal(tiled, one)
+    assert torch.equal(tiled[:, -2], torch.zeros_like(tiled[:, -2]))  # a query that sees nothing: 0, not NaN
+    monkeypatch.setattr(ta, "MASKED_TILE_ROWS", 128)
+    shift = 5  # the same queries after 5 others: other tile-mates
+    Q2 = torch.cat([torch.randn(2, kvh * g, shift, d).to(dtype), Q], 2)
+    mask2 = torch.cat([torch.ones(2, 1, shift, k, dtype=torch.bool), mask], 2)
+    assert torch.equal(ta.attention(Q2, K, V, mask2, 0.25)[:, shift:], tiled)

@@ -16,6 +16,7 @@ code = meaning). Booleans and counts are the same in both modes.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import string
 from dataclasses import dataclass
@@ -57,6 +58,12 @@ class Plan:
     questions: tuple[Question, ...]
     rows: tuple[Row, ...]
     codes: dict  # field -> {choice value: shown code}; labels mode: value -> value
+
+    @functools.cached_property
+    def memo(self) -> dict:
+        """What later stages derive from this plan alone, built once per plan (the plan is cached on the engine):
+        the scoring's row tree, the prompt record. Not part of the plan's value."""
+        return {}
 
     def shown(self, field: str, value: str) -> str:
         return self.codes[field][value]

@@ -221,6 +221,14 @@ def _tree(part: list[Row], P: int):
     return ids, pos, allow, row_nodes
 
 
+def row_tree(plan: Plan):
+    """:func:`_tree` of all the plan's rows at offset 0, built once per plan (callers only read it)."""
+    tree = plan.memo.get("row_tree")
+    if tree is None:
+        tree = plan.memo["row_tree"] = _tree(list(plan.rows), 0)
+    return tree
+
+
 def _pass_packed(engine: Engine, plan: Plan, part: list[Row], cache, prefix_len: int) -> tuple[dict, int]:
     """All rows of ``part`` in one sequence on the cached prefix (see :func:`_tree`)."""
     ids, pos, allow, row_nodes = _tree(part, prefix_len)
@@ -278,7 +286,7 @@ def score_contexts(engine: Engine, plan: Plan, ids_all: list[list[int]], *, fuse
     if P == 0:
         return [None] * n
     prefix = ids_all[0][:P]
-    tree = _tree(rows, 0)
+    tree = row_tree(plan)
     T = len(tree[0])
     R = sum(len(r.reads) for r in rows)
 
@@ -350,16 +358,16 @@ def _pass_contexts(engine: Engine, plan: Plan, suffixes: list[list[int]], prefix
         ids += suf + row_ids
         pos += list(range(P, P + len(suf))) + [P + len(suf) + d for d in row_pos]
     Q = len(ids)
-    allow = torch.zeros(Q, P + Q - lead, dtype=torch.bool)  # keys: the prefix, then this forward's other tokens
+    # keys: the prefix, then this forward's other tokens; rows: this forward's tokens after the prefix (the prefix's
+    # own rows, when it is inside, are causal: left implied, runner/allow.py)
+    allow = torch.zeros(Q - lead, P + Q - lead, dtype=torch.bool)
     allow[:, :P] = True
-    if lead:
-        allow[:P, :P] = torch.ones(P, P, dtype=torch.bool).tril_()
     for st, suf in zip(starts, suffixes):
-        s, a = len(suf), st - len(suf)  # the context's first own token: query row a, key column k
-        k = P + a - lead
+        s, a = len(suf), st - len(suf) - lead  # the context's first own token: row a, key column k
+        k = P + a
         allow[a:a + s, k:k + s] = torch.ones(s, s, dtype=torch.bool).tril_()
-        allow[st:st + T, k:k + s] = True
-        allow[st:st + T, k + s:k + s + T] = row_allow
+        allow[a + s:a + s + T, k:k + s] = True
+        allow[a + s:a + s + T, k + s:k + s + T] = row_allow
     rows = list(plan.rows)
     need = sorted({st + row_nodes[b][p] for st in starts for b, r in enumerate(rows) for _, p in r.reads})
     at = {k: i for i, k in enumerate(need)}

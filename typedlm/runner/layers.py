@@ -11,16 +11,33 @@ import torch.nn.functional as F
 from .invariant import mode as invariant
 
 
+def joined(parts: list[torch.Tensor]) -> torch.Tensor | None:
+    """The one tensor ``parts`` are consecutive row blocks of (contiguous, back to back in one storage: an earlier
+    :func:`fuse`), as a view; else None."""
+    first = parts[0].data
+    at = first.data_ptr()
+    for p in parts:
+        if not p.is_contiguous() or p.data_ptr() != at or p.untyped_storage().data_ptr() != \
+                first.untyped_storage().data_ptr() or p.shape[1:] != first.shape[1:]:
+            return None
+        at += p.numel() * p.element_size()
+    return first.as_strided((sum(p.shape[0] for p in parts), *first.shape[1:]), first.stride())
+
+
 def fuse(layer) -> tuple:
     """One decoder layer's weights, q/k/v and gate/up each in one matrix. The module parameters are
     turned into views of the fused tensors, so the model's own forward (prefill, decide, HF baselines)
-    reads the same memory: nothing is duplicated."""
+    reads the same memory: nothing is duplicated. Idempotent: a layer fused before gives views of the same
+    tensors (no copy, no parameter moved: the prefix cache's weights stamp stays)."""
     a, mlp = layer.self_attn, layer.mlp
 
     def cat(mods, attr):
         parts = [getattr(m, attr) for m in mods]
         if parts[0] is None:
             return None
+        done = joined(parts)
+        if done is not None:
+            return done
         fused = torch.cat([p.data for p in parts], dim=0)
         at = 0
         for m, p in zip(mods, parts):
@@ -90,15 +107,19 @@ def _invariant_attention(q, kc, vc, visible, scaling: float):
 
 
 def qkv_rope(h, n1, qkv_w, qkv_b, qn, kn, cos, sin, eps: float, heads: int, kv_heads: int, hd: int, *,
-             linear=F.linear, norm=rms):
+             linear=F.linear, norm=rms, rope=None):
     """A layer's first half for ``n`` new tokens (``h`` ``[b, 1, hidden]`` one a row, or ``[1, t, hidden]`` one
-    row's): RMSNorm, fused q/k/v, (q/k norm), RoPE -> q ``[n, heads, hd]``, k and v ``[n, kv_heads, hd]``."""
+    row's): RMSNorm, fused q/k/v, (q/k norm), RoPE -> q ``[n, heads, hd]``, k and v ``[n, kv_heads, hd]``.
+    ``rope(q, k, cos [n, hd], sin [n, hd])``: a kernel in place of the torch ops (the same bits: triton_rope.py)."""
     n = h.shape[0] * h.shape[1]
     qkv = linear(norm(h, n1, eps), qkv_w, qkv_b).reshape(n, -1)
     q, k, v = qkv.split([heads * hd, kv_heads * hd, kv_heads * hd], dim=-1)
     q, k, v = q.view(n, heads, hd), k.view(n, kv_heads, hd), v.view(n, kv_heads, hd)
     if qn is not None:
         q, k = norm(q, qn, eps), norm(k, kn, eps)
+    if rope is not None:
+        q, k = rope(q, k, cos.reshape(n, hd), sin.reshape(n, hd))
+        return q, k, v
     c, s_ = cos.view(n, 1, hd), sin.view(n, 1, hd)
     return q * c + rotate_half(q) * s_, k * c + rotate_half(k) * s_, v
 

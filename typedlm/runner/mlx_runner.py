@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from ..errors import ModelLoadError, TypedLMError
+from .allow import rows_from
 from .mlx_kv import MLXKV, to_torch
 
 MX_DTYPES = {torch.float32: mx.float32, torch.float16: mx.float16, torch.bfloat16: mx.bfloat16}
@@ -192,6 +193,8 @@ class MLXRunner:
         """See the torch runner's ``score``; here the tree runs as its chains (module docstring). The
         prefix cache is never written, so it needs no cutting back."""
         P = prefix_length(prefix) if prefix is not None else 0
+        if prefix is None and keep:
+            allow = rows_from(allow, keep, 0, len(ids))  # the prompt's rows may be left implied
         vis = allow.cpu().numpy()
         if P and not vis[:, :P].all():
             raise TypedLMError("the MLX runner scores passes that see the whole prefix only")

@@ -199,7 +199,8 @@ class ModelRunner:
         then this pass's tokens) -> (logits ``[len(read), V]`` at the pass positions ``read``, the cache cut
         back to ``keep`` tokens: the prefix's length by default; None when ``prefix`` is None and ``keep`` is
         not given). ``keep`` without a prefix: the pass starts with a ``keep``-token prompt (causal, positions
-        0..keep-1), read from and stored into the prefix cache."""
+        0..keep-1), read from and stored into the prefix cache; ``allow`` may then leave out the prompt's rows
+        (``[Q - keep, K]``: :mod:`.allow`)."""
         with self._scoring():  # the prefix cache's lookups too: invariant KV is kept apart
             return self._score(ids, prefix, positions, allow, read, keep)
 
@@ -211,8 +212,8 @@ class ModelRunner:
             graphs, m = self.score_graphs, 0 if past is None else int(past.shape[3])
             if self.invariant and graphs is not None and graphs.fits(m, len(ids)):  # = the eager pass, bit for bit
                 logits, kv = graphs.run(past, ids, positions, allow, read, keep)
-                store_pass(self.prefix_cache, prompt, prefix := to_hf(kv))
-                return logits, prefix
+                store_pass(self.prefix_cache, prompt, kv)
+                return logits, to_hf(kv, copy=False)
             prefix = None if past is None else to_hf(past)
         cut = keep if keep is not None else (prefix_length(prefix) if prefix is not None else None)
         read_t = device_tensor(read, dev)  # pinned staging: a copy from pageable memory would wait for the queue

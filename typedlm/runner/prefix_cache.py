@@ -299,12 +299,19 @@ def from_hf(cache, row: int, a: int, b: int) -> torch.Tensor:
     return torch.stack([torch.stack((lay.keys[row, :, a:b], lay.values[row, :, a:b])) for lay in cache.layers])
 
 
-def to_hf(kv: torch.Tensor, batch: int = 1):
-    """A prefix's KV ``[layers, 2, kv_heads, n, d]`` -> a transformers DynamicCache of ``batch`` rows."""
+def to_hf(kv: torch.Tensor, batch: int = 1, copy: bool = True):
+    """A prefix's KV ``[layers, 2, kv_heads, n, d]`` -> a transformers DynamicCache of ``batch`` rows. ``copy=False``:
+    its layers are views of ``kv`` (a tensor the caller gives away; the cache's updates are out of place, as
+    :func:`truncate` assumes): no copy kernel per layer (56 for a 28-layer model) queued before a decision's read."""
     from transformers import DynamicCache
 
-    return DynamicCache(ddp_cache_data=[(layer[0][None].expand(batch, -1, -1, -1),
-                                         layer[1][None].expand(batch, -1, -1, -1)) for layer in kv])
+    layers = [(layer[0][None].expand(batch, -1, -1, -1), layer[1][None].expand(batch, -1, -1, -1)) for layer in kv]
+    if copy:
+        return DynamicCache(ddp_cache_data=layers)
+    cache = DynamicCache(ddp_cache_data=[(k[..., :0, :], v[..., :0, :]) for k, v in layers])  # empty: nothing copied
+    for lay, (k, v) in zip(cache.layers, layers):
+        lay.keys, lay.values = k, v
+    return cache
 
 
 def configure(engine, gb: float | None):

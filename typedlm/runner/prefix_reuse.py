@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 
+from .allow import rows_from
 from .prefix_cache import PrefixCache, from_hf, to_hf
 from .tensors import device_tensor, to_device
 
@@ -121,11 +122,16 @@ def cached_pass(cache: PrefixCache, ids: list[int], positions: list[int], allow:
     allow, read) for the rest of the pass (the same keys: the cached tokens then the pass's own)."""
     hit = cache.match(ids[:keep], limit=min([keep, *read]))
     m = hit.length
+    allow = rows_from(allow, keep, m, len(ids))  # the prompt's rows may be left implied (runner/allow.py)
     if not m:
         return None, ids, positions, allow, read
-    return hit.kv(), ids[m:], positions[m:], allow[m:], [r - m for r in read]
+    return hit.kv(), ids[m:], positions[m:], allow, [r - m for r in read]
 
 
 def store_pass(cache: PrefixCache, prompt: list[int], kv) -> None:
-    """Store the prompt's KV a scoring pass left (``kv``: a transformers cache of exactly that prompt)."""
-    cache.insert(prompt, lambda a, b: from_hf(kv, 0, a, b))
+    """Store the prompt's KV a scoring pass left (``kv``: a transformers cache of exactly that prompt, or its tensor
+    ``[layers, 2, kv_heads, len(prompt), head_dim]``: the blocks are sliced from it, no restacking)."""
+    if isinstance(kv, torch.Tensor):
+        cache.insert(prompt, lambda a, b: kv[:, :, :, a:b])
+    else:
+        cache.insert(prompt, lambda a, b: from_hf(kv, 0, a, b))

@@ -10,13 +10,17 @@ eager, the pass itself 21.7 ms (GPU-bound now: 72 % of it the GEMMs at ~300 rows
 How: the pass's tokens are padded to a bucket of :data:`BUCKETS` and its keys to a power-of-two column bucket
 (>= 256) of one static buffer ``[layers, 2, 1, kv_heads, columns + 1, head_dim]``: the cached prefix is copied
 into its first ``m`` columns, the pass writes its own K/V at columns ``m ..`` (padding rows: the scratch column,
-never read) and attends under the pass's allowed-attention matrix (padding: no key at all). The layers are the
-model's own modules (``layer(hidden, mask, positions, cache)``: the hooks of :mod:`.invariant.mode` give the
-invariant GEMM, RMSNorm and attention), with this module's buffer as their cache, so the ops are the eager
-pass's one for one. **Bit-identical to the eager pass**, by construction of the invariant kernels: a row's GEMM
-and RMSNorm results do not depend on the row count (padding), a query's attention only on its own ordered list of
-allowed keys (the same columns hold the same K/V here), and the lm_head reads the same rows. Tested on the CPU
-(the torch invariant ops, run eagerly at the padded sizes) and on the H200 (``bench/gpu_check.py``).
+never read) and attends under the pass's allowed-attention matrix (padding: no key at all). The layers run the
+modules' own math on the invariant ops (:meth:`ScoreGraphs._layer`: :mod:`.layers`' ``qkv_rope`` / ``out_mlp``
+with the invariant GEMM and RMSNorm, the invariant attention), except that q/k/v and gate/up are one GEMM each
+(the weights are already views of fused tensors: :func:`.layers.fuse`); a model the fused code does not cover
+(:func:`fused_ok`) runs its modules (``layer(hidden, mask, positions, cache)`` under the hooks of
+:mod:`.invariant.mode`) with this module's buffer as their cache. **Bit-identical to the eager pass**, by
+construction of the invariant kernels: a row's GEMM and RMSNorm results do not depend on the row count (padding)
+nor, per output element, on the weight's other columns (the fused GEMMs), a query's attention only on its own
+ordered list of allowed keys (the same columns hold the same K/V here), and the lm_head reads the same rows. Tested
+on the CPU (the torch invariant ops, run eagerly at the padded sizes) and on the H200 (``bench/gpu_check.py``,
+``bench/score_graph_check.py``: a pass's logits and K/V, graph vs eager, max |diff|).
 One graph per ``(tokens, columns)`` bucket, captured on first use; one pass at a time (a lock).
 ``TYPEDLM_SCORE_GRAPH=0`` turns it off.
 """
@@ -30,10 +34,15 @@ import threading
 import torch
 
 from .graphs import MIN_BUCKET, DecodeGraphs, bucket
+from .invariant import mode as invariant
+from . import triton_rope
+from .layers import fuse, out_mlp, qkv_rope
 from .tensors import device_tensor, to_device
 
-BUCKETS = (16, 32, 64, 128, 256, 384, 512)  # tokens of a graphed pass (GEMM row tiles are 128: padding to a
-# multiple of 128 costs no extra tile above 128)
+# tokens of a graphed pass: powers of two, then steps of 64 above 256 (a later decision's ~280-token pass pays 320
+# rows, not 384: the attention, the elementwise ops, and the GEMMs where the table's tiles for 257-320 rows are
+# shorter than 128; gemm_configs.json's buckets follow these, bench/gemm_sweep.py). 9 token buckets at most.
+BUCKETS = (16, 32, 64, 128, 256, 320, 384, 448, 512)
 
 
 class _Columns:
@@ -60,6 +69,13 @@ class ScoreGraphs:
         self.layers = list(self.base.layers)
         params = inspect.signature(self.layers[0].forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        # the layers' q/k/v and gate/up as one GEMM each (layers.fuse: views of one tensor, shared with the static
+        # KV; fusing here, before any lookup, keeps the prefix cache's weights stamp); None: the modules' own code
+        self._fused = [fuse(layer) for layer in self.layers] if fused_ok(model) else None
+        self.weights = self._fused
+        self._rope_kernel = triton_rope.rope if triton_rope.available(device, self.layers[0].self_attn.head_dim,
+                                                                      dtype) else None
+        self._rope = self._rope_kernel
         self._kv = None  # the static buffer, made on first use
         top = BUCKETS[-1]
         self._io = torch.zeros(4, top, dtype=torch.long, device=device)  # ids, positions, K/V column, rows read
@@ -67,6 +83,17 @@ class ScoreGraphs:
         self.graphs = DecodeGraphs(device, self._run, self._reset, self._io, capture_mode="thread_local")
         self._lock = threading.Lock()
         self.passes = 0  # passes run here (tests, benches)
+
+    def use_fused(self, on: bool, rope: bool = True) -> bool:
+        """The fused layer code (default where :func:`fused_ok`) or the modules' own (benches, tests compare them);
+        ``rope``: the fused code's RoPE kernel where it runs (else the torch ops). Graphs captured with other
+        settings are dropped. Returns whether the fused code runs."""
+        weights, kernel = (self._fused if on else None), (self._rope_kernel if rope else None)
+        if weights is not self.weights or kernel is not self._rope:
+            with self._lock:
+                self.weights, self._rope = weights, kernel
+                self.graphs.graphs.clear()
+        return self.weights is not None
 
     def fits(self, cached: int, new: int) -> bool:
         """A pass of ``new`` tokens after ``cached`` prefix tokens goes through a graph."""
@@ -115,12 +142,54 @@ class ScoreGraphs:
         mask = self._allow[:b, :cols].view(1, 1, b, cols)
         h = self.base.embed_tokens(ids.view(1, b))
         pe = self.base.rotary_emb(h, pos.view(1, b))
+        if self.weights is not None:
+            for i, w in enumerate(self.weights):
+                h = self._layer(i, h, w, pe, mask, col, cols)
+            return self.base.norm(h)[0]
         cache = {self._cache_kw: _Columns(self._kv, col, cols)}
         for layer in self.layers:
             h = layer(h, attention_mask=mask, position_ids=pos.view(1, b), use_cache=True, position_embeddings=pe,
                       **cache)
             h = h[0] if isinstance(h, tuple) else h
         return self.base.norm(h)[0]  # [b, hidden]: the final norm of every row (the lm_head reads some)
+
+    def _layer(self, i: int, h: torch.Tensor, w: tuple, pe, mask: torch.Tensor, col: torch.Tensor, cols: int):
+        """Decoder layer ``i`` on ``h`` ``[1, b, hidden]`` with fused q/k/v and gate/up GEMMs: the ops of the
+        module's own forward under the invariant hooks, one for one (the same RMSNorm, RoPE, K/V columns,
+        attention, residual adds), except that q/k/v (and gate/up) are one invariant GEMM: each output element's
+        reduction is the same whatever other columns the weight has (torch row tiles on the CPU; on the H200 the
+        Triton GEMM's ``BK`` 64 and 128 and cuBLAS give the same bits, ``bench/results/gemm-sweep-h200-4.json``;
+        checked per pass by ``bench/score_graph_check.py``). On CUDA the RoPE of q and k is one kernel of the same
+        bits (:mod:`.triton_rope`; ``TYPEDLM_TRITON_ROPE=0``: the torch ops). ``TYPEDLM_SCORE_GRAPH_FUSED=0``: the
+        modules."""
+        n1, qkv_w, qkv_b, qn, kn, o_w, o_b, n2, gu_w, d_w = w
+        layer = self.layers[i]
+        a, b, cfg = layer.self_attn, h.shape[1], self.model.config
+        heads, kv_heads, eps = cfg.num_attention_heads, cfg.num_key_value_heads, layer.input_layernorm.variance_epsilon
+        q, k, v = qkv_rope(h, n1, qkv_w, qkv_b, qn, kn, pe[0], pe[1], eps, heads, kv_heads, a.head_dim,
+                           linear=invariant.linear, norm=invariant.rms_norm, rope=self._rope)
+        buf = self._kv[i]  # as _Columns.update: this pass's K/V to its columns, attention over the first cols
+        buf[0][0, :, col] = k.transpose(0, 1)
+        buf[1][0, :, col] = v.transpose(0, 1)
+        o = invariant.attention(q.transpose(0, 1)[None], buf[0][:, :, :cols], buf[1][:, :, :cols], mask, a.scaling)
+        return out_mlp(h, o.reshape(1, b, heads * a.head_dim), o_w, o_b, n2, gu_w, d_w,
+                       layer.post_attention_layernorm.variance_epsilon, linear=invariant.linear,
+                       norm=invariant.rms_norm)
+
+
+def fused_ok(model) -> bool:
+    """The fused layer code computes ``model``'s layers: no MLP biases (``layers.out_mlp`` has none), RMSNorm eps
+    the same in a layer's norms, not turned off by ``TYPEDLM_SCORE_GRAPH_FUSED=0``."""
+    if os.environ.get("TYPEDLM_SCORE_GRAPH_FUSED", "1") == "0":
+        return False
+    for layer in model.model.layers:
+        mlp, a = layer.mlp, layer.self_attn
+        if any(getattr(m, "bias", None) is not None for m in (mlp.gate_proj, mlp.up_proj, mlp.down_proj)):
+            return False
+        norms = [layer.post_attention_layernorm] + [getattr(a, x) for x in ("q_norm", "k_norm") if hasattr(a, x)]
+        if any(getattr(m, "variance_epsilon", None) != layer.input_layernorm.variance_epsilon for m in norms):
+            return False
+    return True
 
 
 def bucket_of(n: int) -> int:
