@@ -58,6 +58,12 @@ class DecodeGraphs:
     def __len__(self) -> int:
         return len(self.graphs)
 
+    def clear(self) -> None:
+        """Drop every graph, and their memory pool with them: the next capture takes a new pool (capturing into a
+        pool whose graphs are all gone trips the caching allocator's use-count assert)."""
+        self.graphs.clear()
+        self._pool = None
+
     def get(self, b: int, cols: int):
         key = (b, cols)
         if key not in self.graphs:

@@ -92,7 +92,7 @@ class ScoreGraphs:
         if weights is not self.weights or kernel is not self._rope:
             with self._lock:
                 self.weights, self._rope = weights, kernel
-                self.graphs.graphs.clear()
+                self.graphs.clear()
         return self.weights is not None
 
     def fits(self, cached: int, new: int) -> bool:
