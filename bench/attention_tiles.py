@@ -33,21 +33,18 @@ def per_query(Q, K, V):
         ta.TILE_ROWS = tile
 
 
-def decision_case(gen, prefix: int = 832, ctx: int = 168, tree: int = 114, pad: int = 38, contexts: int = 1) -> dict:
-    """A later decision's graphed pass (masked query tiles, ``MASKED_TILE_ROWS``): ``prefix`` cached keys, then per
-    context (``decide_many`` packs several side by side) its tokens causally and tree tokens over them and a chain
-    of ancestors; ``pad`` padding queries that see nothing; tiled vs one query a program: same bits, times."""
-    per = ctx + tree
-    q = contexts * per + pad
+def decision_case(gen, prefix: int = 832, ctx: int = 168, tree: int = 114, pad: int = 38) -> dict:
+    """A later decision's graphed pass (masked query tiles, ``MASKED_TILE_ROWS``): ``prefix`` cached keys, the
+    context causally, tree tokens over the context and a chain of ancestors, ``pad`` padding queries that see
+    nothing; tiled vs one query a program: same bits, times."""
+    q = ctx + tree + pad
     k = prefix + q
     allow = torch.zeros(q, k, dtype=torch.bool)
-    allow[:contexts * per, :prefix] = True
-    for c in range(contexts):
-        a = c * per
-        allow[a:a + ctx, prefix + a:prefix + a + ctx] = torch.ones(ctx, ctx).tril().bool()
-        allow[a + ctx:a + per, prefix + a:prefix + a + ctx] = True
-        for i in range(a + ctx, a + per):
-            allow[i, prefix + max(a + ctx, i - 5):prefix + i + 1] = True  # ancestors: the rows before, in the tree
+    allow[:ctx + tree, :prefix] = True
+    allow[:ctx, prefix:prefix + ctx] = torch.ones(ctx, ctx).tril().bool()
+    allow[ctx:ctx + tree, prefix:prefix + ctx] = True
+    for i in range(ctx, ctx + tree):
+        allow[i, prefix + max(ctx, i - 5):prefix + i + 1] = True  # ancestors: the rows before, within the tree
     allow = allow.cuda()[None, None]
     Q = torch.randn(1, H, q, D, device="cuda", dtype=torch.bfloat16, generator=gen)
     K, V = (torch.randn(1, KVH, k, D, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(2))
@@ -60,7 +57,7 @@ def decision_case(gen, prefix: int = 832, ctx: int = 168, tree: int = 114, pad: 
             ta.MASKED_TILE_ROWS = tile
 
     tiled = ta.attention(Q, K, V, allow, D ** -0.5)
-    return {"queries": q, "keys": k, "contexts": contexts, "masked_tile_rows": ta.MASKED_TILE_ROWS,
+    return {"queries": q, "keys": k, "masked_tile_rows": ta.MASKED_TILE_ROWS,
             "equals_per_query": torch.equal(tiled, one_query()),
             "ms": {"tiled": bench(lambda: ta.attention(Q, K, V, allow, D ** -0.5)), "per_query": bench(one_query)}}
 
@@ -89,10 +86,8 @@ def main() -> None:
         case["tiled_over_sdpa"] = case["ms"]["tiled"] / case["ms"]["sdpa"]
         out["cases"][f"{q}x{k}"] = case
     out["decision"] = decision_case(gen)
-    out["decide_many_4"] = decision_case(gen, ctx=400, pad=0, contexts=4)  # contexts packed: more gathered blocks
     out["same_bits"] = all(c["equals_masked"] and c["equals_per_query"] and all(c["alone"])
-                           for c in out["cases"].values()) and out["decision"]["equals_per_query"] \
-        and out["decide_many_4"]["equals_per_query"]
+                           for c in out["cases"].values()) and out["decision"]["equals_per_query"]
     print(json.dumps(out, indent=1))
 
 

@@ -16,11 +16,7 @@ row count on the H200: ``bench/gemm_sweep.py``): a query has the same bits as wi
 or alone (H200: ``bench/results/attention-tiles-h200.json``; 2.2-2.3x SDPA at 1,000-2,000 tokens, one query a
 program 5.3-7.6x). Any mask is compacted on the device (:func:`compact`: a cumulative count and a sorted search,
 no host sync), once per mask object and reused by every layer of the forward. Each program reads only its own list, so
-masked-out keys (other contexts of a ``decide_many`` pass) cost nothing. A masked pass of more than 16 queries runs
-in query tiles as well (:data:`MASKED_TILE_ROWS`, ``_masked_tiles``): a block whose list entries are the keys in place
-for every row of the tile (a decision's cached prefix and causal context) is loaded once for the tile, any other block
-gathered query by query; each row still gets the one-query kernel's operands and operations (a later decision's pass:
-``bench/attention_tiles.py``, ``decision``).
+masked-out keys (other contexts of a ``decide_many`` pass) cost nothing.
 """
 
 from __future__ import annotations
