@@ -2,8 +2,7 @@
 # Issue 25 (brief 25g) on the lent H200, random Qwen2.5-7B bf16: a later decision's graphed pass with 64-token buckets
 # above 256, fused q/k/v + gate/up GEMMs and the RoPE kernel; host cuts (score_trie on floats, the row tree, prompt
 # record and the prompt's shared part once per plan). Two device calls (each < 10 min):
-#   bash bench/h200_issue25g.sh 1   # attention tiles bits (masked query tiles: off if they differ), graph vs eager
-#                                   # bits per layer code, prefix-cache bench, A/B fused off, profile
+#   bash bench/h200_issue25g.sh 1   # bits (graph vs eager, per layer code), prefix-cache bench, A/B fused off, profile
 #   bash bench/h200_issue25g.sh 2   # GEMM sweep at rows 320/384/448/512 (--write: this copy's table), bits and bench again
 # Files: $OUT/results.tgz (re-packed after every step), $OUT/log.txt; part 2 also $OUT/gemm_configs.json (commit it
 # if the bench improves and pass_bits_all_equal is true).
@@ -13,10 +12,6 @@ step() { local t=$1; shift; echo "== $* ($(date +%T))" >&2; timeout "$t" "$@"; e
          tar czf "$OUT/results.tgz" -C "$r" .; }
 pc=(python3 -m typedlm bench prefix-cache --arch qwen2.5-7b --device cuda --runs 3 --many 16 --machine "$m" --out)
 {
-step 90 python3 bench/attention_tiles.py > "$r/attention-tiles-h200-25g.json"
-if ! grep -q '"same_bits": true' "$r/attention-tiles-h200-25g.json"; then  # masked query tiles change bits: off
-  export TYPEDLM_MASKED_TILES=0; echo "TYPEDLM_MASKED_TILES=0 (attention tiles not bit-identical)"
-fi
 if [ "$part" = 1 ]; then
   step 170 python3 bench/score_graph_check.py qwen2.5-7b 6 > "$r/score-graph-h200-25g.json"
   grep -E '"(pass_bits_all_equal|fused_over_modules|graph_over_eager|max_abs_delta)"' "$r/score-graph-h200-25g.json"

@@ -21,7 +21,6 @@ masked-out keys (other contexts of a ``decide_many`` pass) cost nothing.
 
 from __future__ import annotations
 
-import os
 import threading
 
 import torch
@@ -34,8 +33,6 @@ except ImportError:  # pragma: no cover - the CPU install may lack triton; CUDA 
 
 BLOCK_N = 64  # list entries per block
 TILE_ROWS = 128  # rows (query, head) of a causal pass's program (0: one query a program, as with a mask)
-# rows of a masked pass's program (0: one query a program); TYPEDLM_MASKED_TILES=0 turns them off
-MASKED_TILE_ROWS = 128 if os.environ.get("TYPEDLM_MASKED_TILES", "1") != "0" else 0
 _last = threading.local()  # the last mask compacted on this thread: (mask, k, result)
 
 
@@ -48,7 +45,7 @@ def available(query: torch.Tensor) -> bool:
 def compact(mask: torch.Tensor, q: int, k: int):
     """A mask ``[b|1, 1, q, >=k]`` (bool: True may attend; additive float: 0 may attend) -> (index ``[b|1, q, k]``
     int32: entry ``i`` is the key of the query's ``i``-th allowed key (filler past its count), count ``[b|1, q]``
-    int32, lead ``[b|1, q]`` int32: how many leading entries are the keys in place, ``index[i] == i``). Cached for the same mask object (masks are built per forward, never changed in place), so the
+    int32). Cached for the same mask object (masks are built per forward, never changed in place), so the
     layers of one forward compact it once."""
     hit = getattr(_last, "entry", None)
     if hit is not None and hit[0] is mask and hit[1] == k:
@@ -59,11 +56,7 @@ def compact(mask: torch.Tensor, q: int, k: int):
     cum = allow.to(torch.int32).cumsum(-1, dtype=torch.int32).contiguous()
     want = torch.arange(1, k + 1, device=mask.device, dtype=torch.int32).expand(*cum.shape[:-1], k).contiguous()
     index = torch.searchsorted(cum, want, out_int32=True).clamp_max_(k - 1)
-    count = cum[..., -1].contiguous()
-    # leading entries that are the keys themselves (entry i is key i: a prefix, a causal past), at most the count
-    same = (index == torch.arange(k, device=mask.device, dtype=torch.int32)).to(torch.int32)
-    lead = torch.minimum(same.cumprod(-1, dtype=torch.int32).sum(-1, dtype=torch.int32), count).contiguous()
-    result = (index, count, lead)
+    result = (index, cum[..., -1].contiguous())
     _last.entry = (mask, k, result)
     return result
 
@@ -125,87 +118,6 @@ if triton is not None:
 
 
     @triton.jit
-    def _masked_tiles(Q, K, V, O, IDX, CNT, LEAD, q_len, k_len, scale,
-                      sqb, sqh, sqq, skb, skh, skk, svb, svh, svk, sob, soq, soh, sib, siq, scb, scq,
-                      G: tl.constexpr, BQ: tl.constexpr, R: tl.constexpr, D: tl.constexpr, BD: tl.constexpr,
-                      BN: tl.constexpr):
-        """A masked pass's ``BQ`` consecutive queries (all ``G`` heads of one kv head: rows ``(query, head)``,
-        padded to ``R``) per program. Each row walks its own compacted list in the per-query kernel's blocks of
-        ``BN`` entries. A block whose entries are, for every row, keys in place (entry ``i`` is key ``i``: below the
-        row's ``lead``) or past the row's count is read once for the tile (a decision's prefix and causal context:
-        most blocks); any other block is gathered query by query (each query's own keys; a row's scores and values
-        products are taken from its own query's turn only, the others' rows add exact zeros). Blocks past a row's
-        count leave its state as it was (``p = 0``, ``alpha = 1``). So a row gets the per-query kernel's
-        operands and operations (``_kernel``'s; the products' row bits do not follow the tile's row count on the
-        H200: ``bench/attention_tiles.py``)."""
-        t = tl.program_id(0)
-        kh = tl.program_id(1)
-        bi = tl.program_id(2).to(tl.int64)
-        r = tl.arange(0, R)
-        rq = r // G
-        qi = t * BQ + rq
-        heads = kh * G + r % G
-        live = (r < BQ * G) & (qi < q_len)
-        dims = tl.arange(0, BD)
-        dl = dims < D
-        qv = tl.load(Q + bi * sqb + heads[:, None] * sqh + qi[:, None] * sqq + dims[None, :],
-                     mask=live[:, None] & dl[None, :], other=0.0)
-        n = tl.load(CNT + bi * scb + qi * scq, mask=live, other=0)
-        lead = tl.load(LEAD + bi * scb + qi * scq, mask=live, other=0)
-        top = tl.max(n, 0)
-        m = tl.full([R], float("-inf"), tl.float32)
-        lsum = tl.zeros([R], tl.float32)
-        acc = tl.zeros([R, BD], tl.float32)
-        kbase = K + bi * skb + kh * skh
-        vbase = V + bi * svb + kh * svh
-        ibase = IDX + bi * sib
-        for start in range(0, top, BN):
-            offs = start + tl.arange(0, BN)
-            inside = offs[None, :] < n[:, None]
-            gather = tl.max(((lead < tl.minimum(n, start + BN)) & (start < n)).to(tl.int32), 0)
-            if gather == 0:  # keys in place for every row that reads this block
-                kt = tl.load(kbase + offs[:, None].to(tl.int64) * skk + dims[None, :],
-                             mask=(offs < k_len)[:, None] & dl[None, :], other=0.0)
-                s = tl.dot(qv, tl.trans(kt)) * scale
-            else:
-                s = tl.zeros([R, BN], tl.float32)
-                for j in range(BQ):
-                    qj = t * BQ + j
-                    nj = tl.load(CNT + bi * scb + qj * scq, mask=qj < q_len, other=0)
-                    okj = offs < nj
-                    keys = tl.load(ibase + qj * siq + offs, mask=okj, other=0)
-                    kt = tl.load(kbase + keys[:, None].to(tl.int64) * skk + dims[None, :],
-                                 mask=okj[:, None] & dl[None, :], other=0.0)
-                    s = tl.where((rq == j)[:, None], tl.dot(qv, tl.trans(kt)) * scale, s)
-            s = tl.where(inside, s, float("-inf"))
-            m_new = tl.maximum(m, tl.max(s, 1))
-            base = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that sees no key: stays 0 (no NaN)
-            p = tl.exp(s - base[:, None])
-            alpha = tl.exp(m - base)
-            if gather == 0:
-                vt = tl.load(vbase + offs[:, None].to(tl.int64) * svk + dims[None, :],
-                             mask=(offs < k_len)[:, None] & dl[None, :], other=0.0)
-                pv = p.to(vt.dtype)
-                pvv = tl.dot(pv, vt)
-            else:
-                pv = p.to(V.dtype.element_ty)
-                pvv = tl.zeros([R, BD], tl.float32)
-                for j in range(BQ):
-                    qj = t * BQ + j
-                    nj = tl.load(CNT + bi * scb + qj * scq, mask=qj < q_len, other=0)
-                    okj = offs < nj
-                    keys = tl.load(ibase + qj * siq + offs, mask=okj, other=0)
-                    vt = tl.load(vbase + keys[:, None].to(tl.int64) * svk + dims[None, :],
-                                 mask=okj[:, None] & dl[None, :], other=0.0)
-                    pvv = pvv + tl.dot(tl.where((rq == j)[:, None], pv, 0.0).to(vt.dtype), vt)
-            lsum = lsum * alpha + _row_sum(pv, BN)
-            acc = acc * alpha[:, None] + pvv
-            m = m_new
-        out = acc / tl.maximum(lsum, 1.1754943508222875e-38)[:, None]
-        tl.store(O + bi * sob + qi[:, None] * soq + heads[:, None] * soh + dims[None, :], out.to(O.dtype.element_ty),
-                 mask=live[:, None] & dl[None, :])
-
-    @triton.jit
     def _causal_tiles(Q, K, V, O, q_len, k_len, scale, sqb, sqh, sqq, skb, skh, skk, svb, svh, svk, sob, soq, soh,
                       G: tl.constexpr, BQ: tl.constexpr, R: tl.constexpr, D: tl.constexpr, BD: tl.constexpr,
                       BN: tl.constexpr):
@@ -265,16 +177,10 @@ def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask:
         index = count = torch.zeros(1, 1, dtype=torch.int32, device=query.device)
         ib = iq = cb = cq = 0
     else:
-        index, count, lead = compact(mask, q, k)
+        index, count = compact(mask, q, k)
         ib, iq = (index.stride(i) if index.shape[i] > 1 else 0 for i in (0, 1))  # broadcast dims: stride 0
         cb, cq = (count.stride(i) if count.shape[i] > 1 else 0 for i in (0, 1))
     BD = max(16, triton.next_power_of_2(d))
-    if mask is not None and MASKED_TILE_ROWS and q > 16 and iq:
-        tile = max(MASKED_TILE_ROWS, triton.next_power_of_2(g))
-        _masked_tiles[(triton.cdiv(q, tile // g), kvh, b)](
-            query, key, value, out, index, count, lead, q, k, scaling, *_strides(query, key, value, out),
-            ib, iq, cb, cq, G=g, BQ=tile // g, R=tile, D=d, BD=BD, BN=BLOCK_N, num_warps=8)
-        return out
     if mask is None and TILE_ROWS and q > 16:
         tile = max(TILE_ROWS, triton.next_power_of_2(g))
         _causal_tiles[(triton.cdiv(q, tile // g), kvh, b)](
