@@ -56,12 +56,3 @@ def test_qkv_rope_with_the_kernel_equals_its_torch_ops(rope):
     want = qkv_rope(*args, linear=ops.linear, norm=ops.rms_norm)
     got = qkv_rope(*args, linear=ops.linear, norm=ops.rms_norm, rope=rope)
     assert all(torch.equal(x, y) for x, y in zip(got, want))
-
-
-def test_the_kernel_runs_only_where_its_bits_are_the_ops_bits():
-    from typedlm.runner.triton_rope import available
-
-    cuda = torch.device("cuda")
-    assert not available(torch.device("cpu"), 128, torch.bfloat16)  # the CPU graph pass keeps the torch ops
-    assert not available(cuda, 128, torch.float32)  # FMA contraction could differ from the ops
-    assert not available(cuda, 96, torch.bfloat16)  # not a power of two

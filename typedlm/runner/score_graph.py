@@ -73,8 +73,8 @@ class ScoreGraphs:
         # KV; fusing here, before any lookup, keeps the prefix cache's weights stamp); None: the modules' own code
         self._fused = [fuse(layer) for layer in self.layers] if fused_ok(model) else None
         self.weights = self._fused
-        self._rope_kernel = triton_rope.rope if triton_rope.available(device, self.layers[0].self_attn.head_dim,
-                                                                      dtype) else None
+        self._rope_kernel = triton_rope.rope if triton_rope.available(device, self.layers[0].self_attn.head_dim) \
+            else None
         self._rope = self._rope_kernel
         self._kv = None  # the static buffer, made on first use
         top = BUCKETS[-1]

@@ -24,12 +24,11 @@ except ImportError:  # pragma: no cover
     triton = None
 
 
-def available(device: torch.device, head_dim: int, dtype: torch.dtype) -> bool:
-    """The kernel runs here: CUDA, a half dtype (float32 on the GPU: the compiler could contract a product and the
-    add into an FMA, which the torch ops do not), a power-of-two head size, not turned off (tests call :func:`rope`
-    on the CPU under Triton's interpreter, float32 included)."""
-    return (triton is not None and device.type == "cuda" and dtype in (torch.bfloat16, torch.float16)
-            and os.environ.get("TYPEDLM_TRITON_ROPE", "1") != "0" and head_dim >= 16 and head_dim & (head_dim - 1) == 0)
+def available(device: torch.device, head_dim: int) -> bool:
+    """The kernel runs here: CUDA, a power-of-two head size, not turned off (tests call :func:`rope` on the CPU under
+    Triton's interpreter)."""
+    return (triton is not None and device.type == "cuda" and os.environ.get("TYPEDLM_TRITON_ROPE", "1") != "0"
+            and head_dim >= 16 and head_dim & (head_dim - 1) == 0)
 
 
 if triton is not None:
@@ -64,7 +63,5 @@ def _one(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
 def rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """q ``[n, heads, d]``, k ``[n, kv_heads, d]`` (any strides with the last one 1), cos/sin ``[n, d]`` (contiguous
     rows) -> ``q * cos + rotate_half(q) * sin`` and the same for k, contiguous, bit for bit the torch ops' result."""
-    if cos.dtype != q.dtype or sin.dtype != q.dtype or k.dtype != q.dtype:  # torch would promote: not this kernel
-        raise TypeError(f"rope: q/k {q.dtype}/{k.dtype} with cos/sin {cos.dtype}/{sin.dtype}")
     cos, sin = cos.contiguous(), sin.contiguous()
     return _one(q, cos, sin), _one(k, cos, sin)
