@@ -4,9 +4,8 @@ prefix in the prefix cache. Per mode (eager; graph: the fused q/k/v and gate/up 
 model's own layer modules in the graph): p50 wall of later decisions and their timings; across modes: max |delta|
 of every field's probabilities and whether the values are the same (expected: 0.0, true). Then single passes
 shaped like a later decision's (832 cached prompt tokens, then context + row-tree tokens in buckets 128 / 320 / 384
-/ 512): the graph pass's logits and kept K/V vs the eager pass's, per layer code (fused with the RoPE kernel, fused
-with torch's RoPE ops, the modules; and the eager pass on no cached prefix, a first call's): ``equal`` (torch.equal,
-expected true) and max |diff|. JSON out.
+/ 512): the graph pass's logits and kept K/V vs the eager pass's, per layer code: ``equal`` (torch.equal, expected
+true) and max |diff|. JSON out.
 
     python bench/score_graph_check.py qwen2.5-7b > bench/results/score-graph-h200.json
 """
@@ -70,7 +69,7 @@ out["graph_over_eager"] = out["modes"]["graph_again"]["p50_ms"] / out["modes"]["
 out["fused_over_modules"] = out["modes"]["graph_again"]["p50_ms"] / out["modes"]["graph_modules"]["p50_ms"]
 
 
-def one_pass(graphed: bool, fused: bool, prompt: list[int], rows: int, cached: bool = True, rope: bool = True):
+def one_pass(graphed: bool, fused: bool, prompt: list[int], rows: int, cached: bool = True):
     """A decision-shaped pass: ``prompt`` (causal; its first 832 tokens cached by an eager pass, unless not
     ``cached``: then all of it in this pass, as a first call's), then ``rows`` tree tokens that see the whole prompt
     and the row before -> (logits, kept K/V)."""
@@ -80,7 +79,7 @@ def one_pass(graphed: bool, fused: bool, prompt: list[int], rows: int, cached: b
     if cached:
         runner.score(prompt[:c], None, list(range(c)), torch.ones(c, c).tril().bool(), [c - 1], keep=c)
     graphs.enabled = graphed
-    graphs.use_fused(fused, rope)
+    graphs.use_fused(fused)
     P, n = len(prompt), len(prompt) + rows
     allow = torch.zeros(n, n, dtype=torch.bool)
     allow[:, :P] = torch.ones(n, P).tril()
@@ -105,8 +104,8 @@ for new_tokens in (120, 282, 380, 500):
                              "logits_max_abs_diff": float((first[0] - ref[0]).abs().max()),
                              "kv_equal": torch.equal(first[1], ref[1]),
                              "kv_max_abs_diff": float((first[1] - ref[1]).abs().max())})
-    for name in ("fused", "fused_torch_rope", "modules"):
-        got = one_pass(True, name != "modules", prompt, rows, rope=name == "fused")
+    for name in ("fused", "modules"):
+        got = one_pass(True, name == "fused", prompt, rows)
         out["pass_bits"].append({"new_tokens": new_tokens, "layer_code": name,
                                  "logits_equal": torch.equal(got[0], ref[0]),
                                  "logits_max_abs_diff": float((got[0] - ref[0]).abs().max()),

@@ -107,19 +107,15 @@ def _invariant_attention(q, kc, vc, visible, scaling: float):
 
 
 def qkv_rope(h, n1, qkv_w, qkv_b, qn, kn, cos, sin, eps: float, heads: int, kv_heads: int, hd: int, *,
-             linear=F.linear, norm=rms, rope=None):
+             linear=F.linear, norm=rms):
     """A layer's first half for ``n`` new tokens (``h`` ``[b, 1, hidden]`` one a row, or ``[1, t, hidden]`` one
-    row's): RMSNorm, fused q/k/v, (q/k norm), RoPE -> q ``[n, heads, hd]``, k and v ``[n, kv_heads, hd]``.
-    ``rope(q, k, cos [n, hd], sin [n, hd])``: a kernel in place of the torch ops (the same bits: triton_rope.py)."""
+    row's): RMSNorm, fused q/k/v, (q/k norm), RoPE -> q ``[n, heads, hd]``, k and v ``[n, kv_heads, hd]``."""
     n = h.shape[0] * h.shape[1]
     qkv = linear(norm(h, n1, eps), qkv_w, qkv_b).reshape(n, -1)
     q, k, v = qkv.split([heads * hd, kv_heads * hd, kv_heads * hd], dim=-1)
     q, k, v = q.view(n, heads, hd), k.view(n, kv_heads, hd), v.view(n, kv_heads, hd)
     if qn is not None:
         q, k = norm(q, qn, eps), norm(k, kn, eps)
-    if rope is not None:
-        q, k = rope(q, k, cos.reshape(n, hd), sin.reshape(n, hd))
-        return q, k, v
     c, s_ = cos.view(n, 1, hd), sin.view(n, 1, hd)
     return q * c + rotate_half(q) * s_, k * c + rotate_half(k) * s_, v
 

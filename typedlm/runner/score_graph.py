@@ -35,7 +35,6 @@ import torch
 
 from .graphs import MIN_BUCKET, DecodeGraphs, bucket
 from .invariant import mode as invariant
-from . import triton_rope
 from .layers import fuse, out_mlp, qkv_rope
 from .tensors import device_tensor, to_device
 
@@ -73,9 +72,6 @@ class ScoreGraphs:
         # KV; fusing here, before any lookup, keeps the prefix cache's weights stamp); None: the modules' own code
         self._fused = [fuse(layer) for layer in self.layers] if fused_ok(model) else None
         self.weights = self._fused
-        self._rope_kernel = triton_rope.rope if triton_rope.available(device, self.layers[0].self_attn.head_dim) \
-            else None
-        self._rope = self._rope_kernel
         self._kv = None  # the static buffer, made on first use
         top = BUCKETS[-1]
         self._io = torch.zeros(4, top, dtype=torch.long, device=device)  # ids, positions, K/V column, rows read
@@ -84,14 +80,13 @@ class ScoreGraphs:
         self._lock = threading.Lock()
         self.passes = 0  # passes run here (tests, benches)
 
-    def use_fused(self, on: bool, rope: bool = True) -> bool:
+    def use_fused(self, on: bool) -> bool:
         """The fused layer code (default where :func:`fused_ok`) or the modules' own (benches, tests compare them);
-        ``rope``: the fused code's RoPE kernel where it runs (else the torch ops). Graphs captured with other
-        settings are dropped. Returns whether the fused code runs."""
-        weights, kernel = (self._fused if on else None), (self._rope_kernel if rope else None)
-        if weights is not self.weights or kernel is not self._rope:
+        graphs captured with the other are dropped. Returns whether the fused code runs."""
+        weights = self._fused if on else None
+        if weights is not self.weights:
             with self._lock:
-                self.weights, self._rope = weights, kernel
+                self.weights = weights
                 self.graphs.clear()
         return self.weights is not None
 
@@ -159,15 +154,13 @@ class ScoreGraphs:
         attention, residual adds), except that q/k/v (and gate/up) are one invariant GEMM: each output element's
         reduction is the same whatever other columns the weight has (torch row tiles on the CPU; on the H200 the
         Triton GEMM's ``BK`` 64 and 128 and cuBLAS give the same bits, ``bench/results/gemm-sweep-h200-4.json``;
-        checked per pass by ``bench/score_graph_check.py``). On CUDA the RoPE of q and k is one kernel of the same
-        bits (:mod:`.triton_rope`; ``TYPEDLM_TRITON_ROPE=0``: the torch ops). ``TYPEDLM_SCORE_GRAPH_FUSED=0``: the
-        modules."""
+        checked per pass by ``bench/score_graph_check.py``). ``TYPEDLM_SCORE_GRAPH_FUSED=0``: the modules."""
         n1, qkv_w, qkv_b, qn, kn, o_w, o_b, n2, gu_w, d_w = w
         layer = self.layers[i]
         a, b, cfg = layer.self_attn, h.shape[1], self.model.config
         heads, kv_heads, eps = cfg.num_attention_heads, cfg.num_key_value_heads, layer.input_layernorm.variance_epsilon
         q, k, v = qkv_rope(h, n1, qkv_w, qkv_b, qn, kn, pe[0], pe[1], eps, heads, kv_heads, a.head_dim,
-                           linear=invariant.linear, norm=invariant.rms_norm, rope=self._rope)
+                           linear=invariant.linear, norm=invariant.rms_norm)
         buf = self._kv[i]  # as _Columns.update: this pass's K/V to its columns, attention over the first cols
         buf[0][0, :, col] = k.transpose(0, 1)
         buf[1][0, :, col] = v.transpose(0, 1)
