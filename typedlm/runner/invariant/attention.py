@@ -50,7 +50,9 @@ def compact(allow: torch.Tensor):
 
 def _tiled(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``a [..., M, x] @ b [..., x, y]`` as a batch of fixed ``[tile, x] @ [x, y]`` products (the per-row
-    problem never depends on M)."""
+    problem never depends on M). Gathered rows go through it too, one query's ``g`` rows padded to a tile: a
+    BLAS may round a ``[g, x]`` product differently from the same rows inside a ``[tile, x]`` one (on AMD EPYC
+    it does; Intel's MKL did not), and a row's bits do not depend on its place in a tile nor on the batch."""
     M, T = a.shape[-2], tile_rows(a.device)
     pad = (-M) % T
     if pad:
@@ -92,7 +94,7 @@ def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask:
             idx = order[bg, qg, j:j + B]  # [r, B]
             ok = torch.arange(j, j + B, device=query.device) < n[bg, qg][:, None]
             kg = keys[bg[:, None], idx].float().permute(0, 2, 3, 1)  # [r, kvh, d, B]
-            sg = torch.matmul(qf[bg, :, qg], kg) * scaling  # [r, kvh, g, B]
+            sg = _tiled(qf[bg, :, qg], kg) * scaling  # [r, kvh, g, B]: a padded tile too (see _tiled)
             s[bg, :, qg] = sg.masked_fill(~ok[:, None, None, :], float("-inf"))
         m_new = torch.maximum(m, s.amax(-1, keepdim=True))
         base = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
@@ -102,7 +104,7 @@ def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask:
         pv = _tiled(p.view(b, kvh, q * g, B), vb).view(b, kvh, q, g, d)
         if len(bg):
             vg = vals[bg[:, None], idx].float().permute(0, 2, 1, 3)  # [r, kvh, B, d]
-            pv[bg, :, qg] = torch.matmul(p[bg, :, qg], vg)
+            pv[bg, :, qg] = _tiled(p[bg, :, qg], vg)
         acc = acc * alpha + pv
         m = m_new
     out = acc / lsum.clamp_min(torch.finfo(torch.float32).tiny)  # [b, kvh, q, g, d]
