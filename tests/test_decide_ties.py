@@ -75,8 +75,11 @@ def test_forced_near_ties_are_rescored_one_row_at_a_time(tiny, monkeypatch, pack
         assert expect <= rescored and rescored - expect <= {n for n, f in d.fields.items() if f.type == "multi"}
         assert rescored and len(rescored) < len(d.fields)
         for n, f in d.fields.items():
-            if n in rescored:  # exactly the one-row scores
-                assert f.log_scores == one.fields[n].log_scores
+            if n in rescored:  # the one-row scores: exactly, but packed computes the contexts' prompts in one
+                # right-padded forward, and where a row's GEMM bits depend on the row count (this AMD EPYC box's
+                # BLAS; Intel's MKL did not) that prompt KV differs from the one-context reference's in the last bits
+                want = one.fields[n].log_scores
+                assert f.log_scores == (want if packing != "packed" else pytest.approx(want, rel=0, abs=1e-5))
                 assert d.to_dict()["fields"][n]["score_source"] == "rescored_one_row"
             else:
                 assert f.score_source == "batched" and f.log_scores == b.fields[n].log_scores
