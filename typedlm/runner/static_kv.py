@@ -3,7 +3,7 @@
 Embeddings, norms, projections, MLPs, rotary embedding and lm_head are called as they are (no weight
 is copied: :func:`~typedlm.runner.layers.fuse`); only attention and the cache are ours:
 
-* one preallocated buffer per layer and K/V, ``[capacity, kv_heads, max_len + 1, head_dim]``; a row
+* one preallocated buffer ``[2 (K, V), layers, capacity, kv_heads, max_len + 1, head_dim]``; a row
   owns one **slot** for its life: prefill writes ``[slot, :, :T]``, each decode step writes column
   ``length`` of its slot (``index_put``), ``release`` marks the slot free (nothing moves). Column
   ``max_len`` is scratch: rows of the decode range not in this call write there and nothing reads it.
