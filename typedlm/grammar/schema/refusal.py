@@ -129,24 +129,11 @@ def rewrite_pattern(p: str) -> str | None:
     if not scanned[2]:
         return _branch(p)
     # split the original text at its top-level '|' (the scan's offsets are into its output)
-    parts, depth, in_class, i, last = [], 0, False, 0, 0
-    while i < len(p):
-        ch = p[i]
-        if ch == "\\":
-            i += 2
-            continue
-        if in_class:
-            in_class = ch != "]"
-        elif ch == "[":
-            in_class = True
-        elif ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        elif ch == "|" and depth == 0:
+    parts, last = [], 0
+    for i, ch, depth in _syntax(p):
+        if ch == "|" and depth == 0:
             parts.append(p[last:i])
             last = i + 1
-        i += 1
     parts.append(p[last:])
     branches = [_branch(x) for x in parts]
     if any(b is None for b in branches):
@@ -198,15 +185,11 @@ def _large_range_mid_group(rx: str) -> bool:
     return False
 
 
-def lookahead_split(p) -> tuple[str, str] | None:
-    """A name pattern ``^(?!X)Y`` (a leading negative lookahead, as in ``^(?!x-)``, ``^(?!(a|b)$)``) as
-    two whole-match regexes: (the names it excludes: those that start with X, or are X where X ends in
-    ``$``; the names ``^Y`` matches). None for any other form, or where X or Y has no exact rewrite
-    (:func:`rewrite_pattern`), or Y a top-level ``|`` (the lookahead would bind to its first branch only)."""
-    if not isinstance(p, str) or not p.startswith("^(?!"):
-        return None
-    depth, i, in_class = 1, 4, False
-    while i < len(p) and depth:
+def _syntax(p: str, start: int = 0, depth: int = 0):
+    """Each character of ``p`` from ``start`` outside escapes and character classes, as (index, character, group
+    depth after it; ``depth``: the depth at ``start``)."""
+    in_class, i = False, start
+    while i < len(p):
         ch = p[i]
         if ch == "\\":
             i += 2
@@ -215,12 +198,21 @@ def lookahead_split(p) -> tuple[str, str] | None:
             in_class = ch != "]"
         elif ch == "[":
             in_class = True
-        elif ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
+        else:
+            depth += (ch == "(") - (ch == ")")
+            yield i, ch, depth
         i += 1
-    if depth:
+
+
+def lookahead_split(p) -> tuple[str, str] | None:
+    """A name pattern ``^(?!X)Y`` (a leading negative lookahead, as in ``^(?!x-)``, ``^(?!(a|b)$)``) as
+    two whole-match regexes: (the names it excludes: those that start with X, or are X where X ends in
+    ``$``; the names ``^Y`` matches). None for any other form, or where X or Y has no exact rewrite
+    (:func:`rewrite_pattern`), or Y a top-level ``|`` (the lookahead would bind to its first branch only)."""
+    if not isinstance(p, str) or not p.startswith("^(?!"):
+        return None
+    i = next((j + 1 for j, _, depth in _syntax(p, 4, 1) if depth == 0), None)  # past the lookahead's ')'
+    if i is None:
         return None
     head, rest = p[4:i - 1], p[i:]
     whole = head.endswith("$") and not head.endswith("\\$")
