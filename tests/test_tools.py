@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 from typedlm.server.app import create_app
 from typedlm.server.state import ServerConfig
 from typedlm.server.testing import live_server
-from typedlm.server.tools import ToolStream, parse_calls, template_messages
+from typedlm.server.chat.tools import ToolStream, parse_calls, template_messages
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
                                             "unit": {"enum": ["c", "f"]}},
@@ -150,7 +150,7 @@ def test_multi_turn_with_tool_results(client, tiny, rclient):
 
 
 def test_history_rendering_native_and_fallback(tiny, rclient):
-    from typedlm.server.protocol import ChatRequest
+    from typedlm.server.chat.protocol import ChatRequest
 
     body = ChatRequest(model="m", tools=TOOLS, messages=MSG + [
         {"role": "assistant", "tool_calls": [{"id": "call_1", "type": "function",

@@ -38,13 +38,13 @@ import re
 import uuid
 from dataclasses import dataclass
 
-from ..errors import GrammarCompileError
-from ..generate.result import check_schema
-from ..grammar.relax import NotRelaxable, relaxed_core
-from ..grammar.schema import prepare_schema
-from ..grammar.spec import Constraint, canonical_json, make_constraint
-from .errors import APIError
-from .structured import check_metaschema
+from ...errors import GrammarCompileError
+from ...generate.result import check_schema
+from ...grammar.relax import NotRelaxable, relaxed_core
+from ...grammar.schema import prepare_schema
+from ...grammar.spec import Constraint, canonical_json, make_constraint
+from ..errors import APIError
+from ..structured import check_metaschema
 
 TRIGGER = "<tool_call>"
 END = "</tool_call>"
