@@ -57,10 +57,11 @@ class Message(BaseModel):
     def _sent_back(cls, data):
         if isinstance(data, dict):
             if data.get("audio") is not None:
-                raise PydanticCustomError("unsupported_field", "audio: audio messages are not supported", {})
+                raise PydanticCustomError("unsupported_field", "audio: audio messages are not supported",
+                                          {"field": "audio"})
             if data.get("function_call") is not None:
                 raise PydanticCustomError("unsupported_field", "function_call: the deprecated function_call is not "
-                                          "supported: send the call in tool_calls", {})
+                                          "supported: send the call in tool_calls", {"field": "function_call"})
         return data
 
     def text(self) -> str:

@@ -68,11 +68,11 @@ class ResponsesRequest(BaseModel):
             bad = sorted(set(data.get("include") or ()) - INCLUDE_NOOP)
             if bad:
                 raise PydanticCustomError("unsupported_field", "include: {bad} is not supported",
-                                          {"bad": ", ".join(bad)})
+                                          {"bad": ", ".join(bad), "field": "include"})
             unknown = sorted(set(data.get("stream_options") or {}) - {"include_obfuscation"})
             if unknown:
                 raise PydanticCustomError("unsupported_field", "stream_options: unknown field(s) {f}",
-                                          {"f": ", ".join(unknown)})
+                                          {"f": ", ".join(unknown), "field": "stream_options"})
         return data
 
 

@@ -32,6 +32,9 @@ from ..errors import APIError
 from .protocol import ResponsesRequest
 
 TEXT_PARTS = {"input_text", "output_text", "text", "refusal", "summary_text", "reasoning_text"}
+# a chat field an error names -> the Responses field it came from
+FIELD_OF = {"messages": "input", "max_completion_tokens": "max_output_tokens", "reasoning_effort": "reasoning.effort",
+            "response_format": "text.format"}
 
 
 def to_chat(body: ResponsesRequest) -> ChatRequest:
@@ -53,11 +56,14 @@ def to_chat(body: ResponsesRequest) -> ChatRequest:
         return ChatRequest.model_validate(chat)
     except ValidationError as e:
         first = e.errors()[0]
-        loc = ".".join(str(x) for x in first["loc"])
+        loc = [str(x) for x in first["loc"]]
+        loc = ".".join([FIELD_OF.get(loc[0], loc[0]), *loc[1:]]) if loc else "input"
         raise APIError(400, f"{loc}: {first['msg']}", param=loc) from e
 
 
 def _messages(body: ResponsesRequest) -> list[dict]:
+    if not body.input:
+        raise APIError(400, "input is empty: give a string or at least one input item", param="input")
     out: list[dict] = []
     if body.instructions:
         out.append({"role": "system", "content": body.instructions})
