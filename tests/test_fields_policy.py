@@ -6,7 +6,9 @@ import pytest
 from openai.types.chat import completion_create_params
 
 from typedlm.server.app import create_app
-from typedlm.server.protocol import DOCUMENTED, ChatRequest, CompletionRequest
+from typedlm.server.chat.protocol import ChatRequest
+from typedlm.server.completions.protocol import CompletionRequest
+from typedlm.server.protocol import DOCUMENTED
 from typedlm.server.state import ServerConfig
 from typedlm.server.testing import live_server
 

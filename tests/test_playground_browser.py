@@ -75,6 +75,18 @@ def shot(page, name):
         page.screenshot(path=str(Path(out) / name), full_page=True)
 
 
+def test_header_shows_the_loaded_model_and_device_and_nothing_is_missing(browser, base, tiny):
+    p = browser.new_page()
+    missing = []
+    p.on("response", lambda r: missing.append(r.url) if r.status >= 400 else None)
+    p.goto(base + "/")
+    p.wait_for_function("document.getElementById('server-info').textContent !== ''")
+    assert p.inner_text("#server-info") == f"model {tiny.name} · {tiny.device}"
+    p.wait_for_load_state("networkidle")
+    assert not missing, missing  # no favicon.ico (or any other) 404
+    p.close()
+
+
 def test_decide_runs_and_bars_render(page):
     first = presets.names()[0]
     page.wait_for_function(f"document.getElementById('preset').value === {first!r}")

@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 from typedlm.server.app import create_app
 from typedlm.server.state import ServerConfig
 from typedlm.server.testing import live_server
-from typedlm.server.tools import ToolStream, parse_calls, template_messages
+from typedlm.server.chat.tools import ToolStream, parse_calls, template_messages
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
                                             "unit": {"enum": ["c", "f"]}},
@@ -121,7 +121,7 @@ def test_stream_tool_calls_assembled_by_the_client(client, tiny, parallel):
         snap = stream.current_completion_snapshot  # get_final_completion() raises on finish "length"
     got, want = snap.choices[0].message.tool_calls, plain.choices[0].message.tool_calls
     assert [c.function.name for c in got] == [c.function.name for c in want]
-    assert [json.loads(c.function.arguments) for c in got] == [json.loads(c.function.arguments) for c in want]
+    assert [c.function.arguments for c in got] == [c.function.arguments for c in want]  # the same text
     assert snap.choices[0].finish_reason == plain.choices[0].finish_reason
     assert len(deltas) >= len(got)  # arguments arrived in fragments
     if not parallel:
@@ -150,7 +150,7 @@ def test_multi_turn_with_tool_results(client, tiny, rclient):
 
 
 def test_history_rendering_native_and_fallback(tiny, rclient):
-    from typedlm.server.protocol import ChatRequest
+    from typedlm.server.chat.protocol import ChatRequest
 
     body = ChatRequest(model="m", tools=TOOLS, messages=MSG + [
         {"role": "assistant", "tool_calls": [{"id": "call_1", "type": "function",
@@ -244,10 +244,12 @@ def test_a_relaxed_tool_leaves_a_response_format_beside_it_exact(client, tiny):
 
 
 def test_parse_and_stream_parsers_agree():
-    text = 'hello <tool_call>\n{"name": "add", "arguments": {"a": 1, "b": {"c": [2]}}}\n</tool_call>\n' \
-           '<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>'
+    """Both give the arguments as the model wrote them (spacing kept), not re-serialized."""
+    text = 'hello <tool_call>\n{"name": "add", "arguments": {"a" :1,"b": {"c": [2 ]}}}\n</tool_call>\n' \
+           '<tool_call>\n{"name": "f", "arguments":  {}}\n</tool_call>'
     content, calls = parse_calls(text)
     assert content == "hello" and [c.name for c in calls] == ["add", "f"]
+    assert [c.arguments for c in calls] == ['{"a" :1,"b": {"c": [2 ]}}', "{}"]
     for size in (1, 3, 7, len(text)):
         ts, out = ToolStream(), []
         for i in range(0, len(text), size):
@@ -256,7 +258,7 @@ def test_parse_and_stream_parsers_agree():
         for d in out:
             for tc in d.get("tool_calls", []):
                 args[tc["index"]] = args.get(tc["index"], "") + tc["function"].get("arguments", "")
-        assert [json.loads(args[i]) for i in sorted(args)] == [json.loads(c.arguments) for c in calls], size
+        assert [args[i] for i in sorted(args)] == [c.arguments for c in calls], size
         assert "".join(d.get("content", "") for d in out).strip() == "hello"
 
 

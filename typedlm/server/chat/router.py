@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from ..protocol import ChatRequest
+from .protocol import ChatRequest
 
 router = APIRouter()
 

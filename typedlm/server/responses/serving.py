@@ -1,4 +1,4 @@
-"""POST /v1/responses: translated to a chat request (:func:`typedlm.server.responses.to_chat`), run by
+"""POST /v1/responses: translated to a chat request (:func:`typedlm.server.responses.translate.to_chat`), run by
 the chat serving object, answered as a Response resource or its event stream."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import time
 from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from .generation import Budget
-from .responses import (ResponsesRequest, new_id, output_items, response_object, responses_usage, status_of,
-                        to_chat)
-from .responses_stream import response_events
-from .wire import notice
+from ..generation import Budget
+from ..wire import notice
+from .protocol import ResponsesRequest, new_id, output_items, response_object, responses_usage, status_of
+from .stream import response_events
+from .translate import to_chat
 
 
 class ServingResponses:
@@ -20,7 +20,8 @@ class ServingResponses:
         self.chat = chat  # ServingChat
 
     async def create(self, body: ResponsesRequest, http: Request):
-        _, plan, job = await self.chat.start(to_chat(body), http, budget=Budget.of(body, "max_output_tokens"))
+        _, plan, job = await self.chat.start(to_chat(body), http, budget=Budget.of(body, "max_output_tokens"),
+                                              prompt_field="input")
         rid, created = new_id("resp"), int(time.time())
         if body.stream:
             return StreamingResponse(response_events(job, http, plan, body, rid, created),

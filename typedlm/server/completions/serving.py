@@ -8,20 +8,22 @@ import uuid
 from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from .errors import APIError
-from .generation import Budget, Prompt, jump_forward, sampling_params, submit
+from ...generate.detokenize import StreamText
+from ..errors import APIError
+from ..generation import Budget, Prompt, jump_forward, sampling_params, submit
+from ..streaming import choice_stream
+from ..structured import resolve
+from ..wire import completion_lp, notice, token_events, usage
 from .protocol import CompletionRequest
-from .stream import choice_stream
-from .structured import resolve
-from .wire import completion_lp, notice, token_events, usage
 
 
 class ServingCompletions:
-    def __init__(self, state):
+    def __init__(self, state, models):
         self.state = state
+        self.models = models  # ServingModels: the model check
 
     async def create(self, body: CompletionRequest, http: Request):
-        engine = self.state.engine_for(body.model)
+        engine = self.models.engine_for(body.model)
         prompt = body.prompt
         if isinstance(prompt, list):
             if len(prompt) != 1:
@@ -36,10 +38,11 @@ class ServingCompletions:
             return Prompt(engine.encode_prompt(prompt=f"{instruction}\n\n{prompt}" if instruction else prompt), kw)
 
         job = await submit(self.state, http, structured=structured, params=sampling_params(self.state, body, budget),
-                           budget=budget, encode=encode, n=body.n, logprobs=body.logprobs)
+                           budget=budget, encode=encode, n=body.n, logprobs=body.logprobs, prompt_field="prompt")
         meta = {"id": f"cmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": body.model}
         if body.stream:
-            return StreamingResponse(choice_stream(job, http, meta, chat=None, include_usage=body.include_usage,
+            rows = [StreamText(engine.tokenizer, r.seq.params.stop) for r in job.reqs]
+            return StreamingResponse(choice_stream(job, http, meta, rows, chat=False, include_usage=body.include_usage,
                                                    logprobs=body.logprobs is not None),
                                      media_type="text/event-stream", headers={**job.headers, "Cache-Control": "no-cache"})
         results = await job.results(http)

@@ -51,8 +51,8 @@ let validated = null; // the last schema the server accepted (parsed), or null
 async function loadPresets() {
   try {
     const cfg = await api("/v1/config");
-    const s = cfg.settings;
-    $("server-info").textContent = s ? `model ${s.model} · ${s.device}` : "";
+    const e = cfg.engine, s = cfg.settings; // the loaded model's own name and device (null while loading)
+    $("server-info").textContent = e ? `model ${e.model} · ${e.device}` : s ? `model ${s.model} · loading` : "";
   } catch (e) { /* informational only */ }
   presets = (await api("/v1/decide/presets")).presets;
   for (const p of presets) $("preset").append(el("option", { value: p.name }, `${p.name} — ${p.description}`));

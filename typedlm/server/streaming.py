@@ -1,20 +1,27 @@
-"""SSE of /v1/chat/completions and /v1/completions: one chunk per delta, usage and the ``typedlm``
-notice after the last choice, then ``[DONE]``."""
+"""Server-sent events: the framing (:func:`sse`, also the Responses stream's) and the chunk stream of
+/v1/chat/completions and /v1/completions: one chunk per delta, usage and the ``typedlm`` notice after the
+last choice, then ``[DONE]``."""
 
 from __future__ import annotations
 
+import json
+
 from fastapi import Request
 
-from ..generate.detokenize import StreamText
 from ..generate.scheduler import DoneEvent, TokenEvent
-from .chat import ChatStream
 from .generation import Job
-from .wire import chat_lp, completion_lp, notice, sse, usage
+from .wire import chat_lp, completion_lp, notice, usage
 
 
-async def choice_stream(job: Job, http: Request, meta: dict, *, chat, include_usage: bool, logprobs: bool):
-    """Chat chunks carry ``delta`` objects (``chat`` is the ChatPlan), completion chunks ``text``
-    (``chat`` is None)."""
+def sse(obj, event: str | None = None) -> str:
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+async def choice_stream(job: Job, http: Request, meta: dict, rows: list, *, chat: bool, include_usage: bool,
+                        logprobs: bool):
+    """Chat chunks carry ``delta`` objects (``rows``: a ``ChatStream`` per choice: ``add`` -> deltas,
+    ``final_deltas``), completion chunks ``text`` (``rows``: a ``StreamText`` per choice)."""
     engine = job.state.engine
     key = "delta" if chat else "text"
     base = {**meta, "object": "chat.completion.chunk" if chat else "text_completion"}
@@ -25,8 +32,6 @@ async def choice_stream(job: Job, http: Request, meta: dict, *, chat, include_us
             out["usage"] = None
         return sse(out)
 
-    rows = [ChatStream(engine, chat, r.seq) if chat else StreamText(engine.tokenizer, r.seq.params.stop)
-            for r in job.reqs]
     try:
         if chat:
             for i in range(job.n):

@@ -1,4 +1,4 @@
-"""The Responses event stream: the chat deltas of the one choice (:class:`~typedlm.server.chat.ChatStream`)
+"""The Responses event stream: the chat deltas of the one choice (:class:`~typedlm.server.chat.plan.ChatStream`)
 turned into ``response.*`` events.
 
 Order: ``response.created``, ``response.in_progress``; per output item ``response.output_item.added``,
@@ -15,11 +15,12 @@ import json
 
 from fastapi import Request
 
-from ..generate.scheduler import DoneEvent, TokenEvent
-from .chat import ChatStream
-from .responses import (call_item, message_item, reasoning_item, response_object, responses_usage, status_of,
-                        text_part)
-from .wire import notice, sse
+from ...generate.scheduler import DoneEvent, TokenEvent
+from ..chat.plan import ChatStream
+from ..streaming import sse
+from ..wire import notice
+from .protocol import (call_item, message_item, reasoning_item, response_object, responses_usage, status_of,
+                       text_part)
 
 
 class Events:

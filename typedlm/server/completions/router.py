@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from ..protocol import CompletionRequest
+from .protocol import CompletionRequest
 
 router = APIRouter()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from ..responses import ResponsesRequest
+from .protocol import ResponsesRequest
 
 router = APIRouter()
 

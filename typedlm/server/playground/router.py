@@ -1,9 +1,8 @@
 """The browser playground and the small routes it (and anyone) uses.
 
 Routes (:data:`router`, included by :func:`typedlm.server.app.create_app`):
-  ``GET /``                     the playground page (``typedlm/server/static/index.html``)
+  ``GET /``                     the playground page (``static/index.html`` beside this file)
   ``GET /static/{name}``        its script and style sheet (shipped as package data; no build step)
-  ``GET /v1/config``            the effective server settings, secrets redacted
   ``GET /v1/decide/presets``    the bundled decide presets (name, description, schema, examples)
   ``POST /v1/decide/validate``  ``{"schema": ...}`` -> the checks ``typedlm validate`` runs
                                 (:func:`typedlm.decide.check.check_schema`, with the served tokenizer once
@@ -26,9 +25,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..decide.check import check_schema
-from ..decide.schema import SchemaError
-from .errors import APIError
+from ...decide import presets
+from ...decide.check import check_schema
+from ...decide.schema import SchemaError
+from ...generate.result import check_schema as check_output
+from ..errors import APIError
 
 router = APIRouter()
 STATIC_PREFIX = "/static/"
@@ -38,7 +39,7 @@ _NAME = re.compile(r"^[A-Za-z0-9_-]+\.[a-z]+$")
 
 
 def _static(name: str) -> bytes | None:
-    f = resources.files("typedlm.server") / "static" / name
+    f = resources.files(__package__) / "static" / name
     return f.read_bytes() if f.is_file() else None
 
 
@@ -56,18 +57,8 @@ async def static(name: str):
     return Response(data, media_type=_TYPES[ext], headers={"Cache-Control": "no-cache"})
 
 
-@router.get("/v1/config")
-async def v1_config(request: Request):
-    """The settings this server runs with (``typedlm serve``: every flag after env and file), secrets redacted."""
-    config = request.app.state.typedlm.config
-    return {"settings": config.settings.redacted() if config.settings is not None else None,
-            "server": config.redacted()}
-
-
 @router.get("/v1/decide/presets")
 async def v1_presets():
-    from ..decide import presets
-
     return {"presets": [{**presets.raw(name), "name": name} for name in presets.names()]}
 
 
@@ -95,7 +86,5 @@ class SchemaCheckRequest(BaseModel):
 
 @router.post("/v1/schema/check")
 async def v1_schema_check(body: SchemaCheckRequest):
-    from ..generate.result import check_schema as check_output
-
     valid, errors = check_output(body.text, body.schema_)
     return {"schema_valid": valid, "errors": errors}

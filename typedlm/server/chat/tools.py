@@ -38,13 +38,13 @@ import re
 import uuid
 from dataclasses import dataclass
 
-from ..errors import GrammarCompileError
-from ..generate.result import check_schema
-from ..grammar.relax import NotRelaxable, relaxed_core
-from ..grammar.schema import prepare_schema
-from ..grammar.spec import Constraint, canonical_json, make_constraint
-from .errors import APIError
-from .structured import check_metaschema
+from ...errors import GrammarCompileError
+from ...generate.result import check_schema
+from ...grammar.relax import NotRelaxable, relaxed_core
+from ...grammar.schema import prepare_schema
+from ...grammar.spec import Constraint, canonical_json, make_constraint
+from ..errors import APIError
+from ..structured import check_metaschema
 
 TRIGGER = "<tool_call>"
 END = "</tool_call>"
@@ -233,6 +233,7 @@ def combine(calls: dict | None, mode: str, answer: Constraint | None, relaxed: b
 
 # -- parsing ---------------------------------------------------------------------------------------
 _CALL = re.compile(re.escape(TRIGGER) + r"\s*(\{.*?\})\s*" + re.escape(END), re.S)
+_HEAD = r'\{"name":\s*("(?:[^"\\]|\\.)*")\s*,\s*"arguments":\s*'  # a call object up to its arguments
 
 
 @dataclass
@@ -278,13 +279,27 @@ def unfinished_call_removed(tail: str, cut: bool) -> str:
 
 
 def _call(obj_text: str) -> ParsedCall | None:
+    """The call in a ``{"name": ..., "arguments": {...}}`` object, its ``arguments`` as the model wrote
+    them (the text a stream delivers, :class:`ToolStream`); re-serialized only when the object is not
+    written name first."""
     try:
         obj = json.loads(obj_text)
     except ValueError:
         return None
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not isinstance(obj.get("arguments"), dict):
         return None
-    return ParsedCall(obj["name"], json.dumps(obj["arguments"], ensure_ascii=False))
+    head = re.match(_HEAD, obj_text)
+    raw = obj_text[head.end():-1] if head else None
+    if raw is None or _loads(raw) != obj["arguments"]:
+        raw = json.dumps(obj["arguments"], ensure_ascii=False)
+    return ParsedCall(obj["name"], raw)
+
+
+def _loads(text: str):
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
 
 
 class ToolStream:
@@ -319,7 +334,7 @@ class ToolStream:
                     out.append({"content": self.buf[:i]})
                 self.buf, self.in_call, self.header_sent, self.args_sent = self.buf[i:], True, False, 0
                 self.index += 1
-            m = re.match(re.escape(TRIGGER) + r'\s*\{"name":\s*("(?:[^"\\]|\\.)*")\s*,\s*"arguments":\s*', self.buf)
+            m = re.match(re.escape(TRIGGER) + r"\s*" + _HEAD + r"(?=\S)", self.buf)  # args from their first char
             if m and not self.header_sent:
                 out.append({"tool_calls": [{"index": self.index, "id": new_call_id(), "type": "function",
                                             "function": {"name": json.loads(m.group(1)), "arguments": ""}}]})

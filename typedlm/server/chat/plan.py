@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..generate.detokenize import StreamText
-from ..generate.reasoning import EFFORT_BUDGET, StreamSplit, prepare
-from .errors import APIError
-from .generation import Degraded, Prompt, jump_forward, warning_header
-from .structured import Structured, resolve
+from ...generate.detokenize import StreamText
+from ...generate.reasoning import EFFORT_BUDGET, StreamSplit, prepare
+from ..errors import APIError
+from ..generation import Degraded, Prompt, jump_forward, warning_header
+from ..structured import Structured, resolve
 from .tools import (ParsedCall, Relaxed, ToolStream, combine, parse_calls, template_messages, tool_choice_mode,
                     tool_format, unfinished_call_removed)
 
