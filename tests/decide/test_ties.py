@@ -1,6 +1,6 @@
 """Near-tie safety: fields whose batched top-2 gap is within the batch-shape drift are rescored one row
 at a time (``score_source="rescored_one_row"``), giving exactly the one-row scores. This is the fallback
-where scoring is not batch-invariant, so these tests switch invariance off (tests/test_batch_invariance.py
+where scoring is not batch-invariant, so these tests switch invariance off (tests/runner/test_batch_invariance.py
 covers the invariant path, where nothing is rescored)."""
 
 import pytest

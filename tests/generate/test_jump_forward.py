@@ -191,44 +191,6 @@ def test_default_model_output_equals_the_output_without_jump_forward(real):
     assert on.forced_tokens > 0
 
 
-@pytest.mark.parametrize("kind", ["BatchKV", "StaticKV"])
-def test_multi_token_step_gives_the_logits_of_one_token_steps(tiny, kind):
-    """A KV step with several tokens for one row (BatchKV: right-padded, masked for the others;
-    StaticKV: the eager path from each row's length) gives the same next-token logits as feeding
-    the same tokens one step at a time, and so do the one-token steps after it."""
-    import torch
-
-    from typedlm.runner.static_kv import StaticKV
-
-    prompts = ["a b c", "free text here", "x"]
-
-    def batch(ps):
-        kv = tiny.runner.decode_cache(3, dynamic=True) if kind == "BatchKV" else \
-            StaticKV(tiny.model, device=tiny.device, dtype=tiny.dtype, capacity=3, max_len=64)
-        slots = []
-        for p in ps:
-            ids = torch.tensor([tiny.encode_prompt(prompt=p)])
-            slots.append(kv.acquire())
-            kv.prefill(ids, slots[-1:])
-        return kv, slots
-
-    feeds = [[11, 12, 13, 14], [21], [31, 32]]
-    with torch.no_grad():  # not inference_mode: StaticKV built here would leave the shared model's fused weights as inference tensors
-        kv, slots = batch(prompts)
-        multi = kv.extend(feeds, slots)
-        after = kv.step([5, 6, 7], slots)
-        singles, afters = [], []
-        for row, p in enumerate(prompts):
-            one, s1 = batch([p])
-            for t in feeds[row]:
-                out = one.step([t], s1)
-            singles.append(out[0])
-            afters.append(one.step([5 + row], s1)[0])
-    for row in range(3):
-        assert torch.allclose(multi[row], singles[row], atol=1e-4), row
-        assert torch.allclose(after[row], afters[row], atol=1e-4), row
-
-
 def test_a_sampling_row_keeps_its_distribution_at_draft_positions(tiny):
     """The exact rule for a deterministic draft: accept the draft token with probability p(draft),
     else draw from p without it. Over many trials (seeded: deterministic) the token a sampling row

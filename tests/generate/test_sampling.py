@@ -1,4 +1,4 @@
-"""The batched sampling stage: equal to the per-row reference pipeline (tests/reference_loop.py),
+"""The batched sampling stage: equal to the per-row reference pipeline (tests/support/reference_loop.py),
 exact draws, truncation, repetition penalty, parameter validation."""
 
 import pytest
@@ -9,7 +9,7 @@ from typedlm.generate.sampler import BatchSampler
 from typedlm.generate.sampling import SamplingParams
 from typedlm.generate.sequence import Sequence
 
-from reference_loop import select
+from tests.support.reference_loop import select
 
 V, TOK_V = 300, 290  # a padded vocabulary: ids >= TOK_V never decode
 

@@ -13,7 +13,7 @@ from typedlm.generate import SamplingParams, build_sequence, finish_result
 from typedlm.generate.scheduler import QueueFull, Request, Scheduler, run_batch
 from typedlm.grammar import GrammarRow, make_constraint
 
-from reference_loop import run_sequence
+from tests.support.reference_loop import run_sequence
 
 PROMPTS = ["Hello", "The quick brown fox jumps over the lazy dog and then", "a",
            "Write JSON about cats please now", "x y z", "One two three four five six seven eight nine ten eleven",
@@ -200,22 +200,6 @@ def test_slots_are_reused_after_eviction_without_leaking_kv(tiny):
         assert req.result.token_ids == single(tiny, prompt, params, None).token_ids
     assert other.result.token_ids == single(tiny, PROMPTS[1], SamplingParams(max_tokens=30, temperature=0),
                                             None).token_ids
-
-
-def test_a_larger_scheduler_leaves_an_earlier_one_working(tiny):
-    """The engine's static KV is shared; a later scheduler with more rows makes a larger one, and the
-    earlier scheduler (idle meanwhile, e.g. another server on the same engine) still decodes on its own
-    (it was freed under it once: IndexError in every later prefill)."""
-    params = SamplingParams(max_tokens=6, temperature=0)
-    first = Scheduler(tiny, max_batch=1, max_queue=4)
-    second = Scheduler(tiny, max_batch=tiny.runner.static_kv.capacity + 3, max_queue=4)
-    assert second.kv is not first.kv and second.kv.capacity > first.kv.capacity
-    for sched in (first, second):
-        req = sched.submit(Request(build_sequence(tiny, tiny.encode_prompt(prompt="a"), params, None)))
-        while sched.has_work():
-            sched.step()
-        assert req.result.finish_reason == "length"
-        assert req.result.token_ids == single(tiny, "a", params, None).token_ids
 
 
 def test_decode_steps_feed_the_sampled_ids_on_the_device(tiny, monkeypatch):

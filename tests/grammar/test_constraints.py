@@ -211,7 +211,7 @@ REFUSED = [
      "unevaluatedProperties", "/unevaluatedProperties"),
 ]
 # dependentRequired, {"maximum": 3}, required names outside properties, integer multipleOf, a lone
-# unevaluatedProperties and not/if/oneOf over patterns are rewritten exactly now: tests/test_schema_rewrites.py
+# unevaluatedProperties and not/if/oneOf over patterns are rewritten exactly now: tests/grammar/schema/test_rewrites.py
 
 
 @pytest.mark.parametrize("schema, keyword, pointer", REFUSED)

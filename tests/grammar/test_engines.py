@@ -218,7 +218,7 @@ def test_a_batch_mixes_engines_and_each_row_equals_its_single_run(tiny):
     from typedlm.generate import SamplingParams, build_sequence, finish_result
     from typedlm.generate.scheduler import run_batch
 
-    from reference_loop import run_sequence
+    from tests.support.reference_loop import run_sequence
 
     params = SamplingParams(max_tokens=60, temperature=0)
     cs = [make_constraint(json_schema=SCHEMA, any_whitespace=False, engine=e)
@@ -249,7 +249,7 @@ def test_llguidance_rows_fill_in_one_batched_call_and_decode_valid_json(tiny, mo
     from typedlm.generate.scheduler import run_batch
     from typedlm.grammar import controller, llg
 
-    from reference_loop import run_sequence
+    from tests.support.reference_loop import run_sequence
 
     other = {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 9}, "minItems": 1,
              "maxItems": 3}

@@ -60,7 +60,7 @@ SCHEMAS = st.recursive(st.one_of(st.booleans(), st.just({}), st.fixed_dictionari
 
 @pytest.fixture(scope="module")
 def grammars():
-    from typedlm.bench.jsonschema_suite import default_grammars
+    from tests.support.grammar import default_grammars
 
     g = default_grammars()
     g.timeout_s = TIMEOUT_S
@@ -92,7 +92,7 @@ def _compile(grammars, **kw):
 @SETTINGS
 @given(schema=SCHEMAS, instances=st.lists(JSON, min_size=8, max_size=8))
 def test_generated_schemas_never_crash_and_stay_sound(engine_grammars, schema, instances):
-    from typedlm.bench.jsonschema_suite import accepts, renderings
+    from tests.support.grammar import accepts, renderings
     from typedlm.grammar.schema import prepare_schema
 
     compiled = _compile(engine_grammars, json_schema=schema, strict=False, any_whitespace=False)
@@ -242,7 +242,7 @@ def test_patterns_match_exactly_what_the_regex_matches(grammars, rx, texts):
     as ECMA-262 for these constructs) matches it whole."""
     import re
 
-    from typedlm.bench.jsonschema_suite import accepts
+    from tests.support.grammar import accepts
 
     compiled = _compile(grammars, json_schema={"type": "string", "pattern": f"^{rx}$"}, strict=False,
                         any_whitespace=False)
@@ -261,7 +261,7 @@ def test_lengths_beside_a_pattern_are_exact(grammars, rx, anchored, lo, span, te
     hold characters a JSON string must escape."""
     import re
 
-    from typedlm.bench.jsonschema_suite import accepts
+    from tests.support.grammar import accepts
 
     pattern = f"^{rx}$" if anchored else rx
     hi = None if span is None else lo + span
@@ -303,7 +303,7 @@ def test_ecma_patterns_are_searched_exactly(grammars, branches, texts):
     anchors."""
     import re
 
-    from typedlm.bench.jsonschema_suite import accepts
+    from tests.support.grammar import accepts
 
     pattern = "|".join(branches)
     compiled = _compile(grammars, json_schema={"type": "string", "pattern": pattern}, strict=False,

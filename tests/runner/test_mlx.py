@@ -19,8 +19,8 @@ from typedlm.generate.scheduler import run_batch  # noqa: E402
 from typedlm.grammar import make_constraint  # noqa: E402
 from typedlm.runner.mlx_kv import to_torch  # noqa: E402
 
-from test_batching import PROMPTS, check_valid, constraints  # noqa: E402
-from test_decide import CTX, SCHEMA, _max_diff  # noqa: E402
+from tests.generate.test_scheduler import PROMPTS, check_valid, constraints  # noqa: E402
+from tests.decide.test_api import CTX, SCHEMA, _max_diff  # noqa: E402
 
 JSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
                                          "tags": {"type": "array", "items": {"enum": ["a", "bb", "ccc"]}}},
@@ -259,7 +259,7 @@ def test_the_base_package_does_not_import_mlx():
 def _mlx_sampler(V, TOK_V, rows, slots):
     from typedlm.generate.mlx_sampler import MLXSampler
 
-    from test_sampling import _seq
+    from tests.generate.test_sampling import _seq
 
     sampler = MLXSampler(max_batch=9, vocab_size=V, tokenizer_vocab_size=TOK_V, device=torch.device("cpu"))
     seqs = [_seq(p, prompt=(5 + i, 7, 11)) for i, p in enumerate(rows)]
@@ -275,11 +275,11 @@ def test_mlx_pipeline_keeps_what_the_reference_keeps(monkeypatch, head):
     64) or the whole row is sorted (``head`` 4: every nucleus is wider; 1024 > V)."""
     import mlx.core as mx
 
-    import reference_loop
+    from tests.support import reference_loop
     from typedlm.generate import mlx_sampler
     from typedlm.generate.mlx_sampler import torch_only
 
-    from test_sampling import PARAMS, TOK_V, V, _seq
+    from tests.generate.test_sampling import PARAMS, TOK_V, V, _seq
 
     monkeypatch.setattr(mlx_sampler, "HEAD", head)
     kept = []
@@ -303,10 +303,10 @@ def test_mlx_seeded_rows_draw_what_they_draw_alone():
     reference keeps; a seeded row draws the same tokens alone in slot 0 as in the batch."""
     import mlx.core as mx
 
-    import reference_loop
+    from tests.support import reference_loop
     from typedlm.generate.mlx_sampler import torch_only
 
-    from test_sampling import PARAMS, TOK_V, V, _seq
+    from tests.generate.test_sampling import PARAMS, TOK_V, V, _seq
 
     slots = [6, 0, 3, 1, 7, 2, 5, 8, 4]
     for rows in ([p for p in PARAMS if not torch_only(p)], PARAMS):
@@ -339,7 +339,7 @@ def test_mlx_draws_follow_the_distribution():
 
     from typedlm.generate.mlx_sampler import MLXSampler
 
-    from test_sampling import _seq
+    from tests.generate.test_sampling import _seq
 
     V, n = 8, 1024
     row = torch.tensor([0.0, 1.0, 2.0, 2.5] + [-1e9] * 4)
@@ -423,7 +423,7 @@ def test_stop_strings_and_logprobs_on_mlx_equal_torch(mlx_client, mlx_tiny, tiny
 def test_a_required_tool_call_on_mlx_equals_torch(mlx_client, mlx_tiny, tiny, tiny_url):
     import openai
 
-    from test_tools import MSG, SCHEMAS, TOOLS
+    from tests.server.test_tools import MSG, SCHEMAS, TOOLS
 
     kw = dict(messages=MSG, tools=TOOLS, tool_choice="required", parallel_tool_calls=False, max_tokens=120,
               temperature=0)  # greedy: seeded draws differ between the backends
@@ -447,7 +447,7 @@ def test_reasoning_budget_then_the_grammar_on_mlx(tmp_path):
     from typedlm.server.testing import live_server
     from typedlm.testing import save_tiny, tiny_reasoning_engine
 
-    from test_reasoning import MSG, POINT, RF
+    from tests.generate.test_reasoning import MSG, POINT, RF
 
     eng = load_engine(save_tiny(tmp_path / "reasoning", tiny_reasoning_engine()), backend="mlx", progress=False)
     end = str(eng.reasoning.end_ids[0])

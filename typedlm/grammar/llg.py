@@ -26,7 +26,7 @@ are rewritten into keywords it reads (:mod:`.llg_objects`). Rewrites keep llguid
 Where llguidance differs it is stricter, never looser: no ``\\uXXXX`` escape of a printable character, no
 exponent on a bounded number, only the canonical first token of forced text. Checked: the suite ratchets
 ``tests/data/jsonschema_ratchet/auto`` and ``.../llguidance`` (0 false positives), the fuzzers and
-``tests/test_grammar_engines.py`` run both engines.
+``tests/grammar/test_engines.py`` run both engines.
 """
 
 from __future__ import annotations

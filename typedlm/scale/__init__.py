@@ -13,7 +13,7 @@ does not either: ray loads when a job starts).
 | ``cli.py`` | what the ``--ray`` flags of ``decide`` / ``eval`` / ``serve`` call |
 | ``bench.py`` | ``typedlm bench scale`` |
 
-Invariants (``tests/test_scale*.py``): the corpus path gives the decisions of single-process ``decide_many`` for
+Invariants (``tests/scale/``): the corpus path gives the decisions of single-process ``decide_many`` for
 every id; a SIGKILLed actor is restarted (Ray Data's actor pools: ``max_restarts=-1``, ``max_task_retries=-1``)
 and every id is still written exactly once; a crashed driver resumes from the output (``--resume``); eval with
 ``--ray`` writes the predictions of the single-process run; Serve replicas answer chat, streams and decide.

@@ -113,12 +113,12 @@ INSTANCES = st.one_of(
 @pytest.fixture(scope="module", params=["xgrammar", "auto"])
 def grammars(request):
     """Each grammar engine (``auto``: llguidance wherever it takes the core form)."""
-    from typedlm.bench.jsonschema_suite import default_grammars
+    from tests.support.grammar import default_grammars
 
     yield default_grammars(engine=request.param)
     if os.environ.get("TYPEDLM_FUZZ_REPORT"):
         with open(os.environ["TYPEDLM_FUZZ_REPORT"], "w", encoding="utf-8") as f:
-            json.dump({"test": "tests/test_schema_compositions.py", "seed": "derandomized",
+            json.dump({"test": "tests/grammar/schema/test_compositions.py", "seed": "derandomized",
                        **STATS}, f, indent=1)
             f.write("\n")
 
@@ -128,7 +128,7 @@ def _validator(schema):
 
 
 def _check(grammars, schema, instances):
-    from typedlm.bench.jsonschema_suite import accepts, renderings
+    from tests.support.grammar import accepts, renderings
     from typedlm.grammar.schema import prepare_schema
 
     STATS["examples"] += 1
@@ -188,7 +188,7 @@ def test_discriminated_union_regression(grammars, instance, valid):
     const) was intersected with ``kind``'s enum through a jsonschema probe that *searched* the
     core-form complement pattern ``(...){0,1}`` (matching every string), so a third branch
     ``{kind: enum}`` without the ``then`` parts let everything through."""
-    from typedlm.bench.jsonschema_suite import accepts, renderings
+    from tests.support.grammar import accepts, renderings
     from typedlm.grammar.schema import prepare_schema
 
     schema = DISCRIMINATED_UNION

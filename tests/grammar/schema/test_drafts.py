@@ -60,14 +60,14 @@ def _verdict(schema, text):
 
 @pytest.fixture(scope="module")
 def grammars():
-    from typedlm.bench.jsonschema_suite import default_grammars
+    from tests.support.grammar import default_grammars
 
     return default_grammars()
 
 
 @pytest.mark.parametrize("schema,text", CASES, ids=[str(i) for i in range(len(CASES))])
 def test_grammar_agrees_with_the_drafts_validator(grammars, schema, text):
-    from typedlm.bench.jsonschema_suite import accepts
+    from tests.support.grammar import accepts
     from typedlm.grammar.spec import make_constraint
 
     assert find_refusals(schema) == []
@@ -149,7 +149,7 @@ def test_known_validation_keywords_are_still_refused():
       "properties": {"c": {"$recursiveRef": "#"}}, "additionalProperties": False}, '{"c":{"d":1}}', False),
 ])
 def test_dynamic_references_resolved_statically(grammars, schema, text, valid):
-    from typedlm.bench.jsonschema_suite import accepts
+    from tests.support.grammar import accepts
     from typedlm.grammar.spec import make_constraint
 
     assert _verdict(schema, text) == valid

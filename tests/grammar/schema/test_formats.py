@@ -97,7 +97,7 @@ def _mutated(fmt):
 
 @pytest.fixture(scope="module")
 def grammars():
-    from typedlm.bench.jsonschema_suite import default_grammars
+    from tests.support.grammar import default_grammars
 
     return default_grammars()
 
@@ -106,7 +106,7 @@ _COMPILED = {}
 
 
 def _accepts(grammars, fmt, text):
-    from typedlm.bench.jsonschema_suite import accepts
+    from tests.support.grammar import accepts
 
     if fmt not in _COMPILED:
         _COMPILED[fmt] = grammars.compile(make_constraint(json_schema={"type": "string", "format": fmt},
@@ -216,7 +216,7 @@ def test_bounded_uri_is_a_uri_within_its_lengths(grammars):
     assert prepare_schema(http_url) == core == prepare_schema({**http_url, "format": "uri-reference"})
     assert find_refusals({**http_url, "minLength": 10})[0].keyword == "maxLength"  # not implied: the product
     compiled = grammars.compile(make_constraint(json_schema=http_url, any_whitespace=False))[0]
-    from typedlm.bench.jsonschema_suite import accepts
+    from tests.support.grammar import accepts
 
     longest = "https://" + "a" * 241 + "b:9999/" + "p" * 255 + "?" + "q" * 255 + "#" + "f" * 255
     for text in ("http://ab", "https://example.com/a/b?c=1&d=(2)#e", "http://a-b.c.de:8080/", longest):
@@ -253,7 +253,7 @@ def test_bounded_uri_is_a_uri_within_its_lengths(grammars):
 def test_formats_are_asserted_under_every_draft(grammars, draft, fmt, good, bad):
     """Draft 4 defines no ``date`` (nor 6 ``time``, 7 ``duration``): the author still means one, so the
     format is enforced there as under 2020-12, and enum values are judged with it too."""
-    from typedlm.bench.jsonschema_suite import accepts
+    from tests.support.grammar import accepts
     from typedlm.grammar.spec import make_constraint
 
     schema = {"$schema": draft, "type": "string", "format": fmt}

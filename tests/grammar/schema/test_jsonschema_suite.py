@@ -12,11 +12,10 @@ import json
 
 import pytest
 
-from pathlib import Path
-
+from tests.support import DATA
 from typedlm.bench import jsonschema_suite as suite
 
-RATCHETS = Path(__file__).parent / "data" / "jsonschema_ratchet"
+RATCHETS = DATA / "jsonschema_ratchet"
 
 
 REQUIRED_TESTS = {"draft4": 618, "draft6": 839, "draft7": 927, "draft2019-09": 1259, "draft2020-12": 1299}

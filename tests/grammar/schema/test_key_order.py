@@ -21,13 +21,13 @@ def _keys(schema) -> list[str]:
 
 @pytest.fixture(scope="module")
 def grammars():
-    from typedlm.bench.jsonschema_suite import default_grammars
+    from tests.support.grammar import default_grammars
 
     return default_grammars()
 
 
 def _accepts(grammars, schema, text) -> bool:
-    from typedlm.bench.jsonschema_suite import accepts
+    from tests.support.grammar import accepts
 
     compiled, _ = grammars.compile(make_constraint(json_schema=schema, strict=False, any_whitespace=False))
     return accepts(compiled, text)

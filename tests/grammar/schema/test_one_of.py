@@ -54,7 +54,7 @@ def test_scalars_and_enums():
 
 @pytest.fixture(scope="module")
 def grammars():
-    from typedlm.bench.jsonschema_suite import default_grammars
+    from tests.support.grammar import default_grammars
 
     return default_grammars()
 
@@ -71,7 +71,7 @@ NESTED_ONE_OF = {
 
 def test_nested_overlapping_one_of_compiles_exactly(grammars):
     """Refused before pruning ('more than 64 alternatives'): every complement multiplied the branches."""
-    from typedlm.bench.jsonschema_suite import accepts, renderings
+    from tests.support.grammar import accepts, renderings
     from typedlm.grammar.schema import prepare_schema
 
     compiled, _ = grammars.compile(make_constraint(json_schema=NESTED_ONE_OF, strict=False, any_whitespace=False))
@@ -100,7 +100,7 @@ def test_one_of_branches_are_judged_within_their_object(grammars, instance):
     """Each branch alone also admits every non-object, so the branches overlap and the exact rewrite needed
     the complement of ``additionalProperties`` (refused). Within ``type: object`` they are disjoint (each
     requires its own tag): a plain union (SchemaStore: 17 ``abc-*`` schemas, ``expo``, ``kustomization``)."""
-    from typedlm.bench.jsonschema_suite import accepts, renderings
+    from tests.support.grammar import accepts, renderings
     from typedlm.grammar.schema import prepare_schema
 
     compiled, _ = grammars.compile(make_constraint(json_schema=TAGGED, strict=False, any_whitespace=False))
@@ -117,7 +117,7 @@ ARRAYS = {"oneOf": [{"type": "array", "items": {"type": "string"}}, {"type": "ar
 def test_one_of_arrays_by_item_type(grammars, instance):
     """Both branches take ``[]``, so each is met with the complement of the other's ``items``: an array with
     some item outside them (``contains`` the complement; refused before, SchemaStore: packer, traefik)."""
-    from typedlm.bench.jsonschema_suite import accepts, renderings
+    from tests.support.grammar import accepts, renderings
     from typedlm.grammar.schema import prepare_schema
 
     compiled, _ = grammars.compile(make_constraint(json_schema=ARRAYS, strict=False, any_whitespace=False))
@@ -137,7 +137,7 @@ def test_complement_of_additional_properties_within_a_closed_object(grammars, in
     """``{}`` matches both branches. ``¬additionalProperties: false`` (some key the branch does not list) is
     no object branch in general, but within the other branch, whose keys are listed, it is one branch per
     listed key the first lacks (``legacy`` present)."""
-    from typedlm.bench.jsonschema_suite import accepts, renderings
+    from tests.support.grammar import accepts, renderings
     from typedlm.grammar.schema import prepare_schema
 
     compiled, _ = grammars.compile(make_constraint(json_schema=SORT_OPTIONS, strict=False, any_whitespace=False))

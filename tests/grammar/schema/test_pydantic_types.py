@@ -92,7 +92,7 @@ def test_standard_type_compiles_and_samples_validate(tiny, name):
     model = _model(TABLE[name])
     assert find_refusals(model.model_json_schema()) == []
     if name in NOT_SAMPLED:
-        from typedlm.bench.jsonschema_suite import accepts
+        from tests.support.grammar import accepts
         from typedlm.grammar.spec import make_constraint
 
         compiled, _ = tiny.grammars.compile(make_constraint(json_schema=model, any_whitespace=False))
@@ -125,7 +125,7 @@ def test_unenforceable_standard_types_are_refused_by_keyword(tiny, name):
 @pytest.mark.parametrize("name,good,superset", [("set[str]", '{"v":["a","b"]}', '{"v":["a","a"]}')])
 def test_unenforceable_standard_types_relax_on_request(tiny, name, good, superset):
     """lenient=True: a superset grammar (the refused keyword dropped, named in the warning)."""
-    from typedlm.bench.jsonschema_suite import accepts
+    from tests.support.grammar import accepts
     from typedlm.grammar.relax import RelaxedSchemaWarning
     from typedlm.grammar.spec import make_constraint
 

@@ -215,13 +215,13 @@ def test_enabling_rewrites_are_not_refused():
 
 @pytest.fixture(scope="module")
 def grammars():
-    from typedlm.bench.jsonschema_suite import default_grammars
+    from tests.support.grammar import default_grammars
 
     return default_grammars()
 
 
 def _ours(grammars, schema, text):
-    from typedlm.bench.jsonschema_suite import accepts
+    from tests.support.grammar import accepts
     from typedlm.grammar.spec import make_constraint
 
     compiled, _ = grammars.compile(make_constraint(json_schema=schema, strict=False, any_whitespace=False))
@@ -229,7 +229,7 @@ def _ours(grammars, schema, text):
 
 
 def test_grammar_path_with_any_whitespace(grammars):
-    from typedlm.bench.jsonschema_suite import accepts
+    from tests.support.grammar import accepts
     from typedlm.grammar.spec import make_constraint
 
     schema = {"type": "array", "items": {"type": "number"}, "contains": {"not": {"type": "integer"}}}
@@ -247,7 +247,7 @@ def test_grammar_placeholders_cannot_meet_the_schemas_own_strings(grammars):
 
 
 def _raw(grammars, schema, text):
-    from typedlm.bench.jsonschema_suite import accepts
+    from tests.support.grammar import accepts
 
     try:
         compiled = grammars.compiler.compile_json_schema(json.dumps(schema), any_whitespace=False,
