@@ -71,7 +71,7 @@ def test_bundle_threshold_and_schema_bounds_enter_the_same_rule(tiny):
 
 
 def test_prior_step_centres_multi_options_per_context(tiny):
-    """A shift shared by every option (what real text does to the yes rows, bench/results/trust/multi-rule.md)
+    """A shift shared by every option (what real text does to the yes rows, bench/results/multi-rule-cpu.md)
     is removed; the ranking stays; content-free-like inputs (equal log-odds) land at P(yes) = 0.5."""
     plan = plan_for(MULTI, tiny)
     base = {"business": 0.55, "entertainment": 0.5, "politics": 0.45, "sport": 0.4, "tech": 0.35}

@@ -182,7 +182,7 @@ def _run_events(eng, seqs):
 @pytest.mark.real_model
 def test_default_model_output_equals_the_output_without_jump_forward(real):
     """On SmolLM2 (a trained model) greedy output with jump-forward is the same text as without, and
-    the model confirms drafted tokens (measured: bench/results/jump-forward-cpu.md)."""
+    the model confirms drafted tokens (measured: bench/results/jump-forward-cpu.json)."""
     msgs = [{"role": "user", "content": "Customer 42 prefers the telephone and has an active subscription. "
                                         "Give the record as JSON."}]
     kw = dict(messages=msgs, engine=real, json_schema=SCHEMA, any_whitespace=False, max_tokens=80, temperature=0)

@@ -33,7 +33,7 @@ run stops with ``status: circuit_open`` and the reason in run.json.
 | `latency_s`, `case_latency_s`, `permutation` | the answering call; all calls of the case for this track; shown choice order (null = schema order) |
 | `record` | parallel: how decide made the number (`score_source`, `temperature`, `calibrator`, `prior`, `constraint_changed`); else null |
 
-Decision: the committed CPU runs (``bench/eval_cpu.sh``) use ``OMP_NUM_THREADS=1``: one decide on a 202-token
+Decision: the committed CPU runs (``bench/scripts/eval_cpu.sh``) use ``OMP_NUM_THREADS=1``: one decide on a 202-token
 prompt took 3.9 s with 1 torch thread vs 40 s with 2 on the shared 2-core machine at load ~10.
 """
 

@@ -21,8 +21,7 @@ and every id is still written exactly once; a crashed driver resumes from the ou
 Scaling model: field decisions/s ≈ actors × one actor's ``decide_many`` rate (its batch on its device), less
 Ray's per-batch overhead (serialising a batch in and its JSON lines out, the driver's fsync) and, on a shared
 CPU, the cores the actors compete for. The driver is one process that writes every line: with enough actors
-it becomes the bound (not measured here; one H200 actor on the 7B shape makes ~900 field decisions/s, i.e.
-~36 lines/s of 25 fields, ``bench/results/decide-h200.md``). Measured on the CPU: ``bench/results/scale-cpu.md``.
+it becomes the bound (a fast GPU actor writes tens of lines a second). Numbers: docs/benchmarks.md.
 GPU placement (``num_gpus`` per actor / replica) is planned in code and tested on the CPU only: the lent GPU
 machine has no Ray.
 """

@@ -5,7 +5,7 @@ over small object, array and scalar schemas (the discriminated-union idiom, ``co
 ``patternProperties``/``propertyNames``, ``multipleOf`` among them) plus candidate
 instances; an instance the grammar accepts but jsonschema rejects fails the test. Fixed seed
 (derandomized) in CI; ``TYPEDLM_FUZZ_EXAMPLES=N`` runs more, and ``TYPEDLM_FUZZ_REPORT=path`` writes
-the counts (committed: bench/results/schema-compositions-fuzz.json).
+the counts (committed: bench/results/schema-compositions-fuzz-cpu.json).
 """
 
 import json
