@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
@@ -34,8 +33,8 @@ from ..grammar.renderings import renderings
 
 OUTCOMES = ("pass", "false_negative", "false_positive", "refused", "compile_error")
 GROUPS = ("required", "optional")
-# Shipped in the wheel (package data). A filesystem path: the suite is walked with pathlib (no zip installs).
-DEFAULT_SUITE = Path(str(resources.files("typedlm.bench") / "data" / "json-schema-test-suite"))
+# The repository's copy (test data, not in the wheel); elsewhere pass a checkout of the suite (``--suite``).
+DEFAULT_SUITE = Path(__file__).resolve().parents[2] / "tests" / "data" / "json-schema-test-suite"
 DRAFTS = ("draft4", "draft6", "draft7", "draft2019-09", "draft2020-12")
 
 
@@ -274,7 +273,7 @@ def register(app, bench_app) -> None:
         with user_errors():
             for d in drafts:
                 if not (Path(suite) / "tests" / d).is_dir():
-                    fail(f"--suite '{suite}' has no tests/{d} folder")
+                    fail(f"--suite '{suite}' has no tests/{d} folder: pass a JSON-Schema-Test-Suite checkout")
             for d in drafts:
                 reports[d] = run_suite(suite, draft=d, engine=grammar_engine)
         data = {d: r.to_dict() for d, r in reports.items()}

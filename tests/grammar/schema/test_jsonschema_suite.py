@@ -13,9 +13,11 @@ import json
 import pytest
 
 from tests.support import DATA
+from tests.support.grammar import renderings
 from typedlm.bench import jsonschema_suite as suite
 
 RATCHETS = DATA / "jsonschema_ratchet"
+SUITE = DATA / "json-schema-test-suite"
 
 
 REQUIRED_TESTS = {"draft4": 618, "draft6": 839, "draft7": 927, "draft2019-09": 1259, "draft2020-12": 1299}
@@ -28,7 +30,7 @@ def grammars():
 
 @pytest.fixture(scope="module")
 def report(grammars):
-    return suite.run_suite(suite.DEFAULT_SUITE, grammars)
+    return suite.run_suite(SUITE, grammars)
 
 
 ENGINE_RUNS = [(d, "xgrammar") for d in suite.DRAFTS] + [(d, "auto") for d in suite.DRAFTS] + \
@@ -38,11 +40,12 @@ ENGINE_RUNS = [(d, "xgrammar") for d in suite.DRAFTS] + [(d, "auto") for d in su
 @pytest.fixture(scope="module", params=ENGINE_RUNS, ids=[f"{d}-{e}" for d, e in ENGINE_RUNS])
 def draft_report(request):
     draft, engine = request.param
-    return draft, engine, suite.run_suite(suite.DEFAULT_SUITE, draft=draft, engine=engine)
+    return draft, engine, suite.run_suite(SUITE, draft=draft, engine=engine)
 
 
 def test_suite_copy_is_complete():
-    root = suite.DEFAULT_SUITE
+    root = SUITE
+    assert suite.DEFAULT_SUITE == SUITE.resolve()  # what the bench reads in a checkout
     assert (root / "LICENSE").is_file() and (root / "SOURCE.md").is_file()
     for draft, n in REQUIRED_TESTS.items():
         cases = suite.load_suite(root, draft)
@@ -67,11 +70,11 @@ def test_ratchet(draft_report):
 
 
 def test_older_drafts_are_read_in_their_own_meaning():
-    cases = suite.load_suite(suite.DEFAULT_SUITE, "draft4")
+    cases = suite.load_suite(SUITE, "draft4")
     assert all(c.schema["$schema"] == "http://json-schema.org/draft-04/schema#" for c in cases
                if isinstance(c.schema, dict))
     # draft 4: 1.0 is not an integer, so it is not rendered as "1"
-    assert suite.renderings(1.0, {}, int_floats=False) == ["1.0"]
+    assert renderings(1.0, {}, int_floats=False) == ["1.0"]
 
 
 def test_ratchet_catches_a_drop_and_a_false_positive(report):
