@@ -20,7 +20,7 @@ timeout, 5xx) leaves the case unjournaled (a resume retries it); after ``BREAKER
 run stops with ``status: circuit_open`` and the reason in run.json.
 
 ``predictions.jsonl``, one line per field decision (``PREDICTION_KEYS``, pinned by
-``tests/eval/test_run.py::test_prediction_lines_contract``; issue 10's calibrators read it):
+``tests/eval/test_run.py::test_prediction_lines_contract``; the calibrators read it):
 
 | key | meaning |
 |---|---|
