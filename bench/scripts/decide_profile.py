@@ -3,7 +3,7 @@ support_triage, N contexts of ~400 tokens (batch-invariant scoring on: the CUDA 
 without and under the profiler, the top CUDA ops (torch.profiler) and the top host functions (cProfile, by own
 time); then the same for a later single decision (the plan prefix read from the prefix cache).
 
-    python bench/scripts/decide_profile.py qwen2.5-7b 64 > bench/results/profile-decide-many-h200.txt
+    python bench/scripts/decide_profile.py qwen2.5-7b 64 > profile-decide-many-h200.txt
 """
 
 import cProfile

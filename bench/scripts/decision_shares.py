@@ -1,7 +1,7 @@
 """Why a variant loses on a scalar field: the share of each predicted value vs the gold shares, per prior,
 on the validation cases of a `typedlm select` folder (scores-k0.jsonl; no model forward except the neutral prior).
 
-    PYTHONPATH=. python bench/scripts/decision_shares.py news-comments 150 bench/results/eval-r3/news-comments-select
+    PYTHONPATH=. python bench/scripts/decision_shares.py news-comments 150 runs/eval-r3/news-comments-select
 """
 
 import collections

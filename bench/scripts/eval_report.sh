@@ -3,5 +3,5 @@
 set -eu
 cd "$(dirname "$0")/.."
 T=${TYPEDLM:-.venv/bin/typedlm}
-for d in tweets bbc bbc-multi; do "$T" report "bench/results/eval-$d"; done
-"$T" report bench/results/eval-tweets bench/results/eval-bbc bench/results/eval-bbc-multi --out bench/results/eval-report
+for d in tweets bbc bbc-multi; do "$T" report "runs/eval-$d"; done
+"$T" report runs/eval-tweets runs/eval-bbc runs/eval-bbc-multi --out runs/eval-report

@@ -15,7 +15,7 @@ Then each eligible config is timed (GPU time of a CUDA graph of calls over copie
 cost, weights read from memory, not L2) at the row counts of :data:`BUCKETS`; per shape the reduction family with
 the least summed cost over the buckets is kept, and each bucket takes that family's fastest tile (cost: time over
 the best time at that row count). Prints JSON
-(``bench/results/gemm-sweep-h200-4.json``); ``--write`` stores the picks for this device in
+(``bench/results/gemm-sweep-h200.json``); ``--write`` stores the picks for this device in
 ``typedlm/runner/invariant/gemm_configs.json`` (what the GEMM reads: per shape ``BK``, ``SPLIT`` and the buckets).
 
     python bench/scripts/gemm_sweep.py qwen2.5-7b --write

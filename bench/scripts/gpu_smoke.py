@@ -1,6 +1,6 @@
 """GPU smoke check of the foundation: constrained generation on a random-weight real architecture.
 
-Run on the lent H200 (see bench/results/README.md for the command)."""
+Run on the lent H200 (see docs/benchmarks.md)."""
 
 import json
 import sys

@@ -1,6 +1,6 @@
 """Why multi-label fields selected (nearly) everything, measured on the committed bbc-multi scores.
 
-Reads ``bench/results/trust/bbc-multi/scores.jsonl`` (every question scored once, prior none: five option
+Reads ``trust-runs/bbc-multi/scores.jsonl`` (every question scored once, prior none: five option
 questions [log P(yes), log P(no)], then the count question) and the default model's content-free prior for
 that plan (three short forwards), and prints a markdown table to stdout: per option the mean log-odds
 raw / after the neutral prior / for gold-yes vs gold-no cases, the AUC of the option's log-odds raw and
@@ -35,7 +35,7 @@ def auc(s: np.ndarray, y: np.ndarray) -> float:
 def main() -> None:
     plan = plan_for(MULTI_SCHEMA, load_engine("default", progress=False))
     neutral = fitting.neutral_logs(load_engine("default", progress=False), plan)
-    rows = [json.loads(x) for x in (ROOT / "bench/results/trust/bbc-multi/scores.jsonl").read_text().splitlines()]
+    rows = [json.loads(x) for x in (ROOT / "trust-runs/bbc-multi/scores.jsonl").read_text().splitlines()]
     test = [r for r in rows if r["split"] == "test"]
     z = np.array([[log_odds(s) for s in r["scores"][:5]] for r in test])
     zn = np.array([log_odds(q) for q in neutral[:5]])
@@ -43,7 +43,7 @@ def main() -> None:
     zc = (z - zn) - (z - zn).mean(1, keepdims=True)
     print("# Multi-label rule: why the per-option rows were yes-biased (bbc-multi, default model)\n")
     print(f"Test split, {len(test)} cases (gold sets of 1-3 of 5 topics, mean size {gold.sum(1).mean():.2f}); "
-          "scores from `bench/results/trust/bbc-multi/scores.jsonl` (prompt version 3, prior none). "
+          "scores from `trust-runs/bbc-multi/scores.jsonl` (prompt version 3, prior none). "
           "Log-odds = log P(yes) - log P(no) of an option's row.\n")
     print("| option | gold rate | mean log-odds raw | content-free prior | after neutral | gold yes | gold no "
           "| AUC raw | AUC neutral + centred |")
@@ -61,7 +61,7 @@ def main() -> None:
           "of a nat. The shift is shared by the options of a context, so subtracting the context's mean "
           "log-odds (centring) keeps the ranking — AUC rises — and leaves the set size to the count question, "
           "which the rule now uses as a prior over set sizes (`typedlm/decide/joint.py`). Accuracy / F1 / set "
-          "sizes of the variants: `bench/results/trust/trust.md` and `bench/results/eval-r2/`.")
+          "sizes of the variants: `trust-runs/trust.md` and `runs/eval-r2/`.")
 
 
 if __name__ == "__main__":

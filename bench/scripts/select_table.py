@@ -2,7 +2,7 @@
 the test accuracy of the default and of the variant chosen on validation, the majority baseline, and the paired
 difference to naive_local on the test cases both answered.
 
-    PYTHONPATH=. python bench/scripts/select_table.py bench/results/eval-r3/*-select > bench/results/eval-r3/table.md
+    PYTHONPATH=. python bench/scripts/select_table.py runs/eval-r3/*-select > runs/eval-r3/table.md
 """
 
 import json
