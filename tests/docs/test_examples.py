@@ -13,17 +13,17 @@ import typedlm.engine
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 MARK = "<!-- doc-test -->"
-BLOCK = re.compile(re.escape(MARK) + r"\s*\n```python\n(.*?)\n```", re.S)
+BLOCK = re.compile(r"^" + re.escape(MARK) + r"[ \t]*\n```python\n(.*?)\n```", re.S | re.M)
 
 
 def marked_blocks(root: Path) -> list[tuple[str, str]]:
-    """``(where, code)`` of every marked python block under ``root``; ``where`` is ``page.md:line``. A marker
-    not followed by a python block is an error (it would silently test nothing)."""
+    """``(where, code)`` of every marked python block under ``root``; ``where`` is ``page.md:line``. A marker line
+    not followed by a python block is an error (it would silently test nothing); a marker inside prose is text."""
     out = []
     for page in sorted(root.rglob("*.md")):
         text = page.read_text(encoding="utf-8")
         found = list(BLOCK.finditer(text))
-        if len(found) != text.count(MARK):
+        if len(found) != sum(line.rstrip() == MARK for line in text.splitlines()):
             raise ValueError(f"{page}: a {MARK} marker is not followed by a ```python block")
         out += [(f"{page.relative_to(root)}:{text.count(chr(10), 0, m.start()) + 1}", m.group(1)) for m in found]
     return out
