@@ -5,7 +5,7 @@ log-scores are kept (:func:`collect`, written to ``scores.jsonl``). Every varian
 those scores through the same functions ``decide`` uses — :func:`typedlm.decide.prior.correct`,
 :meth:`CalibrationBundle.apply` and the one finalizer :func:`finish_decision` — so a variant's decisions
 are exactly what ``decide(..., prior=, calibration=)`` returns on those cases, without re-running the
-model (``tests/test_decide_fitting.py`` checks this against ``decide_many``).
+model (``tests/decide/test_fitting.py`` checks this against ``decide_many``).
 
 Variants: ``raw``; ``neutral`` (content-free prior); ``batch`` (the prior of each batch of
 ``BATCH`` consecutive cases, as a ``decide_many`` call of that size would compute it); and each of

@@ -21,7 +21,7 @@ MAX_BRANCHES = 64  # a rewrite that needs more alternatives than this is refused
 MAX_CONTAINS = 3  # contains on one array (allOf): 2**n classes of items
 MAX_MEETS = 100_000  # branch pairs one normalization may meet: the real-world schemas that compile need
 # at most ~49,000 (SchemaStore's minecraft-recipe); past this a rewrite is refused by name in about a
-# second instead of running for tens (bench/results/compile-tail-cpu.md)
+# second instead of running for tens
 MAX_UNFOLD = 8  # expansions of one recursive $ref inside one intersection (two recursive sides never end)
 
 

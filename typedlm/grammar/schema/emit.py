@@ -209,7 +209,7 @@ class Emitter:
                 return None
         elif isinstance(b, Object):
             props, pats = b.properties, b.patterns or {}
-            # measured: xgrammar lets any extra key through beside properties and patternProperties; it
+            # xgrammar lets any extra key through beside properties and patternProperties; it
             # mishandles names that need JSON escapes; one pattern alone it enforces
             if self.automata and (len(pats) > 1 or (props and pats) or b.names is not None
                                       or any(map(needs_escape, props))
@@ -249,10 +249,10 @@ class Emitter:
         if b.not_multiple_of:
             out["not"] = {"anyOf": [{"multipleOf": n} for n in b.not_multiple_of]}
         if b.not_multiple_of or (b.multiple_of is not None and (b.lo is not None or b.hi is not None)):
-            # measured: xgrammar accepts -4 for multipleOf 3, minimum -10; and has no "not a multiple"
+            # xgrammar accepts -4 for multipleOf 3, minimum -10; and has no "not a multiple"
             return self.residues(b, out)
         if not b.integer and (b.lo is not None or b.hi is not None):
-            try:  # measured: xgrammar's own range admits at most 6 decimals (a stricter fallback)
+            try:  # xgrammar's own range admits at most 6 decimals (a stricter fallback)
                 spec = range_spec(b.lo, b.hi)
             except (TooLarge, OverflowError):
                 return out
