@@ -12,7 +12,7 @@ from typedlm.errors import ConstraintError, GrammarCompileError
 from typedlm.generate import generate
 from typedlm.grammar.compiler import Grammars
 from typedlm.grammar.controller import GrammarRow, accepts_text, new_matcher
-from typedlm.grammar.llg import LLGrammar, NotForLLGuidance, ecma_classes
+from typedlm.grammar.llg import LLGrammar, NotForLLGuidance
 from typedlm.grammar.spec import make_constraint
 
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 6, "pattern": "^[a-z]+$"},
@@ -126,16 +126,6 @@ def test_length_bounded_strings_escapes_by_engine(engines):
     for compiled in (_compile(engines["llguidance"], {"type": "string", "pattern": "."}),
                      _compile(engines["xgrammar"], {"type": "string", "pattern": "."})):
         assert accepts_text(compiled, '"a\\nb"')
-
-
-def test_ecma_classes_are_spelled_out():
-    assert ecma_classes(r"\d+\w") == "[0-9]+[0-9A-Za-z_]"
-    assert ecma_classes(r"[\s\S]*") == r"[\s\S]*"
-    assert ecma_classes(r"[\dx]\D") == "[0-9x][^0-9]"
-    assert ecma_classes(r"[\Dx]") == "[[^0-9]x]"  # a nested class: Rust reads it as a union
-    for bad in ("[]a]", "[^]"):
-        with pytest.raises(NotForLLGuidance):
-            ecma_classes(bad)
 
 
 def _allowed(row: GrammarRow) -> set[int]:

@@ -37,6 +37,7 @@ import threading
 
 from ..errors import GrammarCompileError
 from .llg_objects import counted_object, named_properties
+from .llg_regex import Declined, check_json_quoting, ecma_classes
 from .schema.ebnf import PRIVATE
 from .spec import ENGINES
 
@@ -169,43 +170,11 @@ def _format_as_pattern(node: dict) -> dict:
 def _anchored(rx: str) -> str:
     if "(?!" in rx:  # a patternProperties name pattern ^(?!X)Y: Rust's regexes have no lookaround
         raise NotForLLGuidance(f"pattern {rx!r}: a lookahead (xgrammar gets its automaton)", keyword="patternProperties")
-    return f"^(?:{ecma_classes(rx)})$"
-
-
-# ECMA-262's class escapes, spelled out: llguidance's regexes are Rust's, where \s, \d, \w are Unicode
-_ECMA_SPACE = "\\t\\n\\x0b\\x0c\\r \\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000\\ufeff"
-_CLASSES = {"s": _ECMA_SPACE, "d": "0-9", "w": "0-9A-Za-z_"}
-
-
-def ecma_classes(rx: str) -> str:
-    """A core-form regex (ECMA-262 escapes) with ``\\s \\S \\d \\D \\w \\W`` as explicit classes (a
-    negated one inside a class as a nested class: ``[x\\D]`` -> ``[x[^0-9]]``); NotForLLGuidance for ECMA's
-    empty classes ``[]`` / ``[^]``, which Rust reads as a ``]``."""
-    out, i, in_class = [], 0, False
-    while i < len(rx):
-        c = rx[i]
-        if c == "\\" and i + 1 < len(rx):
-            e = rx[i + 1]
-            if rx.startswith("[\\s\\S]", i - 1) and e == "s":
-                out.append("\\s\\S")  # anything: the same in both dialects
-                i += 4
-                continue
-            if e.lower() in _CLASSES:
-                body = _CLASSES[e.lower()]  # negated inside a class: a nested class (Rust: a union)
-                out.append(body if in_class and e.islower() else f"[{'^' if e.isupper() else ''}{body}]")
-            else:
-                out.append(rx[i:i + 2])
-            i += 2
-            continue
-        if in_class:
-            in_class = c != "]"
-        elif c == "[":
-            in_class = True
-            if rx.startswith("[^]", i) or rx.startswith("[]", i):  # ECMA: anything / nothing; Rust: a ']'
-                raise NotForLLGuidance(f"pattern {rx!r}: an empty class", keyword="pattern")
-        out.append(c)
-        i += 1
-    return "".join(out)
+    try:
+        check_json_quoting(rx)
+        return f"^(?:{ecma_classes(rx)})$"
+    except Declined as e:
+        raise NotForLLGuidance(f"llguidance: {e}", keyword="pattern") from None
 
 
 def llg_grammar(core, *, any_whitespace: bool, max_whitespace: int | None, strict: bool) -> str:
