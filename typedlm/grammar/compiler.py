@@ -126,7 +126,7 @@ class Grammars:
 
     def _compile(self, c: Constraint) -> tuple[Compiled, float]:
         if not self.enabled:
-            raise GrammarDisabled("grammar compilation is disabled")
+            raise GrammarDisabled("grammar compilation is disabled (TYPEDLM_GRAMMAR=0)")
         t0 = time.perf_counter()
         key = self._key(c)
         with self._lock:
