@@ -136,7 +136,7 @@ def doctor(as_json: bool = typer.Option(False, "--json")):
 
     import torch
 
-    from .grammar.compiler import grammar_enabled
+    from .engine import grammar_options
 
     def ver(pkg):
         try:
@@ -158,7 +158,7 @@ def doctor(as_json: bool = typer.Option(False, "--json")):
                           "converted": bool(resolved and resolved.is_converted),
                           "dir": str(resolved.converted_dir) if resolved else None},
         "cache_dir": str(models.cache_dir()),
-        "grammar_enabled": grammar_enabled(),
+        "grammar_enabled": grammar_options()["enabled"],
     }
     if as_json:
         print_json(info)

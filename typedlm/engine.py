@@ -7,6 +7,7 @@ owns, by composition, the :class:`~typedlm.runner.model_runner.ModelRunner` that
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import os
 import platform
@@ -121,6 +122,22 @@ def pick_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.d
 BACKENDS = ("auto", "torch", "mlx")
 
 
+def grammar_options() -> dict:
+    """The grammar compiler's options from the environment (``Grammars``' keyword arguments):
+    ``TYPEDLM_GRAMMAR_ENGINE`` (xgrammar | llguidance | auto), ``TYPEDLM_COMPILE_TIMEOUT`` (seconds),
+    ``TYPEDLM_LLG_THREADS`` (llguidance's mask-fill threads), ``TYPEDLM_GRAMMAR=0`` (no grammars)."""
+    out: dict = {"engine": os.environ.get("TYPEDLM_GRAMMAR_ENGINE", "").strip().lower() or "xgrammar",
+                 "enabled": os.environ.get("TYPEDLM_GRAMMAR", "1").strip().lower() not in ("0", "false", "off", "no")}
+    try:
+        out["timeout_s"] = float(os.environ["TYPEDLM_COMPILE_TIMEOUT"])
+    except (KeyError, ValueError):
+        pass
+    threads = os.environ.get("TYPEDLM_LLG_THREADS", "").strip()
+    if threads.isdigit() and int(threads) > 0:
+        out["threads"] = int(threads)
+    return out
+
+
 def pick_backend(backend: str | None = None) -> str:
     """``torch`` or ``mlx`` for ``backend`` (None: ``TYPEDLM_BACKEND``, else ``auto``: MLX on Apple Silicon
     when mlx-lm is installed, else torch)."""
@@ -139,7 +156,18 @@ def pick_backend(backend: str | None = None) -> str:
 def load_engine(ref: str = models.DEFAULT_REF, *, device: str = "auto", dtype: str | None = None,
                 progress: bool = True, backend: str | None = None, deterministic: bool | None = None) -> Engine:
     """Resolve ``ref`` (see :mod:`typedlm.models`), load model + tokenizer, build the handle on ``backend``
-    (see :func:`pick_backend`). ``deterministic``: see :func:`set_deterministic`."""
+    (see :func:`pick_backend`). ``deterministic``: see :func:`set_deterministic`. The heap built so far is
+    then frozen (:func:`gc.freeze`): the collector's full passes skip it, so they stay short inside compiles
+    (a full pass over a large heap stalls a compile by ~0.5 s: ``bench/results/compile-tail-cpu.md``)."""
+    engine = _load_engine(ref, device=device, dtype=dtype, progress=progress, backend=backend,
+                          deterministic=deterministic)
+    gc.collect()
+    gc.freeze()
+    return engine
+
+
+def _load_engine(ref: str, *, device: str, dtype: str | None, progress: bool, backend: str | None,
+                 deterministic: bool | None) -> Engine:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     t0 = time.perf_counter()
@@ -248,7 +276,8 @@ def _assemble(model, tokenizer, runner, cfg, gen_eos, *, model_vocab: int, name:
     head_dim = getattr(text_cfg, "head_dim", None) or text_cfg.hidden_size // heads
     kv_heads = getattr(text_cfg, "num_key_value_heads", None) or heads
     kv_bytes = 2 * text_cfg.num_hidden_layers * kv_heads * head_dim * torch.finfo(dtype).bits // 8
-    grammars = Grammars.for_tokenizer(tokenizer, model_vocab_size=model_vocab, stop_ids=sorted(stops))
+    grammars = Grammars.for_tokenizer(tokenizer, model_vocab_size=model_vocab, stop_ids=sorted(stops),
+                                      **grammar_options())
     reasoning = detect_reasoning(tokenizer, chat.template)
     return Engine(name=name, model=model, tokenizer=tokenizer, device=device, dtype=dtype, chat=chat,
                   tokenizer_vocab_size=tok_vocab, model_vocab_size=model_vocab,

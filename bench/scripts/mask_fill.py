@@ -1,6 +1,6 @@
 """Host time to fill the grammar masks of one decode step for a batch of rows: llguidance row by row
-(``LLGMatcher.fill_next_token_bitmask``) vs in one batched call (``llg.batch_fill_next_token_bitmask``:
-its ``LLExecutor`` threads), and xgrammar's ``BatchGrammarMatcher`` beside them, on a Qwen2.5 vocabulary.
+(``RowState.fill_mask``) vs in one batched call (its ``MaskFiller``: llguidance's ``LLExecutor`` threads),
+and xgrammar's filler (``BatchGrammarMatcher``) beside them, on a Qwen2.5 vocabulary.
 
 Each engine's rows walk the ``typedlm bench gen`` schema: at every step each row takes a random allowed
 token (seeded), like a random-weight model, and a row that completes starts over, so the batch holds
@@ -49,9 +49,7 @@ class Walk:
     """``rows`` matchers of one compiled grammar, each taking a random allowed token per step."""
 
     def __init__(self, compiled, rows: int, stops: list[int], seed: int):
-        from typedlm.grammar.controller import new_matcher
-
-        self.new = lambda: new_matcher(compiled)
+        self.new = compiled.new_state
         self.matchers = [self.new() for _ in range(rows)]
         self.stops = set(stops)
         self.rng = np.random.default_rng(seed)
@@ -64,7 +62,7 @@ class Walk:
                 self.matchers[i] = self.new()
                 self.restarts += 1
                 continue
-            if not m.accept_token(int(self.rng.choice(ids))):
+            if not m.accept([int(self.rng.choice(ids))]):
                 raise RuntimeError(f"row {i}: an allowed token was refused")
 
 
@@ -80,28 +78,22 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--vocab", choices=("qwen", "default"), default="qwen")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, help="llguidance executor threads (TYPEDLM_LLG_THREADS; default: "
+    ap.add_argument("--threads", type=int, help="llguidance executor threads (default: "
                                                 "llguidance's, 80%% of the cores up to 32)")
     ap.add_argument("--json", help="also write the result here")
     args = ap.parse_args()
-    if args.threads:
-        os.environ["TYPEDLM_LLG_THREADS"] = str(args.threads)
-
     import llguidance
-    import xgrammar as xgr
 
     from typedlm.bench.gen import SCHEMA
     from typedlm.grammar.compiler import Grammars
-    from typedlm.grammar.llg import batch_fill_next_token_bitmask
     from typedlm.grammar.spec import make_constraint
 
     info, stops = tokenizer_info(args.vocab)
     words = (info.vocab_size + 31) // 32
     c = make_constraint(json_schema=SCHEMA, any_whitespace=False)
-    llg = Walk(Grammars(info, engine="llguidance").compile(c)[0], args.rows, stops, args.seed)
+    llg = Walk(Grammars(info, engine="llguidance", threads=args.threads).compile(c)[0], args.rows, stops, args.seed)
     llg_one = Walk(Grammars(info, engine="llguidance").compile(c)[0], args.rows, stops, args.seed)
     xg = Walk(Grammars(info, engine="xgrammar").compile(c)[0], args.rows, stops, args.seed)
-    xfill = xgr.BatchGrammarMatcher()
     rows = list(range(args.rows))
     one, many = torch.zeros(args.rows, words, dtype=torch.int32), torch.zeros(args.rows, words, dtype=torch.int32)
     xmask = torch.zeros(args.rows, words, dtype=torch.int32)
@@ -110,12 +102,12 @@ def main() -> None:
     def fill_per_row():
         t = time.perf_counter()
         for i, m in enumerate(llg_one.matchers):
-            m.fill_next_token_bitmask(one, i)
+            m.fill_mask(one, i)
         per_row.append(1000 * (time.perf_counter() - t))
 
     def fill_batched():
         t = time.perf_counter()
-        batch_fill_next_token_bitmask(llg.matchers, many, rows)
+        llg.matchers[0].filler.fill(llg.matchers, many, rows)
         batched.append(1000 * (time.perf_counter() - t))
 
     for step in range(args.steps):
@@ -126,7 +118,7 @@ def main() -> None:
         llg.advance(many)
         llg_one.advance(one)
         t = time.perf_counter()
-        xfill.batch_fill_next_token_bitmask(xg.matchers, xmask, rows)
+        xg.matchers[0].filler.fill(xg.matchers, xmask, rows)
         xgr_batched.append(1000 * (time.perf_counter() - t))
         xg.advance(xmask)
 

@@ -6,12 +6,12 @@ import threading
 
 import jsonschema
 import pytest
-import xgrammar as xgr
 
 from typedlm.errors import TypedLMError
 from typedlm.generate import SamplingParams, build_sequence, finish_result
 from typedlm.generate.scheduler import QueueFull, Request, Scheduler, run_batch
 from typedlm.grammar import GrammarRow, make_constraint
+from typedlm.grammar.backends.xgrammar import XGrammarFiller
 
 from tests.support.reference_loop import run_sequence
 
@@ -86,21 +86,21 @@ def test_sampled_rows_follow_their_own_grammar(tiny):
 def test_free_rows_pay_nothing_for_grammar_rows(tiny, monkeypatch):
     """Every mask fill goes through the one batched fill call, and only grammar rows are in it."""
     fills, single = [], []
-    real_batch = xgr.BatchGrammarMatcher.batch_fill_next_token_bitmask
+    real_batch = XGrammarFiller.fill
     real_fill = GrammarRow.fill
 
-    def spy_batch(self, matchers, *a, **k):
-        fills.extend(id(m) for m in matchers)
-        return real_batch(self, matchers, *a, **k)
+    def spy_batch(self, states, *a, **k):
+        fills.extend(id(s) for s in states)
+        return real_batch(self, states, *a, **k)
 
-    monkeypatch.setattr(xgr.BatchGrammarMatcher, "batch_fill_next_token_bitmask", spy_batch)
+    monkeypatch.setattr(XGrammarFiller, "fill", spy_batch)
     monkeypatch.setattr(GrammarRow, "fill",
                         lambda self: (single.append(id(self)) if not self.filled else None, real_fill(self))[1])
     params = SamplingParams(max_tokens=12, temperature=0)
     c = make_constraint(regex=r"[a-z]{12}")
     seqs = [build_sequence(tiny, tiny.encode_prompt(prompt=p), params, c if i == 0 else None)
             for i, p in enumerate(PROMPTS[:4])]
-    grammar_id = id(seqs[0].grammar.matcher)
+    grammar_id = id(seqs[0].grammar.cursor)
     results = run_batch(tiny, seqs, max_batch=4)
     # one mask fill per token of the constrained row (+1 for the state after the last), none for free rows
     assert set(fills) == {grammar_id} and not single

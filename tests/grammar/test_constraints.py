@@ -255,7 +255,11 @@ def test_compile_cache_counts_hits(tiny):
 
 
 def test_kill_switch(tiny, monkeypatch):
+    from typedlm.engine import grammar_options
+
     monkeypatch.setenv("TYPEDLM_GRAMMAR", "0")
+    assert grammar_options()["enabled"] is False  # what load_engine hands the engine's Grammars
+    monkeypatch.setattr(tiny.grammars, "enabled", False)
     with pytest.raises(GrammarDisabled, match="TYPEDLM_GRAMMAR=0"):
         generate("x", engine=tiny, json_object=True)
     r = generate("x", engine=tiny, max_tokens=3)  # free text still works

@@ -1,4 +1,4 @@
-"""The second grammar engine (llguidance, ``typedlm/grammar/llg.py``): the option, what it takes from the
+"""The second grammar engine (llguidance, ``typedlm/grammar/backends/llguidance.py``): the option, what it takes from the
 normalizer, that its matcher fills the same bitmask layout and reads the core form as xgrammar does, and
 that ``auto`` falls back to xgrammar where llguidance cannot read the core form exactly."""
 
@@ -6,13 +6,13 @@ import json
 
 import numpy as np
 import pytest
-import xgrammar as xgr
 
 from typedlm.errors import ConstraintError, GrammarCompileError
 from typedlm.generate import generate
 from typedlm.grammar.compiler import Grammars
-from typedlm.grammar.controller import GrammarRow, accepts_text, new_matcher
-from typedlm.grammar.llg import LLGrammar, NotForLLGuidance, ecma_classes
+from typedlm.grammar.backends import NotForEngine
+from typedlm.grammar.backends.llguidance import LLGuidanceFiller
+from typedlm.grammar.controller import GrammarRow, accepts_text
 from typedlm.grammar.spec import make_constraint
 
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 6, "pattern": "^[a-z]+$"},
@@ -32,19 +32,21 @@ def _compile(grammars, schema, **kw):
 
 
 def test_engine_names_are_checked(tiny, monkeypatch):
+    from typedlm.engine import grammar_options
+
     with pytest.raises(ConstraintError, match="xgrammar, llguidance, auto"):
         make_constraint(json_object=True, engine="guidance")
     with pytest.raises(GrammarCompileError, match="'outlines'"):
         Grammars(tiny.grammars.tokenizer_info, engine="outlines")
     monkeypatch.setenv("TYPEDLM_GRAMMAR_ENGINE", "LLGuidance")
-    assert Grammars(tiny.grammars.tokenizer_info).engine == "llguidance"
+    assert Grammars(tiny.grammars.tokenizer_info, **grammar_options()).engine == "llguidance"
 
 
 def test_auto_takes_llguidance_where_it_reads_the_core_form_and_xgrammar_elsewhere(engines):
-    assert isinstance(_compile(engines["auto"], SCHEMA), LLGrammar)
+    assert _compile(engines["auto"], SCHEMA).engine == "llguidance"
     contains = {"type": "array", "contains": {"const": 1}, "minContains": 2}  # our EBNF counter: xgrammar's
-    assert isinstance(_compile(engines["auto"], contains), xgr.CompiledGrammar)
-    with pytest.raises(NotForLLGuidance, match="llguidance"):
+    assert _compile(engines["auto"], contains).engine == "xgrammar"
+    with pytest.raises(NotForEngine, match="llguidance"):
         _compile(engines["llguidance"], contains)
 
 
@@ -65,7 +67,7 @@ def test_xgrammars_own_formats_are_the_same_regex_for_llguidance(engines, fmt, g
 
 def test_a_grammar_with_no_json_value_is_not_llguidances(engines):
     """Measured: llguidance builds {"$ref": "#"} and fails only at the first mask; compile computes it."""
-    with pytest.raises(NotForLLGuidance, match="no JSON value"):
+    with pytest.raises(NotForEngine, match="no JSON value"):
         _compile(engines["llguidance"], {"$ref": "#"}, strict=False)
 
 
@@ -73,7 +75,7 @@ def test_the_engine_is_part_of_the_cache_key(engines):
     g = engines["xgrammar"]
     plain = _compile(g, SCHEMA)
     forced = g.compile(make_constraint(json_schema=SCHEMA, any_whitespace=False, engine="llguidance"))[0]
-    assert isinstance(plain, xgr.CompiledGrammar) and isinstance(forced, LLGrammar)
+    assert plain.engine == "xgrammar" and forced.engine == "llguidance"
 
 
 CASES = [  # (schema, strict, text, accepted)
@@ -108,7 +110,7 @@ CASES = [  # (schema, strict, text, accepted)
 def test_both_engines_read_the_core_form_alike(engines, schema, strict, text, accepted):
     for name in ("xgrammar", "llguidance"):
         compiled = _compile(engines[name], schema, strict=strict)
-        assert isinstance(compiled, LLGrammar) == (name == "llguidance")
+        assert compiled.engine == name
         assert accepts_text(compiled, text) is accepted, (name, text)
 
 
@@ -126,16 +128,6 @@ def test_length_bounded_strings_escapes_by_engine(engines):
     for compiled in (_compile(engines["llguidance"], {"type": "string", "pattern": "."}),
                      _compile(engines["xgrammar"], {"type": "string", "pattern": "."})):
         assert accepts_text(compiled, '"a\\nb"')
-
-
-def test_ecma_classes_are_spelled_out():
-    assert ecma_classes(r"\d+\w") == "[0-9]+[0-9A-Za-z_]"
-    assert ecma_classes(r"[\s\S]*") == r"[\s\S]*"
-    assert ecma_classes(r"[\dx]\D") == "[0-9x][^0-9]"
-    assert ecma_classes(r"[\Dx]") == "[[^0-9]x]"  # a nested class: Rust reads it as a union
-    for bad in ("[]a]", "[^]"):
-        with pytest.raises(NotForLLGuidance):
-            ecma_classes(bad)
 
 
 def _allowed(row: GrammarRow) -> set[int]:
@@ -180,9 +172,9 @@ def test_llguidance_rows_decode_valid_json_on_a_random_model(tiny, any_whitespac
 
 
 def test_jump_forward_string_is_the_forced_text(engines):
-    m = new_matcher(_compile(engines["llguidance"], {"type": "object", "properties": {"key": {"const": 1}},
-                                                     "required": ["key"]}))
-    assert m.find_jump_forward_string() == '{"key":1}'
+    m = _compile(engines["llguidance"], {"type": "object", "properties": {"key": {"const": 1}},
+                                         "required": ["key"]}).new_state()
+    assert m.jump_string() == '{"key":1}'
 
 
 def test_a_request_picks_its_engine(tiny_client, model):
@@ -241,13 +233,13 @@ def test_a_batch_mixes_engines_and_each_row_equals_its_single_run(tiny):
 
 def test_llguidance_rows_fill_in_one_batched_call_and_decode_valid_json(tiny, monkeypatch):
     """A batch of llguidance rows (sampled, seeded) through the scheduler's decode loop: every mask comes
-    from the one batched fill per step (``llg.batch_fill_next_token_bitmask``, never a ``GrammarRow.fill``),
+    from the one batched fill per step (``LLGuidanceFiller.fill``, never a ``GrammarRow.fill``),
     each row finishes valid JSON of its schema, and each equals its own single run (no mask bleed)."""
     import jsonschema
 
     from typedlm.generate import SamplingParams, build_sequence, finish_result
     from typedlm.generate.scheduler import run_batch
-    from typedlm.grammar import controller, llg
+    from typedlm.grammar import controller
 
     from tests.support.reference_loop import run_sequence
 
@@ -266,9 +258,9 @@ def test_llguidance_rows_fill_in_one_batched_call_and_decode_valid_json(tiny, mo
         run_sequence(tiny, seq)
         solo.append(finish_result(seq))
     batched_calls, single_calls = [], []
-    real_batch, real_fill = llg.batch_fill_next_token_bitmask, controller.GrammarRow.fill
-    monkeypatch.setattr(controller, "batch_fill_next_token_bitmask",
-                        lambda ms, *a: (batched_calls.append(len(ms)), real_batch(ms, *a))[1])
+    real_batch, real_fill = LLGuidanceFiller.fill, controller.GrammarRow.fill
+    monkeypatch.setattr(LLGuidanceFiller, "fill",
+                        lambda self, ms, *a: (batched_calls.append(len(ms)), real_batch(self, ms, *a))[1])
     monkeypatch.setattr(controller.GrammarRow, "fill", lambda self: (
         single_calls.append(self) if not self.filled else None, real_fill(self))[1])
     batched = run_batch(tiny, seqs(), max_batch=len(cs))
@@ -284,17 +276,15 @@ def test_the_batched_fill_writes_each_rows_own_mask(engines, tiny):
     shared bitmask: the same masks as row by row, the dead row empty, the other rows untouched."""
     import torch
 
-    from typedlm.grammar.llg import batch_fill_next_token_bitmask
-
     compiled = _compile(engines["llguidance"], SCHEMA)
-    ms = [compiled.matcher() for _ in range(4)]
-    assert ms[1].accept_string('{"name":"ab"') and ms[2].accept_string('{"name":"abc","n":1')
-    assert not ms[3].accept_token(min(tiny.stop_ids))
+    ms = [compiled.new_state() for _ in range(4)]
+    assert ms[1].accept_text('{"name":"ab"') and ms[2].accept_text('{"name":"abc","n":1')
+    assert not ms[3].accept([min(tiny.stop_ids)])
     words = (tiny.model_vocab_size + 31) // 32
     one, many = (torch.full((6, words), -1, dtype=torch.int32) for _ in range(2))
     for m, i in zip(ms, [0, 2, 3, 5]):
-        m.fill_next_token_bitmask(one, i)
-    batch_fill_next_token_bitmask(ms, many, [0, 2, 3, 5])
+        m.fill_mask(one, i)
+    ms[0].filler.fill(ms, many, [0, 2, 3, 5])
     assert torch.equal(one, many)
     assert not many[5].any() and many[1].eq(-1).all() and many[4].eq(-1).all()
     assert len({tuple(many[i].tolist()) for i in (0, 2, 3)}) == 3

@@ -145,18 +145,17 @@ def sample_texts(compiled, tokenizer, rng, *, walks=4, max_tokens=48):
     """Random walks through the grammar at the token level (what a random-weight model could emit), with
     either engine's matcher; yields the texts of the walks that reached a stop."""
     import numpy as np
-    import xgrammar as xgr
 
-    from typedlm.grammar.controller import new_matcher
+    from typedlm.grammar.backends import masks
 
     vocab = len(tokenizer)
-    mask = xgr.allocate_token_bitmask(1, vocab)
+    mask = masks.allocate(1, vocab)
     for _ in range(walks):
-        m = new_matcher(compiled)
-        stop_ids = set(m.stop_token_ids)
+        m = compiled.new_state()
+        stop_ids = set(m.stop_ids)
         ids = []
         for _ in range(max_tokens):
-            m.fill_next_token_bitmask(mask)
+            m.fill_mask(mask, 0)
             bits = np.unpackbits(mask[0].numpy().view(np.uint8), bitorder="little")[:vocab]
             allowed = np.flatnonzero(bits).tolist()
             stops = [i for i in allowed if i in stop_ids]
@@ -170,7 +169,7 @@ def sample_texts(compiled, tokenizer, rng, *, walks=4, max_tokens=48):
             if tok in stop_ids:
                 yield tokenizer.decode(ids)
                 break
-            assert m.accept_token(tok)
+            assert m.accept([tok])
             ids.append(tok)
 
 

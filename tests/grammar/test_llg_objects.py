@@ -1,5 +1,5 @@
 """llguidance takes ``minProperties``/``maxProperties`` beside optional keys and ``propertyNames`` through the
-rewrites of ``typedlm/grammar/llg_objects.py``, and reads them exactly: every small object (keys in the
+rewrites of ``typedlm/grammar/backends/llguidance_objects.py``, and reads them exactly: every small object (keys in the
 schema's order) is accepted by the llguidance grammar iff jsonschema accepts it."""
 
 import itertools
@@ -10,8 +10,8 @@ import pytest
 
 from typedlm.grammar.compiler import Grammars
 from typedlm.grammar.controller import accepts_text
-from typedlm.grammar.llg import LLGrammar, NotForLLGuidance
-from typedlm.grammar.llg_objects import MAX_COUNT_BRANCHES
+from typedlm.grammar.backends import NotForEngine
+from typedlm.grammar.backends.llguidance_objects import MAX_COUNT_BRANCHES
 from typedlm.grammar.spec import make_constraint
 
 INT = {"type": "integer"}
@@ -58,7 +58,7 @@ def llg(tiny):
 @pytest.mark.parametrize("schema", SCHEMAS, ids=lambda s: json.dumps(s)[:60])
 def test_object_counts_and_names_are_llguidances_and_exact(llg, schema):
     compiled = llg.compile(make_constraint(json_schema=schema, any_whitespace=False, strict=False))[0]
-    assert isinstance(compiled, LLGrammar)
+    assert compiled.engine == "llguidance"
     validator = jsonschema.Draft202012Validator(schema)
     wrong = [x for x in _objects(schema) if "p" not in schema.get("properties", {})
              and accepts_text(compiled, json.dumps(x, separators=(",", ":"))) != validator.is_valid(x)]
@@ -72,8 +72,8 @@ def test_object_counts_and_names_are_llguidances_and_exact(llg, schema):
 def test_too_many_count_branches_are_declined_and_auto_takes_xgrammar(llg, tiny):
     keys = {f"k{i}": INT for i in range(12)}
     schema = {"type": "object", "properties": keys, "maxProperties": 6}  # sum C(12, <=6) > MAX_COUNT_BRANCHES
-    with pytest.raises(NotForLLGuidance, match="branches"):
+    with pytest.raises(NotForEngine, match="branches"):
         llg.compile(make_constraint(json_schema=schema, any_whitespace=False, strict=False))
     auto = Grammars(tiny.grammars.tokenizer_info, engine="auto")
     compiled = auto.compile(make_constraint(json_schema=schema, any_whitespace=False, strict=False))[0]
-    assert not isinstance(compiled, LLGrammar)
+    assert compiled.engine == "xgrammar"

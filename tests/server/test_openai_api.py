@@ -364,9 +364,9 @@ def test_a_schema_with_more_refusals_than_the_old_loop_allowed_is_relaxed_in_one
         assert notice["schema_valid"] == [jsonschema.Draft202012Validator(schema).is_valid(value)]
 
 
-def test_degrade_when_grammar_disabled(server, model, monkeypatch):
+def test_degrade_when_grammar_disabled(server, model, monkeypatch, tiny):
     before = metric(server, "typedlm_degraded_requests_total")
-    monkeypatch.setenv("TYPEDLM_GRAMMAR", "0")
+    monkeypatch.setattr(tiny.grammars, "enabled", False)  # TYPEDLM_GRAMMAR=0 at load (engine.grammar_options)
     for extra in ({"guided_regex": "[a-z]+"}, {"response_format": {"type": "json_schema", "json_schema": {
             "name": "p", "schema": PERSON, "strict": True}}}, {"structured_outputs": {"choice": ["a", "b"]}}):
         r = post(server, "/v1/chat/completions", {"model": model, "messages": MSG, "max_tokens": 4, **extra})

@@ -3,7 +3,7 @@
 Stages, timed apart on one core: the normalizer (``prepare_schema``: refusal or core form), our
 EBNF text (:func:`typedlm.grammar.schema.ebnf.to_ebnf`, only for core forms that need it) and
 xgrammar's compile (its JSON Schema converter and token-mask cache); beside them the second engine,
-llguidance (:mod:`typedlm.grammar.llg`: its grammar and matcher, and its first mask). The corpus: every schema of the
+llguidance (:mod:`typedlm.grammar.backends.llguidance`: its grammar and matcher, and its first mask). The corpus: every schema of the
 official suite (one draft), or a JSON-lines file of ``{"schema": ...}`` rows. Each compiler is fresh
 (xgrammar's own cache off), so no schema gains from another.
 """
@@ -38,10 +38,10 @@ def split_one(schema, info, registry=None, deadline_s: float = 60.0) -> dict:
     import xgrammar as xgr
 
     from ..errors import GrammarCompileError
-    from ..grammar.llg import LLGrammar, llg_grammar, llg_tokenizer
+    from ..grammar.backends import load
     from ..grammar.schema import prepare_schema
     from ..grammar.schema.ebnf import needs_grammar, to_ebnf
-    from ..grammar.spec import MAX_WHITESPACE, canonical_json
+    from ..grammar.spec import MAX_WHITESPACE, canonical_json, make_constraint
 
     row: dict = {"schema": canonical_json(schema)[:120]}
     t0 = time.perf_counter()
@@ -51,10 +51,10 @@ def split_one(schema, info, registry=None, deadline_s: float = 60.0) -> dict:
         return {**row, "normalize": time.perf_counter() - t0, "refused": e.keyword or "(schema)"}
     t1 = time.perf_counter()
     row["normalize"] = t1 - t0
-    tokenizer = llg_tokenizer(info)
+    llguidance = load("llguidance", info)
     t2 = time.perf_counter()
     try:
-        LLGrammar(tokenizer, llg_grammar(core, any_whitespace=True, max_whitespace=MAX_WHITESPACE, strict=False))
+        llguidance.compile(make_constraint(json_schema=schema, strict=False), core)
         row["llguidance"] = time.perf_counter() - t2
     except GrammarCompileError as e:
         row["llguidance_refused"] = (e.keyword or str(e))[:80]
@@ -84,8 +84,8 @@ def auto_phases(schema, info, registry=None, deadline_s: float = 60.0) -> dict:
     import xgrammar as xgr
 
     from ..errors import GrammarCompileError
+    from ..grammar.backends import NotForEngine
     from ..grammar.compiler import Grammars
-    from ..grammar.llg import NotForLLGuidance
     from ..grammar.spec import make_constraint
 
     row: dict = {}
@@ -102,22 +102,20 @@ def auto_phases(schema, info, registry=None, deadline_s: float = 60.0) -> dict:
             return timed("normalize_xgrammar" if automata else "normalize_llg", super()._core_schema,
                          c, deadline, automata)
 
-        def _build_llg(self, c, core):
+    class TimedBackend:
+        def __init__(self, inner):
+            self.inner, self.name, self.kinds, self.automata = inner, inner.name, inner.kinds, inner.automata
+
+        def compile(self, c, source):
             try:
-                return timed("llguidance", super()._build_llg, c, core)
-            except NotForLLGuidance as e:
-                row["llguidance_declined"] = (e.keyword or str(e))[:100]
+                return timed(self.name, self.inner.compile, c, source)
+            except NotForEngine as e:
+                row[f"{self.name}_declined"] = (e.keyword or str(e))[:100]
                 raise
 
-    class TimedCompiler:
-        def __init__(self, inner):
-            self.inner = inner
-
-        def __getattr__(self, name):
-            return lambda *a, **k: timed("xgrammar", getattr(self.inner, name), *a, **k)
-
     grammars = Timed(info, schema_registry=registry, engine="auto", timeout_s=deadline_s)
-    grammars.compiler = TimedCompiler(xgr.GrammarCompiler(info, cache_enabled=False))
+    grammars._backend("xgrammar").compiler = xgr.GrammarCompiler(info, cache_enabled=False)
+    grammars._backends = {name: TimedBackend(b) for name, b in grammars._backends.items()}
     collecting: list[float] = []
 
     def gc_timer(phase, _info):  # Python's collector, inside the phases above: the process's heap, not the schema

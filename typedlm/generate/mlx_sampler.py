@@ -2,7 +2,7 @@
 step on the MLX backend copies back only the chosen ids (+ the logprobs asked for), not ``[n, V]`` logits.
 
 The same order on the device: temperature -> top-k -> top-p -> padded ids to -inf -> grammar mask last
-(xgrammar's ``apply_token_bitmask_mlx``; not for a row still reasoning) -> draw, with the same truncation
+(``grammar.backends.masks.apply_mlx``; not for a row still reasoning) -> draw, with the same truncation
 fallback. The stages this path does not hold (repetition penalty, user logits processors, ``logit_bias``)
 and draft verification run in the torch pipeline for that step (one ``[n, V]`` copy), so those rules live
 in one place; the draw is always this one.
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import mlx.core as mx
 import torch
-from xgrammar.kernels.apply_token_bitmask_mlx import apply_token_bitmask_mlx
+from ..grammar.backends.masks import apply_mlx
 
 from ..runner.mlx_kv import to_torch
 from .sampler import BatchSampler
@@ -134,7 +134,7 @@ class MLXSampler(BatchSampler):
             work = mx.where(mx.arange(V) >= self.tok_vocab, -mx.inf, work)
         if mask is None:
             return work
-        return mx.where(mx.array(masked)[:, None], apply_token_bitmask_mlx(mask, work, V), work)
+        return mx.where(mx.array(masked)[:, None], apply_mlx(mask, work, V), work)
 
     def _draw_mx(self, work: mx.array, seqs: list["Sequence"], slots: list[int]) -> mx.array:
         sampled = [not s.params.greedy for s in seqs]

@@ -1,8 +1,8 @@
 """Grammar layer: constraint spec, refusal of unenforceable schema keywords, compiler + cache,
 and the per-row controller used by the decode loop."""
 
-from .compiler import GrammarDisabled, Grammars, grammar_enabled
+from .compiler import GrammarDisabled, Grammars
 from .controller import GrammarRow
 from .spec import Constraint, make_constraint
 
-__all__ = ["Constraint", "GrammarDisabled", "GrammarRow", "Grammars", "grammar_enabled", "make_constraint"]
+__all__ = ["Constraint", "GrammarDisabled", "GrammarRow", "Grammars", "make_constraint"]

@@ -1,50 +1,44 @@
-"""Constraint -> xgrammar CompiledGrammar, with one cache per tokenizer and hit/miss counters."""
+"""Constraint -> compiled grammar: the cache (one per tokenizer, hit/miss counters), the time limit and the
+engine choice. Which engine compiled a grammar is known only below :mod:`.backends`."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Any
 
 import xgrammar as xgr
 
 from ..errors import GrammarCompileError
-from .llg import LLG_KINDS, LLGrammar, NotForLLGuidance, check_engine, engine_from_env, llg_grammar, llg_tokenizer
+from .backends import KINDS, ORDER, Backend, Compiled, NotForEngine, load
 from .relax import RelaxedSchemaWarning, lenient_core
 from .schema import prepare_schema
-from .schema.ebnf import ebnf_literal, needs_grammar, to_ebnf
-from .spec import MAX_WHITESPACE, Constraint, canonical_json, engine_key
+from .schema.ebnf import needs_grammar, to_ebnf
+from .spec import ENGINES, MAX_WHITESPACE, Constraint, engine_key
 
-KILL_SWITCH = "TYPEDLM_GRAMMAR"
-TIMEOUT_ENV = "TYPEDLM_COMPILE_TIMEOUT"
 LLG_MISSING = "the llguidance engine is not installed: pip install 'typedlm[llguidance]'"
+DEFAULT_ENGINE = "xgrammar"
 DEFAULT_COMPILE_TIMEOUT_S = 20.0  # MaskBench p99 compile is 4.5 s; a few schemas take > 10 s
+DEFAULT_NORMALIZE_S = 5.0  # one normalizer run (per engine tried); past it: a NormalizeTimeLimit refusal
 
 
 class GrammarDisabled(GrammarCompileError):
-    """``TYPEDLM_GRAMMAR=0``: grammar compilation is switched off for this process."""
+    """Grammar compilation is switched off for this compiler (``Grammars(enabled=False)``)."""
 
 
 class GrammarCompileTimeout(GrammarCompileError):
     """A compile ran past the time limit; the caller gets this error and the process goes on."""
 
 
-def compile_timeout() -> float:
-    try:
-        return float(os.environ.get(TIMEOUT_ENV, DEFAULT_COMPILE_TIMEOUT_S))
-    except ValueError:
-        return DEFAULT_COMPILE_TIMEOUT_S
-
-
-def grammar_enabled() -> bool:
-    return os.environ.get(KILL_SWITCH, "1").strip().lower() not in ("0", "false", "off", "no")
-
-
-def choice_ebnf(choices: tuple[str, ...]) -> str:
-    return "root ::= " + " | ".join(ebnf_literal(c) for c in choices)
+def check_engine(engine: str) -> str:
+    """``engine`` when it is one of :data:`.spec.ENGINES`; else GrammarCompileError naming the choices."""
+    if engine not in ENGINES:
+        raise GrammarCompileError(f"grammar engine {engine!r} is not one of {', '.join(ENGINES)}",
+                                  keyword="grammar_engine")
+    return engine
 
 
 @dataclass
@@ -60,42 +54,43 @@ class CacheStats:
                 "compile_seconds": round(self.compile_seconds, 6), "timeouts": self.timeouts}
 
 
-Compiled = xgr.CompiledGrammar | LLGrammar
-
-
 class Grammars:
     """Compiles constraints for one tokenizer. Thread-safe; LRU cache keyed by the constraint key.
 
-    ``engine`` (default ``TYPEDLM_GRAMMAR_ENGINE``, else xgrammar; a constraint's own ``engine`` wins):
-    which engine compiles JSON constraints (:data:`.llg.LLG_KINDS`) — ``xgrammar``, ``llguidance``
-    (a core form it cannot read exactly is a :class:`.llg.NotForLLGuidance` error) or ``auto``
-    (llguidance where it reads the core form exactly, else xgrammar). Other kinds are xgrammar's."""
+    ``engine`` (a constraint's own ``engine`` wins) picks the backends that compile JSON constraints, in
+    order (:data:`.backends.ORDER`): ``xgrammar``, ``llguidance`` (a core form it cannot read exactly is a
+    :class:`.backends.NotForEngine` error) or ``auto`` (llguidance where it reads the core form exactly,
+    else xgrammar); the kinds llguidance does not compile are xgrammar's. ``timeout_s``: the time limit of
+    one compile, ``normalize_s`` of one normalizer run within it (past it: a refusal named ``(time limit)``);
+    ``threads``: llguidance's mask-fill threads (None: its default); ``enabled=False``: every compile raises
+    :class:`GrammarDisabled`."""
 
-    def __init__(self, tokenizer_info: xgr.TokenizerInfo, *, max_entries: int = 512, schema_registry=None,
-                 timeout_s: float | None = None, engine: str | None = None):
+    def __init__(self, tokenizer_info: xgr.TokenizerInfo, *, engine: str = DEFAULT_ENGINE,
+                 timeout_s: float = DEFAULT_COMPILE_TIMEOUT_S, normalize_s: float = DEFAULT_NORMALIZE_S,
+                 threads: int | None = None, enabled: bool = True, max_entries: int = 512, schema_registry=None):
         self.tokenizer_info = tokenizer_info
-        self.engine = check_engine(engine) or engine_from_env()
-        if self.engine != "xgrammar":
-            try:
-                llg_tokenizer(tokenizer_info)  # built now (~2 s once per vocabulary), not in a request's compile
-            except ImportError:
-                if self.engine == "llguidance":
-                    raise GrammarCompileError(LLG_MISSING) from None
-        self.timeout_s = compile_timeout() if timeout_s is None else timeout_s
+        self.engine = check_engine(engine)
+        self.timeout_s, self.normalize_s, self.threads, self.enabled = timeout_s, normalize_s, threads, enabled
         self.schema_registry = schema_registry  # referencing.Registry: documents remote $refs point to
-        self.compiler = xgr.GrammarCompiler(tokenizer_info, cache_enabled=True)
         self.max_entries = max_entries
-        self._cache: OrderedDict[str, xgr.CompiledGrammar] = OrderedDict()
+        self._backends: dict[str, Backend] = {}
+        self._cache: OrderedDict[str, Compiled] = OrderedDict()
         self._lock = threading.Lock()
         self._relaxed: dict[str, list[dict]] = {}  # lenient constraint key -> the relaxed places (warned on each compile)
         self.stats = CacheStats()
+        for name in ORDER[self.engine]:  # built now (llguidance: ~2 s per vocabulary), not in a request
+            try:
+                self._backend(name)
+            except GrammarCompileError:
+                if self.engine == "llguidance":
+                    raise
 
     @classmethod
-    def for_tokenizer(cls, tokenizer, *, model_vocab_size: int, stop_ids: list[int],
-                      schema_registry=None, engine: str | None = None) -> "Grammars":
+    def for_tokenizer(cls, tokenizer, *, model_vocab_size: int, stop_ids: list[int], **options) -> "Grammars":
+        """A compiler over a Hugging Face ``tokenizer``; ``options``: :class:`Grammars`' keyword arguments."""
         info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=model_vocab_size,
                                                   stop_token_ids=list(stop_ids))
-        return cls(info, schema_registry=schema_registry, engine=engine)
+        return cls(info, **options)
 
     def compile(self, c: Constraint, *, warn: bool = True) -> tuple[Compiled, float]:
         """Compiled grammar and the seconds this call spent (≈0 on a cache hit); a lenient schema that
@@ -120,9 +115,18 @@ class Grammars:
         """The cache key: the constraint's, with the engine that compiles it."""
         return c.key if c.engine else engine_key(self.engine, c.key)
 
+    def _backend(self, name: str) -> Backend:
+        with self._lock:
+            if name not in self._backends:
+                try:
+                    self._backends[name] = load(name, self.tokenizer_info, threads=self.threads)
+                except ImportError:
+                    raise NotForEngine(LLG_MISSING, keyword="grammar_engine") from None
+            return self._backends[name]
+
     def _compile(self, c: Constraint) -> tuple[Compiled, float]:
-        if not grammar_enabled():
-            raise GrammarDisabled(f"grammar compilation is disabled ({KILL_SWITCH}=0)")
+        if not self.enabled:
+            raise GrammarDisabled("grammar compilation is disabled (TYPEDLM_GRAMMAR=0)")
         t0 = time.perf_counter()
         key = self._key(c)
         with self._lock:
@@ -162,60 +166,38 @@ class Grammars:
         if worker.is_alive():
             with self._lock:
                 self.stats.timeouts += 1
-            raise GrammarCompileTimeout(f"{c.kind} compile exceeded the time limit of {self.timeout_s:g} s "
-                                        f"(set {TIMEOUT_ENV} to change it)")
+            raise GrammarCompileTimeout(f"{c.kind} compile exceeded the time limit of {self.timeout_s:g} s")
         if "err" in box:
             raise box["err"]
         return box["ok"]
 
     def _build(self, c: Constraint, deadline: float) -> Compiled:
-        try:
-            if c.kind in LLG_KINDS:
-                engine = c.engine or self.engine
-                if engine != "xgrammar":  # llguidance's core form: no automata (it reads patterns, lengths)
-                    try:
-                        return self._build_llg(c, self._core_schema(c, deadline, automata=False)
-                                               if c.kind == "json_schema" else c.value)
-                    except NotForLLGuidance:
-                        if engine == "llguidance":
-                            raise
-                schema = self._core_schema(c, deadline) if c.kind == "json_schema" else c.value
-                if c.kind == "json_schema" and needs_grammar(schema):
-                    return self.compiler.compile_grammar(to_ebnf(
-                        schema, any_whitespace=c.any_whitespace, strict=c.strict,
-                        max_whitespace=MAX_WHITESPACE if c.any_whitespace else None))
-                return self.compiler.compile_json_schema(
-                    canonical_json(schema), any_whitespace=c.any_whitespace,
-                    separators=None if c.any_whitespace else (",", ":"),
-                    strict_mode=c.strict if c.kind == "json_schema" else False,
-                    max_whitespace_cnt=MAX_WHITESPACE if c.any_whitespace else None)
-            if c.kind == "regex":
-                return self.compiler.compile_regex(c.value)
-            if c.kind == "choice":
-                return self.compiler.compile_grammar(choice_ebnf(c.value))
-            if c.kind == "grammar":
-                return self.compiler.compile_grammar(c.value)
-            if c.kind == "lark":
-                return self.compiler.compile_lark(c.value)
-            if c.kind == "structural_tag":
-                relaxed: list[dict] = []
-                tag = _checked_tag(c.value, relaxed if c.lenient else None)
-                self._note_relaxed(c, relaxed)
-                return self.compiler.compile_structural_tag(canonical_json(tag))
-        except GrammarCompileError:
-            raise
-        except Exception as e:  # xgrammar raises RuntimeError / ValueError / TypeError with a reason
-            raise GrammarCompileError(f"{c.kind} does not compile: {_clean(e)}") from e
+        """The first backend of the engine choice that reads ``c`` exactly (the kinds llguidance does not
+        compile are xgrammar's)."""
+        order = [n for n in ORDER[c.engine or self.engine] if c.kind in KINDS[n]] or ["xgrammar"]
+        for i, name in enumerate(order):
+            backend = self._backend(name)
+            try:
+                return backend.compile(c, self._source(c, deadline, backend.automata))
+            except NotForEngine:
+                if i == len(order) - 1:
+                    raise
+            except GrammarCompileError:
+                raise
+            except Exception as e:  # the engines raise RuntimeError / ValueError / TypeError with a reason
+                raise GrammarCompileError(f"{c.kind} does not compile: {_clean(e)}") from e
         raise GrammarCompileError(f"unknown constraint kind {c.kind!r}")
 
-    def _build_llg(self, c: Constraint, core) -> LLGrammar:
-        try:
-            import llguidance  # noqa: F401
-        except ImportError:
-            raise NotForLLGuidance(LLG_MISSING) from None
-        grammar = llg_grammar(core, any_whitespace=c.any_whitespace, strict=c.strict and c.kind == "json_schema",
-                              max_whitespace=MAX_WHITESPACE if c.any_whitespace else None)
-        return LLGrammar(llg_tokenizer(self.tokenizer_info), grammar)
+    def _source(self, c: Constraint, deadline: float, automata: bool) -> Any:
+        """What a backend compiles: the core form of a json_schema, the checked structural tag, else the value."""
+        if c.kind == "json_schema":
+            return self._core_schema(c, min(deadline, time.monotonic() + self.normalize_s), automata)
+        if c.kind == "structural_tag":
+            relaxed: list[dict] = []
+            tag = _checked_tag(c.value, relaxed if c.lenient else None)
+            self._note_relaxed(c, relaxed)
+            return tag
+        return c.value
 
     def _core_schema(self, c: Constraint, deadline: float, automata: bool = True) -> dict:
         """The core form of a json_schema constraint (``automata``: with those our EBNF for xgrammar reads,

@@ -1,9 +1,8 @@
 """Per-row grammar controller: fill the next-token mask, apply it, accept the sampled token.
 
-The grammar boundary: this module is the only code that touches a matcher (xgrammar's, or llguidance's
-behind the same method names: :class:`.llg.LLGMatcher`, made by :func:`new_matcher`) (fill into a
-bitmask row, accept, is the state accepting, the jump-forward string, mark filled) or applies a
-bitmask (``tests/test_structure.py`` checks it); the decode loop sees :class:`GrammarRow`,
+The grammar boundary: this module is the only user of a row state (:class:`.backends.RowState`, any
+engine's: fill into a bitmask row, accept, can the text end here, the jump-forward string) outside
+:mod:`.backends` (``tests/test_structure.py`` checks it); the decode loop sees :class:`GrammarRow`,
 :class:`GrammarBatch` (one batched fill for many rows) and :func:`apply_bitmask`.
 
 One :class:`GrammarRow` per sequence. Its mask lives in row ``index`` of a bitmask: its own
@@ -17,19 +16,18 @@ that just completed ends the row before another forward pass is spent on it.
 from __future__ import annotations
 
 import torch
-import xgrammar as xgr
 
-from .llg import LLGMatcher, LLGrammar, batch_fill_next_token_bitmask
+from .backends import Compiled, masks
 
 
 class GrammarRow:
-    def __init__(self, compiled: xgr.CompiledGrammar | LLGrammar, *, vocab_size: int, stop_ids: frozenset[int]):
-        self.matcher = new_matcher(compiled)
+    def __init__(self, compiled: Compiled, *, vocab_size: int, stop_ids: frozenset[int]):
+        self.cursor = compiled.new_state()
         self.vocab_size = vocab_size
-        self.bitmask = xgr.allocate_token_bitmask(1, vocab_size)
+        self.bitmask = masks.allocate(1, vocab_size)
         self.index = 0
         self._other_bits = (~_bits_for(stop_ids, self.bitmask.shape[1])).numpy()  # every id but the stops
-        self.filled = False  # the bitmask holds the mask for the current matcher state
+        self.filled = False  # the bitmask holds the mask for the current grammar state
         self._state: str | None = None  # state() of the current mask, once computed
         self._on_write = None  # the shared bitmask's owner, told of every write (see ``attach``)
 
@@ -43,7 +41,7 @@ class GrammarRow:
     def fill(self) -> None:
         """Compute the mask of tokens the grammar allows next (host-side, int32 bitmask); once per state."""
         if not self.filled:
-            self.matcher.fill_next_token_bitmask(self.bitmask, self.index)
+            self.cursor.fill_mask(self.bitmask, self.index)
             self.filled = True
             self._state = None
             if self._on_write:
@@ -55,7 +53,7 @@ class GrammarRow:
         Computed once per mask (the batch sampler fills masks in bulk and marks ``filled``)."""
         if self._state is None:
             row = self.bitmask[self.index].numpy()
-            self._state = ("complete" if self.matcher.is_terminated() else "open" if (row & self._other_bits).any()
+            self._state = ("complete" if self.cursor.is_terminated() else "open" if (row & self._other_bits).any()
                            else "complete" if row.any() else "dead")
         return self._state
 
@@ -63,7 +61,7 @@ class GrammarRow:
         """Set every disallowed id (padded-vocab ids included) of a 1-D logits row to -inf, in place."""
         mask = self.bitmask[self.index: self.index + 1]
         mask = mask if logits.device.type == "cpu" else mask.to(logits.device)
-        xgr.apply_token_bitmask_inplace(logits.view(1, -1), mask, vocab_size=self.vocab_size)
+        masks.apply(logits.view(1, -1), mask, vocab_size=self.vocab_size)
 
     def mark_filled(self) -> None:
         """The mask of the current state was written into this row by a batched fill (:class:`GrammarBatch`)."""
@@ -72,11 +70,11 @@ class GrammarRow:
     def can_end(self) -> bool:
         """Could the grammar end here (an accepting or terminated state)? Then the next mask may allow only
         stop ids; a grammar that cannot end yet cannot be complete."""
-        return self.matcher.is_completed() or self.matcher.is_terminated()
+        return self.cursor.can_end()
 
     def jump_string(self) -> str:
         """The text the grammar forces next (empty when the next bytes are not fixed)."""
-        return self.matcher.find_jump_forward_string()
+        return self.cursor.jump_string()
 
     def forbid(self, token: int) -> None:
         """Clear ``token`` in the filled mask (until the next ``fill``): a rejected jump-forward draft."""
@@ -87,52 +85,38 @@ class GrammarRow:
             self._on_write()
 
     def accept(self, token: int) -> bool:
-        ok = self.matcher.accept_token(int(token))
+        ok = self.cursor.accept([int(token)])
         self.filled = False
         self._state = None
         return ok
 
 
 class GrammarBatch:
-    """Fills the masks of many rows that share one bitmask, one call per engine: xgrammar's rows through
-    ``BatchGrammarMatcher``, llguidance's through its executor (:func:`.llg.batch_fill_next_token_bitmask`);
-    both compute on their own threads with the GIL released."""
-
-    def __init__(self):
-        self._filler = xgr.BatchGrammarMatcher()
+    """Fills the masks of many rows that share one bitmask: one call per engine (each engine's
+    :class:`.backends.MaskFiller` computes on its own threads with the GIL released)."""
 
     def fill(self, rows: list[GrammarRow], bitmask: torch.Tensor) -> None:
-        xgr_rows = [g for g in rows if isinstance(g.matcher, xgr.GrammarMatcher)]
-        llg_rows = [g for g in rows if isinstance(g.matcher, LLGMatcher)]
-        if len(xgr_rows) + len(llg_rows) != len(rows):
-            raise TypeError("a grammar row's matcher is neither xgrammar's nor llguidance's")
-        if xgr_rows:
-            self._filler.batch_fill_next_token_bitmask([g.matcher for g in xgr_rows], bitmask,
-                                                       [g.index for g in xgr_rows])
-        if llg_rows:
-            batch_fill_next_token_bitmask([g.matcher for g in llg_rows], bitmask, [g.index for g in llg_rows])
+        groups: dict = {}
+        for g in rows:
+            groups.setdefault(g.cursor.filler, []).append(g)
+        for filler, group in groups.items():
+            filler.fill([g.cursor for g in group], bitmask, [g.index for g in group])
         for g in rows:
             g.mark_filled()
 
 
 def apply_bitmask(logits: torch.Tensor, mask: torch.Tensor, *, vocab_size: int, indices: list[int] | None) -> None:
     """Set every id the rows' masks forbid to -inf in ``logits`` ([B, V], in place; ``indices``: only these
-    rows, None: all), with xgrammar's kernel for the device."""
-    xgr.apply_token_bitmask_inplace(logits, mask, vocab_size=vocab_size, indices=indices)
+    rows, None: all)."""
+    masks.apply(logits, mask, vocab_size=vocab_size, indices=indices)
 
 
-def new_matcher(compiled: xgr.CompiledGrammar | LLGrammar):
-    """A matcher in the grammar's start state, of the engine that compiled it (it ends on a stop token)."""
-    return compiled.matcher() if isinstance(compiled, LLGrammar) else xgr.GrammarMatcher(compiled)
-
-
-def accepts_text(compiled: xgr.CompiledGrammar | LLGrammar, text: str) -> bool:
+def accepts_text(compiled: Compiled, text: str) -> bool:
     """Whether the grammar accepts the whole ``text`` and may stop right after it (suite checks, fuzzers)."""
-    m = new_matcher(compiled)
-    if not m.accept_string(text):
+    state = compiled.new_state()
+    if not state.accept_text(text):
         return False
-    stop = m.stop_token_ids
-    return bool(stop) and m.accept_token(stop[0])
+    return bool(state.stop_ids) and state.accept([state.stop_ids[0]])
 
 
 def _bits_for(ids: frozenset[int], words: int) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """Constraint: the one normalized description of "what the output must match".
 
 Every entry point (Python API, CLI, server) builds a :class:`Constraint` with :func:`make_constraint`;
-the compiler turns it into an xgrammar ``CompiledGrammar``.
+the compiler turns it into a compiled grammar of one of its backends (:mod:`.backends`).
 """
 
 from __future__ import annotations

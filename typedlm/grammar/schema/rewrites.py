@@ -120,7 +120,8 @@ class Normalizer:
 
     def check_time(self) -> None:
         if self.deadline is not None and time.monotonic() > self.deadline:
-            raise GrammarCompileError("rewriting the schema ran past the compile time limit")
+            raise NormalizeTimeLimit("rewriting the schema ran past its time limit", keyword="(time limit)",
+                                     pointer="/")
 
     def run(self) -> dict:
         d = self.builder.ref("#", "") if isinstance(self.root, dict) else self.builder.norm(self.root, "")
@@ -170,6 +171,10 @@ def find_refusals(schema, registry: referencing.Registry | None = None) -> list[
     except (TypeError, ValueError, AttributeError, KeyError, IndexError) as e:
         return [Refusal("(schema)", "", f"{INTERNAL}: {type(e).__name__}: {e}")]
     return []
+
+
+class NormalizeTimeLimit(GrammarCompileError):
+    """The normalizer ran past its deadline: a refusal named ``(time limit)``, never a partial core form."""
 
 
 def prepare_schema(schema: dict, *, lenient: bool = False, registry: referencing.Registry | None = None,

@@ -2,7 +2,7 @@
 
 Without these, ``auto`` hands the whole schema to xgrammar, whose mask precompute takes seconds on
 large schemas. Each rewrite takes one core-form object node
-whose children are already adapted (:func:`.llg._adapt`) and returns a node meaning exactly the same:
+whose children are already adapted (:func:`.llguidance_schema._adapt`) and returns a node meaning exactly the same:
 
 - ``minProperties`` / ``maxProperties`` beside optional listed keys (llguidance counts only when every
   listed key is required): a disjunction over which optional keys are present, each branch with those
