@@ -26,18 +26,17 @@ def _invariant_on(tiny):
     tiny.runner.set_invariant(before)
 
 
-def test_default_is_on_for_cuda_only_and_the_env_forces_it(tiny, monkeypatch):
+def test_default_is_on_for_cuda_only_and_the_env_forces_it(tiny):
+    from typedlm.config import resolve
     from typedlm.runner.model_runner import ModelRunner
 
-    def runner():
-        return ModelRunner(tiny.runner.model, device=torch.device("cpu"), dtype=torch.float32, max_context=256)
+    def runner(env):
+        return ModelRunner(tiny.runner.model, device=torch.device("cpu"), dtype=torch.float32, max_context=256,
+                           settings=resolve(env=env))
 
-    monkeypatch.delenv("TYPEDLM_BATCH_INVARIANT", raising=False)
-    assert not runner().invariant and runner().invariant_reason == "off by default on the CPU"
-    monkeypatch.setenv("TYPEDLM_BATCH_INVARIANT", "1")
-    assert runner().invariant
-    monkeypatch.setenv("TYPEDLM_BATCH_INVARIANT", "0")
-    assert runner().invariant_reason == "TYPEDLM_BATCH_INVARIANT=0"
+    assert not runner({}).invariant and runner({}).invariant_reason == "off by default on the CPU"
+    assert runner({"TYPEDLM_BATCH_INVARIANT": "1"}).invariant
+    assert runner({"TYPEDLM_BATCH_INVARIANT": "0"}).invariant_reason == "TYPEDLM_BATCH_INVARIANT=0"
 
 
 def _rows_alone_equal(fn, x: torch.Tensor, sizes=(1, 2, 7, 64, 65, 130)):

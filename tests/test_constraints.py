@@ -11,6 +11,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field
 
+from typedlm import config
 from typedlm.generate import generate
 from typedlm.errors import ConstraintError, GrammarCompileError
 from typedlm.grammar import GrammarDisabled, make_constraint
@@ -255,7 +256,7 @@ def test_compile_cache_counts_hits(tiny):
 
 
 def test_kill_switch(tiny, monkeypatch):
-    monkeypatch.setenv("TYPEDLM_GRAMMAR", "0")
+    monkeypatch.setattr(config, "_CURRENT", [config.resolve(env={"TYPEDLM_GRAMMAR": "0"})])
     with pytest.raises(GrammarDisabled, match="TYPEDLM_GRAMMAR=0"):
         generate("x", engine=tiny, json_object=True)
     r = generate("x", engine=tiny, max_tokens=3)  # free text still works

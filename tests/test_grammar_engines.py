@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import xgrammar as xgr
 
+from typedlm import config
 from typedlm.errors import ConstraintError, GrammarCompileError
 from typedlm.generate import generate
 from typedlm.grammar.compiler import Grammars
@@ -36,7 +37,7 @@ def test_engine_names_are_checked(tiny, monkeypatch):
         make_constraint(json_object=True, engine="guidance")
     with pytest.raises(GrammarCompileError, match="'outlines'"):
         Grammars(tiny.grammars.tokenizer_info, engine="outlines")
-    monkeypatch.setenv("TYPEDLM_GRAMMAR_ENGINE", "LLGuidance")
+    monkeypatch.setattr(config, "_CURRENT", [config.resolve(env={"TYPEDLM_GRAMMAR_ENGINE": "LLGuidance"})])
     assert Grammars(tiny.grammars.tokenizer_info).engine == "llguidance"
 
 

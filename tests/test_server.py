@@ -12,6 +12,7 @@ import openai
 import pytest
 from pydantic import BaseModel, Field
 
+from typedlm import config
 from typedlm.server.app import create_app
 from typedlm.server.state import ServerConfig
 from typedlm.server.testing import live_server
@@ -367,7 +368,7 @@ def test_a_schema_with_more_refusals_than_the_old_loop_allowed_is_relaxed_in_one
 
 def test_degrade_when_grammar_disabled(server, model, monkeypatch):
     before = metric(server, "typedlm_degraded_requests_total")
-    monkeypatch.setenv("TYPEDLM_GRAMMAR", "0")
+    monkeypatch.setattr(config, "_CURRENT", [config.resolve(env={"TYPEDLM_GRAMMAR": "0"})])
     for extra in ({"guided_regex": "[a-z]+"}, {"response_format": {"type": "json_schema", "json_schema": {
             "name": "p", "schema": PERSON, "strict": True}}}, {"structured_outputs": {"choice": ["a", "b"]}}):
         r = post(server, "/v1/chat/completions", {"model": model, "messages": MSG, "max_tokens": 4, **extra})

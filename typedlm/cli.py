@@ -181,11 +181,12 @@ def doctor(as_json: bool = typer.Option(False, "--json")):
 
 
 def _backend() -> str:
-    """The backend a model load picks now (``--backend`` unset): TYPEDLM_BACKEND, else auto."""
+    """The backend a model load picks now (``--backend`` unset): the ``backend`` setting (TYPEDLM_BACKEND), else auto."""
+    from .config import settings
     from .engine import pick_backend
 
     try:
-        return pick_backend()
+        return pick_backend(settings().backend)
     except TypedLMError as e:
         return f"error: {e}"
 

@@ -8,7 +8,6 @@ owns, by composition, the :class:`~typedlm.runner.model_runner.ModelRunner` that
 from __future__ import annotations
 
 import importlib.util
-import os
 import platform
 import time
 from dataclasses import dataclass, field
@@ -16,7 +15,7 @@ from typing import Any
 
 import torch
 
-from . import models, placement
+from . import config, models, placement
 from .errors import ModelLoadError, TypedLMError
 from .grammar.compiler import Grammars
 from .lru import LRUCache
@@ -49,6 +48,7 @@ class Engine:
     max_context: int
     grammars: Grammars
     runner: ModelRunner  # the one place the model runs (typedlm.runner)
+    settings: config.Settings  # what it was loaded with (typedlm.config), handed to the runner and grammars
     kv_bytes_per_token: int = 0  # K+V bytes one token adds to the cache, all layers, at ``dtype``
     attn_heads: int = 1  # query heads (attention-score memory per token pair)
     reasoning: ReasoningFormat | None = None  # <think> markers of a reasoning model
@@ -121,10 +121,8 @@ def pick_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.d
 BACKENDS = ("auto", "torch", "mlx")
 
 
-def pick_backend(backend: str | None = None) -> str:
-    """``torch`` or ``mlx`` for ``backend`` (None: ``TYPEDLM_BACKEND``, else ``auto``: MLX on Apple Silicon
-    when mlx-lm is installed, else torch)."""
-    backend = backend or os.environ.get("TYPEDLM_BACKEND") or "auto"
+def pick_backend(backend: str) -> str:
+    """``torch`` or ``mlx`` for ``backend`` (``auto``: MLX on Apple Silicon when mlx-lm is installed, else torch)."""
     if backend not in BACKENDS:
         raise ModelLoadError(f"bad backend {backend!r}: use one of {', '.join(BACKENDS)}")
     has_mlx = importlib.util.find_spec("mlx") is not None and importlib.util.find_spec("mlx_lm") is not None
@@ -137,14 +135,17 @@ def pick_backend(backend: str | None = None) -> str:
 
 
 def load_engine(ref: str = models.DEFAULT_REF, *, device: str = "auto", dtype: str | None = None,
-                progress: bool = True, backend: str | None = None, deterministic: bool | None = None) -> Engine:
+                progress: bool = True, backend: str | None = None, deterministic: bool | None = None,
+                settings: config.Settings | None = None) -> Engine:
     """Resolve ``ref`` (see :mod:`typedlm.models`), load model + tokenizer, build the handle on ``backend``
-    (see :func:`pick_backend`). ``deterministic``: see :func:`set_deterministic`."""
+    (see :func:`pick_backend`). ``deterministic``: see :func:`set_deterministic`. ``settings``: the engine's
+    (default: the process's, :func:`typedlm.config.settings`); ``backend`` overrides its own."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     t0 = time.perf_counter()
+    s = (settings or config.settings()).replace(backend=backend)
     resolved = models.resolve(ref)
-    chosen = pick_backend(backend)
+    chosen = pick_backend(s.backend)
     dev = pick_device(device) if chosen == "torch" else torch.device("cpu")
     dt = pick_dtype(dtype, dev)
     path = models.local_dir(resolved, progress=progress)
@@ -154,7 +155,7 @@ def load_engine(ref: str = models.DEFAULT_REF, *, device: str = "auto", dtype: s
             if resolved.kind == "hub":
                 raise ModelLoadError("the MLX backend loads local directories only (a HF or MLX model directory)")
             mlx = engine_from_mlx(path, tok, name=resolved.name, dtype=pick_dtype(dtype, dev) if dtype else None,
-                                  load_seconds=time.perf_counter() - t0)
+                                  load_seconds=time.perf_counter() - t0, settings=s)
             return set_deterministic(mlx, deterministic)
         model = AutoModelForCausalLM.from_pretrained(path, local_files_only=resolved.kind != "hub",
                                                      **placement.load_kwargs(path, dev, dt))
@@ -166,7 +167,7 @@ def load_engine(ref: str = models.DEFAULT_REF, *, device: str = "auto", dtype: s
             ) from e
         raise ModelLoadError(f"could not load model '{ref}' from {path}: {e}") from e
     return set_deterministic(engine_from_model(model, tok, name=resolved.name, device=dev, dtype=dt, source=path,
-                                               load_seconds=time.perf_counter() - t0), deterministic)
+                                               load_seconds=time.perf_counter() - t0, settings=s), deterministic)
 
 
 def set_deterministic(engine: Engine, on: bool | None) -> Engine:
@@ -189,9 +190,11 @@ def set_deterministic(engine: Engine, on: bool | None) -> Engine:
 
 def engine_from_model(model, tokenizer, *, name: str, device: torch.device | str = "cpu",
                       dtype: torch.dtype = torch.float32, source: str = "",
-                      load_seconds: float = 0.0) -> Engine:
-    """Build the handle from an already-constructed model + tokenizer (used by tests and benches)."""
+                      load_seconds: float = 0.0, settings: config.Settings | None = None) -> Engine:
+    """Build the handle from an already-constructed model + tokenizer (used by tests and benches);
+    ``settings`` default: the process's."""
     device = torch.device(device)
+    settings = settings or config.settings()
     if device.type == "cuda":
         # cuDNN attention builds an execution plan per new shape; in decode every step has a new KV
         # length, so each first-seen length cost ~40 ms on the H200 (57 ms vs 15 ms per forward for
@@ -201,13 +204,14 @@ def engine_from_model(model, tokenizer, *, name: str, device: torch.device | str
     model_vocab = int(model.get_output_embeddings().weight.shape[0])
     gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     max_ctx = int(getattr(model.config, "max_position_embeddings", 0) or 2048)
-    runner = ModelRunner(model, device=device, dtype=dtype, max_context=max_ctx, placed=placement.is_placed(model))
+    runner = ModelRunner(model, device=device, dtype=dtype, max_context=max_ctx, settings=settings,
+                         placed=placement.is_placed(model))
     return _assemble(model, tokenizer, runner, model.config, gen_eos, model_vocab=model_vocab, name=name,
-                     source=source, load_seconds=load_seconds)
+                     source=source, load_seconds=load_seconds, settings=settings)
 
 
 def engine_from_mlx(path: str, tokenizer, *, name: str, dtype: torch.dtype | None = None,
-                    load_seconds: float = 0.0) -> Engine:
+                    load_seconds: float = 0.0, settings: config.Settings | None = None) -> Engine:
     """The handle on the MLX backend: mlx-lm loads ``path`` (a HF or MLX directory, quantized or not);
     the config, tokenizer and generation config are read as for torch."""
     from transformers import AutoConfig, GenerationConfig
@@ -225,11 +229,11 @@ def engine_from_mlx(path: str, tokenizer, *, name: str, dtype: torch.dtype | Non
     max_ctx = int(getattr(cfg, "max_position_embeddings", 0) or 2048)
     runner = MLXRunner(model, dtype=dt, max_context=max_ctx, vocab=vocab)
     return _assemble(model, tokenizer, runner, cfg, gen_eos, model_vocab=vocab, name=name, source=path,
-                     load_seconds=load_seconds + time.perf_counter() - t0)
+                     load_seconds=load_seconds + time.perf_counter() - t0, settings=settings or config.settings())
 
 
 def _assemble(model, tokenizer, runner, cfg, gen_eos, *, model_vocab: int, name: str, source: str,
-              load_seconds: float) -> Engine:
+              load_seconds: float, settings: config.Settings) -> Engine:
     """What both backends derive the same way: stop ids, chat profile, KV sizes, grammars."""
     device, dtype, max_ctx = runner.device, runner.dtype, runner.max_context
     tok_vocab = len(tokenizer)
@@ -248,10 +252,11 @@ def _assemble(model, tokenizer, runner, cfg, gen_eos, *, model_vocab: int, name:
     head_dim = getattr(text_cfg, "head_dim", None) or text_cfg.hidden_size // heads
     kv_heads = getattr(text_cfg, "num_key_value_heads", None) or heads
     kv_bytes = 2 * text_cfg.num_hidden_layers * kv_heads * head_dim * torch.finfo(dtype).bits // 8
-    grammars = Grammars.for_tokenizer(tokenizer, model_vocab_size=model_vocab, stop_ids=sorted(stops))
+    grammars = Grammars.for_tokenizer(tokenizer, model_vocab_size=model_vocab, stop_ids=sorted(stops),
+                                      engine=settings.grammar_engine, timeout_s=settings.compile_timeout)
     reasoning = detect_reasoning(tokenizer, chat.template)
     return Engine(name=name, model=model, tokenizer=tokenizer, device=device, dtype=dtype, chat=chat,
                   tokenizer_vocab_size=tok_vocab, model_vocab_size=model_vocab,
                   stop_ids=frozenset(stops), max_context=max_ctx, grammars=grammars,
-                  runner=runner, kv_bytes_per_token=int(kv_bytes),
+                  runner=runner, settings=settings, kv_bytes_per_token=int(kv_bytes),
                   attn_heads=heads, reasoning=reasoning, load_seconds=load_seconds, source=source)

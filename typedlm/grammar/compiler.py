@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import warnings
@@ -11,6 +10,7 @@ from dataclasses import dataclass
 
 import xgrammar as xgr
 
+from .. import config
 from ..errors import GrammarCompileError
 from .llg import LLG_KINDS, LLGrammar, NotForLLGuidance, check_engine, engine_from_env, llg_grammar, llg_tokenizer
 from .relax import RelaxedSchemaWarning, lenient_core
@@ -33,14 +33,11 @@ class GrammarCompileTimeout(GrammarCompileError):
 
 
 def compile_timeout() -> float:
-    try:
-        return float(os.environ.get(TIMEOUT_ENV, DEFAULT_COMPILE_TIMEOUT_S))
-    except ValueError:
-        return DEFAULT_COMPILE_TIMEOUT_S
+    return config.settings().compile_timeout
 
 
 def grammar_enabled() -> bool:
-    return os.environ.get(KILL_SWITCH, "1").strip().lower() not in ("0", "false", "off", "no")
+    return config.settings().grammar
 
 
 def choice_ebnf(choices: tuple[str, ...]) -> str:
@@ -92,10 +89,10 @@ class Grammars:
 
     @classmethod
     def for_tokenizer(cls, tokenizer, *, model_vocab_size: int, stop_ids: list[int],
-                      schema_registry=None, engine: str | None = None) -> "Grammars":
+                      schema_registry=None, engine: str | None = None, timeout_s: float | None = None) -> "Grammars":
         info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=model_vocab_size,
                                                   stop_token_ids=list(stop_ids))
-        return cls(info, schema_registry=schema_registry, engine=engine)
+        return cls(info, schema_registry=schema_registry, engine=engine, timeout_s=timeout_s)
 
     def compile(self, c: Constraint, *, warn: bool = True) -> tuple[Compiled, float]:
         """Compiled grammar and the seconds this call spent (≈0 on a cache hit); a lenient schema that

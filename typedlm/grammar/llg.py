@@ -32,9 +32,9 @@ exponent on a bounded number, only the canonical first token of forced text. Che
 from __future__ import annotations
 
 import json
-import os
 import threading
 
+from .. import config
 from ..errors import GrammarCompileError
 from .llg_objects import counted_object, named_properties
 from .schema.ebnf import PRIVATE
@@ -58,7 +58,7 @@ def check_engine(engine: str | None) -> str | None:
 
 
 def engine_from_env() -> str:
-    return check_engine(os.environ.get(ENGINE_ENV, "").strip().lower() or DEFAULT_ENGINE)
+    return check_engine(config.settings().grammar_engine)
 
 
 _TOKENIZERS: dict[int, tuple] = {}  # id(info) -> (info, its llguidance tokenizer); info kept so its id stays its own
@@ -296,8 +296,7 @@ def llg_executor():
         if not _EXECUTOR:
             import llguidance
 
-            threads = os.environ.get(THREADS_ENV, "").strip()
-            _EXECUTOR.append(llguidance.LLExecutor(int(threads) if threads.isdigit() and int(threads) > 0 else None))
+            _EXECUTOR.append(llguidance.LLExecutor(config.settings().llg_threads))
         return _EXECUTOR[0]
 
 

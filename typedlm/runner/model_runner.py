@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import copy
 import inspect
-import os
 import threading
 from typing import Callable
 
 import torch
 
+from ..config import Settings
 from ..errors import TypedLMError
 from .contract import KVCache
 from .dynamic_kv import DynamicKV
@@ -45,25 +45,27 @@ from .tensors import device_tensor, to_device
 class ModelRunner:
     backend = "torch"
 
-    def __init__(self, model, *, device: torch.device, dtype: torch.dtype, max_context: int, placed: bool = False):
+    def __init__(self, model, *, device: torch.device, dtype: torch.dtype, max_context: int, settings: Settings,
+                 placed: bool = False):
         self.model, self.device, self.dtype, self.max_context = model, device, dtype, max_context
+        self.settings = settings
         params = inspect.signature(model.forward).parameters
         self.cache_kwarg = "cache" if "cache" in params else "past_key_values"  # transformers 5.x vs 4.x
         self.keeps_logits = "logits_to_keep" in params  # lm_head only at the positions read
         self.static_reason = unsupported(model, placed)  # None: StaticKV runs this model
-        self.kv_len = min(max_context, int(os.environ.get("TYPEDLM_KV_LEN", "4096")))
+        self.kv_len = min(max_context, settings.kv_len)
         self._static: StaticKV | None = None
         self._lock = threading.Lock()
         # token prefix -> KV across requests, for prefill and decisions (runner/prefix_reuse.py)
-        self.prefix_cache = PrefixCache(default_limit(device), stamp=WeightsStamp(model))
+        self.prefix_cache = PrefixCache(default_limit(device, settings.prefix_cache_gb), stamp=WeightsStamp(model))
         # a decision's invariant pass on a cached prefix as a CUDA graph (runner/score_graph.py)
-        self.score_graphs = ScoreGraphs(model, device=device, dtype=dtype, max_len=self.kv_len) \
+        self.score_graphs = ScoreGraphs(model, device=device, dtype=dtype, max_len=self.kv_len, settings=settings) \
             if self.static_reason is None else None
         self.invariant_reason: str | None = None  # None: scoring is batch-invariant; else why not
         self.deterministic = False  # generation on the batch-invariant ops too (set_deterministic)
-        env = os.environ.get("TYPEDLM_BATCH_INVARIANT", "")
-        if env == "0" or (env != "1" and device.type != "cuda"):
-            self.invariant_reason = "TYPEDLM_BATCH_INVARIANT=0" if env == "0" else "off by default on the CPU"
+        on = settings.batch_invariant
+        if on is False or (on is None and device.type != "cuda"):
+            self.invariant_reason = "TYPEDLM_BATCH_INVARIANT=0" if on is False else "off by default on the CPU"
         else:
             self.set_invariant(True)
 
@@ -127,7 +129,8 @@ class ModelRunner:
             kv = self._static
             if kv is None or ((kv.capacity < max_batch or kv.invariant != self.deterministic) and kv.idle):
                 kv = StaticKV(self.model, device=self.device, dtype=self.dtype, invariant=self.deterministic,
-                              capacity=max(max_batch, kv.capacity if kv else 1), max_len=self.kv_len)
+                              capacity=max(max_batch, kv.capacity if kv else 1), max_len=self.kv_len,
+                              compile_decode=self.settings.compile_decode, short_prefill=self.settings.short_prefill)
                 self._static = kv
             elif kv.capacity < max_batch:
                 raise TypedLMError(f"the engine's static KV holds {kv.capacity} rows and is in use; "

@@ -27,7 +27,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import contextvars
-import os
 import threading
 from dataclasses import dataclass
 from typing import Callable
@@ -42,12 +41,11 @@ GB = 1 << 30
 _TALLY: contextvars.ContextVar[tuple] = contextvars.ContextVar("typedlm_prefix_tally", default=())
 
 
-def default_limit(device: torch.device) -> int:
-    """Bytes for the cache: ``TYPEDLM_PREFIX_CACHE_GB`` when set, else 10 % of a GPU's memory (at most
-    16 GB), 1 GB on the CPU."""
-    env = os.environ.get("TYPEDLM_PREFIX_CACHE_GB")
-    if env is not None:
-        return gb_to_bytes(float(env))
+def default_limit(device: torch.device, gb: float | None = None) -> int:
+    """Bytes for the cache: ``gb`` (the ``prefix_cache_gb`` setting) when set, else 10 % of a GPU's memory (at
+    most 16 GB), 1 GB on the CPU."""
+    if gb is not None:
+        return gb_to_bytes(gb)
     if device.type == "cuda":
         return min(16 * GB, torch.cuda.get_device_properties(device).total_memory // 10)
     return GB

@@ -28,7 +28,6 @@ keeps it eager): 199; the whole 28-layer step compiled: 175 and 152 s of compile
 
 from __future__ import annotations
 
-import os
 import threading
 
 import torch
@@ -65,9 +64,10 @@ class StaticKV(SlotCache):
     device_feed = True  # ``step`` takes the ids as a device tensor too
 
     def __init__(self, model, *, device: torch.device, dtype: torch.dtype, capacity: int, max_len: int,
-                 invariant: bool = False):
+                 invariant: bool = False, compile_decode: bool = True, short_prefill: bool = True):
         """``invariant``: decode steps on the batch-invariant ops (deterministic generation; the caller runs the
-        forwards with :func:`typedlm.runner.invariant.mode.enabled` so the eager prefill/extend use them too)."""
+        forwards with :func:`typedlm.runner.invariant.mode.enabled` so the eager prefill/extend use them too).
+        ``compile_decode``: the CUDA decode layer compiled; ``short_prefill``: short prefills graphed on CUDA."""
         self.model, self.capacity, self.max_len, self.dev = model, capacity, max_len, device
         self.invariant = invariant
         self.base = model.model
@@ -95,13 +95,14 @@ class StaticKV(SlotCache):
         self.eps = float(getattr(cfg, "rms_norm_eps", 1e-6))
         self.weights = [fuse(layer) for layer in self.layers]
         self._layer = invariant_decode_layer if invariant else decode_layer
-        if not invariant and device.type == "cuda" and os.environ.get("TYPEDLM_COMPILE_DECODE", "1") == "1":
+        self.compile_decode = compile_decode
+        if not invariant and device.type == "cuda" and compile_decode:
             # one decoder layer compiled once (inductor fuses norms, rope, softmax, SiLU), shared by every
             # layer and bucket
             torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
             self._layer = torch.compile(decode_layer, dynamic=True)
         self.graphs = DecodeGraphs(device, self._decode, self._reset_inputs, self._io)
-        self.short = ShortPrefill(self)  # short prefills (a cached prompt's tail) as CUDA graphs
+        self.short = ShortPrefill(self, enabled=short_prefill)  # short prefills (a cached prompt's tail) as CUDA graphs
 
     # -- slots (any thread) -----------------------------------------------------------------------
     @property

@@ -13,14 +13,13 @@ Every value is validated by :class:`ServeSettings` (pydantic); a bad one names i
 
 from __future__ import annotations
 
-import os
 import tomllib
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..errors import TypedLMError
+from ..config import FILE_TABLE, ConfigError, environment
 
 ENV_PREFIX = "TYPEDLM_"
 SECRETS = ("api_key",)
@@ -69,10 +68,6 @@ class ServeSettings(BaseModel):
 FIELDS = tuple(ServeSettings.model_fields)
 
 
-class ConfigError(TypedLMError):
-    """A settings value (file, environment or flag) is invalid; the message names field and source."""
-
-
 def from_file(path: Path) -> dict[str, Any]:
     try:
         raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
@@ -82,6 +77,8 @@ def from_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file '{path}' is not valid TOML: {e}") from e
     out = {}
     for key, value in raw.items():
+        if key == FILE_TABLE:  # the engine's settings (typedlm.config)
+            continue
         name = key.replace("-", "_")
         if name not in FIELDS:
             raise ConfigError(f"config file '{path}': unknown key {key!r}; known: {', '.join(FIELDS)}")
@@ -103,7 +100,7 @@ def resolve_settings(flags: Mapping[str, Any], *, config_file: Path | None = Non
                      env: Mapping[str, str] | None = None) -> ServeSettings:
     """Merge ``flags`` (only those given on the command line) > ``env`` > ``config_file`` > defaults."""
     layers = [("config file", from_file(config_file) if config_file else {}),
-              ("environment", from_env(os.environ if env is None else env)),
+              ("environment", from_env(environment() if env is None else env)),
               ("flag", {k: v for k, v in flags.items() if k in FIELDS})]
     merged: dict[str, Any] = {}
     source: dict[str, str] = {}
