@@ -170,6 +170,7 @@ def test_deterministic_switch(tiny):
 
     from typedlm.engine import set_deterministic
     from typedlm.errors import ModelLoadError
+    from typedlm.runner.contract import Capabilities
     from typedlm.server.config import resolve_settings
 
     try:
@@ -178,8 +179,11 @@ def test_deterministic_switch(tiny):
         assert set_deterministic(tiny, True).runner.invariant and ties.drift(tiny) == float("-inf")
     finally:
         tiny.runner.set_invariant(True)
-    mlx_like = SimpleNamespace(name="m", runner=SimpleNamespace(backend="mlx"))
-    with pytest.raises(ModelLoadError, match="torch backend"):
+    caps = Capabilities(backend="mlx", cuda_graphs=False, invariant=False, deterministic=False, prefix_cache=False,
+                        device_feed=False)
+    mlx_like = SimpleNamespace(name="m", runner=SimpleNamespace(backend="mlx", capabilities=caps,
+                                                                invariant_reason="no invariant kernels"))
+    with pytest.raises(ModelLoadError, match="not available on the mlx backend"):
         set_deterministic(mlx_like, True)
     assert set_deterministic(mlx_like, False) is mlx_like
     assert resolve_settings({}, env={"TYPEDLM_DETERMINISTIC": "0"}).deterministic is False

@@ -20,6 +20,7 @@ from .bench import grammar as bench_grammar
 from .bench import itl as bench_itl
 from .bench import jsonschema_suite as bench_jsonschema_suite
 from .bench import schema_compile as bench_schema_compile
+from .bench import soak as bench_soak
 from .bench import jump_forward as bench_jump_forward
 from .bench import mlx as bench_mlx
 from .bench import prefix_cache as bench_prefix_cache
@@ -219,7 +220,7 @@ def models_convert(ref: str = typer.Argument("default", help="default or a .gguf
 
 
 for _feature in (bench_grammar, bench_gen, bench_jump_forward, bench_mlx, bench_decide, bench_itl, bench_jsonschema_suite,
-                 bench_schema_compile, bench_trust, bench_scale, bench_prefix_cache, server_cli, decide_cli,
+                 bench_schema_compile, bench_trust, bench_scale, bench_prefix_cache, bench_soak, server_cli, decide_cli,
                  eval_cli):
     _feature.register(app, bench_app)
 

@@ -47,6 +47,7 @@ class Settings(BaseModel):
     compile_timeout: float = Field(20.0, gt=0)  # seconds one grammar compile may take
     grammar_engine: Literal["xgrammar", "llguidance", "auto"] = "xgrammar"  # JSON constraints' engine
     llg_threads: int | None = Field(None, ge=1)  # llguidance's mask threads; None: its default
+    overlap_schedule: bool = True  # the scheduler's overlapped step (forward queued before the host's update)
     cache: Path | None = None  # model conversion cache; None: $XDG_CACHE_HOME/typedlm or ~/.cache/typedlm
 
     @property

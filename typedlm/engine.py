@@ -177,10 +177,10 @@ def set_deterministic(engine: Engine, on: bool | None) -> Engine:
     if on is None:
         return engine
     runner = engine.runner
-    if not hasattr(runner, "set_deterministic"):
+    if not runner.capabilities.deterministic:
         if on:
-            raise ModelLoadError(f"deterministic (batch-invariant) scoring needs the torch backend, "
-                                 f"not {runner.backend}")
+            raise ModelLoadError(f"deterministic (batch-invariant) scoring is not available on the {runner.backend} "
+                                 f"backend for {engine.name}: {runner.invariant_reason}")
         return engine
     if runner.set_deterministic(on) != on:
         raise ModelLoadError(f"deterministic (batch-invariant) scoring is not available for {engine.name}: "

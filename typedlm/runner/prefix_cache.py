@@ -315,7 +315,7 @@ def to_hf(kv: torch.Tensor, batch: int = 1, copy: bool = True):
 def configure(engine, gb: float | None):
     """Set the engine's prefix cache to ``gb`` (None: keep the default; 0: off) -> the engine. A backend
     without a prefix cache (MLX) accepts only None or 0."""
-    cache = getattr(engine.runner, "prefix_cache", None)
+    cache = engine.runner.prefix_cache
     if gb is not None and cache is None and gb > 0:
         raise TypedLMError(f"the {engine.runner.backend} backend has no prefix cache (--prefix-cache-gb 0)")
     if gb is not None and cache is not None:

@@ -48,7 +48,8 @@ def extend_layer(h, cos, sin, visible, slot, pos, kc, vc, n1, qkv_w, qkv_b, qn, 
 
 
 class ShortPrefill:
-    """Short one-row prefills of a :class:`~typedlm.runner.static_kv.StaticKV` (``kv``), graphed on CUDA."""
+    """Short one-row prefills on static slots (``kv``: their :class:`~typedlm.runner.static_forwards.StaticForwards`),
+    graphed on CUDA."""
 
     def __init__(self, kv, *, enabled: bool):
         self.kv, dev = kv, kv.dev

@@ -15,7 +15,7 @@ import json
 
 from fastapi import Request
 
-from ..generate.scheduler import DoneEvent, TokenEvent
+from ..generate.requests import DoneEvent, TokenEvent
 from .chat import ChatStream
 from .responses import (call_item, message_item, reasoning_item, response_object, responses_usage, status_of,
                         text_part)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import Request
 
 from ..generate.detokenize import StreamText
-from ..generate.scheduler import DoneEvent, TokenEvent
+from ..generate.requests import DoneEvent, TokenEvent
 from .chat import ChatStream
 from .generation import Job
 from .wire import chat_lp, completion_lp, notice, sse, usage

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from ..generate.detokenize import token_bytes
-from ..generate.scheduler import TokenEvent
+from ..generate.requests import TokenEvent
 
 
 def notice(job, results) -> dict:
