@@ -116,21 +116,27 @@ def resolve(args: Mapping[str, Any] | None = None, *, config_file: Path | str | 
     return _build(layers, path)
 
 
-def _build(layers: list[tuple[str, dict]], path) -> Settings:
-    merged: dict[str, Any] = {}
+def merged(model: type[BaseModel], layers: list[tuple[str, dict]], describe: Mapping[str, Any]):
+    """``model`` from ``layers`` (``(source, values)``, later ones win), validated; a bad value is a ConfigError
+    naming it as ``describe[source](name, value)`` says (the environment: ``TYPEDLM_<NAME>=value``)."""
+    values: dict[str, Any] = {}
     source: dict[str, str] = {}
-    for where, values in layers:
-        merged.update(values)
-        source.update({k: where for k in values})
+    for where, layer in layers:
+        values.update(layer)
+        source.update({k: where for k in layer})
     try:
-        return Settings(**merged)
+        return model(**values)
     except ValidationError as e:
         err = e.errors()[0]
         name = str(err["loc"][0]) if err["loc"] else "?"
         where, got = source.get(name, "default"), err.get("input")
-        what = {"argument": f"{name}={got!r}", "environment": f"{ENV_PREFIX}{name.upper()}={got!r}",
-                "config file": f"[{FILE_TABLE}] {name} = {got!r} in config file '{path}'"}.get(where, f"{name} {got!r}")
-        raise ConfigError(f"{what}: {err['msg']}") from None
+        say = {"environment": lambda n, v: f"{ENV_PREFIX}{n.upper()}={v!r}", **describe}.get(where)
+        raise ConfigError(f"{say(name, got) if say else f'{name} {got!r}'}: {err['msg']}") from None
+
+
+def _build(layers: list[tuple[str, dict]], path) -> Settings:
+    return merged(Settings, layers, {"argument": lambda n, v: f"{n}={v!r}", "settings": lambda n, v: f"{n}={v!r}",
+                                     "config file": lambda n, v: f"[{FILE_TABLE}] {n} = {v!r} in config file '{path}'"})
 
 
 def settings() -> Settings:

@@ -17,11 +17,10 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from ..config import FILE_TABLE, ConfigError, environment
+from ..config import ENV_PREFIX, FILE_TABLE, ConfigError, environment, merged
 
-ENV_PREFIX = "TYPEDLM_"
 SECRETS = ("api_key",)
 REDACTED = "***"
 LIST_FIELDS = ("served_model_names",)
@@ -102,17 +101,5 @@ def resolve_settings(flags: Mapping[str, Any], *, config_file: Path | None = Non
     layers = [("config file", from_file(config_file) if config_file else {}),
               ("environment", from_env(environment() if env is None else env)),
               ("flag", {k: v for k, v in flags.items() if k in FIELDS})]
-    merged: dict[str, Any] = {}
-    source: dict[str, str] = {}
-    for where, values in layers:
-        merged.update(values)
-        source.update({k: where for k in values})
-    try:
-        return ServeSettings(**merged)
-    except ValidationError as e:
-        err = e.errors()[0]
-        name = str(err["loc"][0]) if err["loc"] else "?"
-        where, got = source.get(name, "default"), err.get("input")
-        what = {"flag": f"--{name.replace('_', '-')} {got}", "environment": f"{ENV_PREFIX}{name.upper()}={got!r}",
-                "config file": f"{name} = {got!r} in config file '{config_file}'"}.get(where, f"{name} {got!r}")
-        raise ConfigError(f"{what}: {err['msg']}") from None
+    return merged(ServeSettings, layers, {"flag": lambda n, v: f"--{n.replace('_', '-')} {v}",
+                                          "config file": lambda n, v: f"{n} = {v!r} in config file '{config_file}'"})
