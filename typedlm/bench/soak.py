@@ -22,6 +22,7 @@ from typing import Optional
 
 import typer
 
+from ..cliutil import backend_option
 from .grammar import _pct
 
 KINDS = ("chat", "json", "tools", "decide", "decide_many", "disconnect", "cancel", "malformed")
@@ -180,6 +181,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         model: str = typer.Option("tiny", "--model", "-m", help="tiny (random-weight test model) | default | HF dir"),
         arch: Optional[str] = typer.Option(None, "--arch", help="random-weight real architecture, e.g. qwen2.5-7b"),
         device: str = typer.Option("cpu", "--device"),
+        backend: Optional[str] = backend_option(),
         clients: int = typer.Option(32, "--clients"),
         duration: float = typer.Option(600, "--duration", help="seconds of traffic"),
         max_tokens: int = typer.Option(32, "--max-tokens"),
@@ -200,7 +202,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             else:
                 from .models import bench_engine
 
-                engine = bench_engine(arch, model, device=device)
+                engine = bench_engine(arch, model, device=device, backend=backend)
             res = bench_soak(engine, clients=clients, duration=duration, max_tokens=max_tokens, max_batch=max_batch,
                              interval=interval, progress=lambda m: typer.echo(f"... {m}", err=True))
         print_json({k: v for k, v in res.items() if k != "series"})
