@@ -84,15 +84,19 @@ def from_env(env: Mapping[str, str]) -> dict[str, Any]:
     return out
 
 
-def from_file(path: Path) -> dict[str, Any]:
-    """The ``[engine]`` table of TOML file ``path``; an unknown key there is an error."""
+def read_toml(path: Path) -> dict[str, Any]:
+    """TOML file ``path`` as a dict; unreadable or invalid: a ConfigError naming the file."""
     try:
-        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        return tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as e:
         raise ConfigError(f"cannot read config file '{path}': {e.strerror or e}") from e
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"config file '{path}' is not valid TOML: {e}") from e
-    table = raw.get(FILE_TABLE, {})
+
+
+def from_file(path: Path) -> dict[str, Any]:
+    """The ``[engine]`` table of TOML file ``path``; an unknown key there is an error."""
+    table = read_toml(path).get(FILE_TABLE, {})
     if not isinstance(table, dict):
         raise ConfigError(f"config file '{path}': [{FILE_TABLE}] must be a table")
     out = {}

@@ -13,13 +13,12 @@ Every value is validated by :class:`ServeSettings` (pydantic); a bad one names i
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..config import ENV_PREFIX, FILE_TABLE, ConfigError, environment, merged
+from ..config import ENV_PREFIX, FILE_TABLE, ConfigError, environment, merged, read_toml
 
 SECRETS = ("api_key",)
 REDACTED = "***"
@@ -68,14 +67,8 @@ FIELDS = tuple(ServeSettings.model_fields)
 
 
 def from_file(path: Path) -> dict[str, Any]:
-    try:
-        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as e:
-        raise ConfigError(f"cannot read config file '{path}': {e.strerror or e}") from e
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"config file '{path}' is not valid TOML: {e}") from e
     out = {}
-    for key, value in raw.items():
+    for key, value in read_toml(path).items():
         if key == FILE_TABLE:  # the engine's settings (typedlm.config)
             continue
         name = key.replace("-", "_")
