@@ -12,7 +12,7 @@ t_start=$(date +%s)
 step() { local t=$1; shift; echo "== $* ($(date +%T))" >&2; timeout "$t" "$@"; echo "== rc $? after $(( $(date +%s) - t_start )) s" >&2; }
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv > "$out/gpu.csv" 2>&1
 # 1. the headline: 4 streams beside 2 decide clients (every mode the bench has), ~150 s
-step 150 python3 -m typedlm bench itl --arch qwen2.5-7b --device cuda --max-tokens 64 --rounds 4 --decide-clients 2 \
+step 140 python3 -m typedlm bench itl --arch qwen2.5-7b --device cuda --max-tokens 64 --rounds 4 --decide-clients 2 \
     --json "$out/itl-h200.json" > /dev/null
 # 2. no regression: generation b1 / b32, free and JSON (the bench runs both kinds), ~80 s
 step 90 python3 -m typedlm bench gen --arch qwen2.5-7b --device cuda --batch 1 --batch 32 --no-hf --no-hf-static --json "$out/gen-h200.json" \
@@ -24,7 +24,7 @@ step 60 python3 -m typedlm bench prefix-cache --arch qwen2.5-7b --device cuda --
     --out "$out/prefix-cache-h200.json" > /dev/null
 # 4. decisions beside streams are bit-identical to decisions alone (invariant scoring on), ~60 s
 step 70 python3 bench/gpu_check.py qwen2.5-7b invariance > "$out/gpu-invariance-h200.json"
-# 5. a short soak: 128 clients, 40 s of mixed traffic (the timeouts above sum to 520 s)
-step 80 python3 -m typedlm bench soak --arch qwen2.5-7b --device cuda --clients 128 --duration 40 --max-batch 32 \
+# 5. a short soak: 128 clients, 30 s of mixed traffic (the timeouts above sum to 520 s)
+step 90 python3 -m typedlm bench soak --arch qwen2.5-7b --device cuda --clients 128 --duration 30 --max-batch 32 \
     --interval 5 --json "$out/soak-h200.json" > /dev/null
 echo "total $(( $(date +%s) - t_start )) s" >&2
