@@ -5,8 +5,8 @@ violation. Run on the lent H200 (bench/results/gpu-check-h200.json holds the com
 ``python bench/gpu_check.py ARCH ops``: only the invariant kernels' checks (no model).
 ``python bench/gpu_check.py ARCH deterministic``: greedy rows after slot reuse vs solo, deterministic mode off/on.
 ``python bench/gpu_check.py ARCH invariance``: only the batch-invariance check (issue 20): the invariant ops
-in bf16, decide batched vs one-row and decide_many vs solo, invariance on and off
-(bench/results/gpu-invariance-h200.json)."""
+in bf16, decide batched vs one-row and decide_many vs solo, invariance on and off, and decide / decide_many
+beside 4 streams vs alone (bench/results/gpu-invariance-h200.json)."""
 
 import json
 import re
@@ -110,6 +110,11 @@ def invariance_check() -> dict:
                                        "same_values": all(m.value_dict() == s.value_dict() for m, s in zip(many, solo))}}
         out[f"invariant_{setting}"] = rep
     engine.runner.set_invariant(True)
+    from typedlm.bench.beside import decide_beside_streams
+    from typedlm.bench.decide import contexts as many_contexts
+
+    p = presets.load("support_triage")  # issue 34: decisions beside 4 streams vs alone, invariance on
+    out["beside_streams"] = decide_beside_streams(engine, p["schema"], many_contexts(engine, 8, 400), streams=4)
     return out
 
 
@@ -148,7 +153,8 @@ if sys.argv[2:] == ["ops"]:
 if sys.argv[2:] == ["invariance"]:
     r = invariance_check()
     print(json.dumps({"arch": arch, "device": torch.cuda.get_device_name(0), "invariance": r}, indent=1))
-    sys.exit(0 if all(v["max_abs_diff"] == 0 for p in r["invariant_on"].values() for v in p.values()) else 1)
+    sys.exit(0 if all(v["max_abs_diff"] == 0 for p in r["invariant_on"].values() for v in p.values())
+             and r["beside_streams"]["max_abs_diff"] == 0 else 1)
 SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer", "minimum": 0,
           "maximum": 999}, "tag": {"enum": ["a", "b", "c"]}, "s": {"type": "string", "maxLength": 10}},
           "required": ["ok", "n", "tag", "s"]}
@@ -207,17 +213,18 @@ sk["kv"] = type(kv).__name__
 t0 = time.perf_counter()
 engine.runner.capture(kv, 512)
 sk["capture_s"] = round(time.perf_counter() - t0, 2)
-sk["graphs"] = len(kv.graphs)
+fw = engine.runner.forwards(kv)
+sk["graphs"] = len(fw.graphs)
 # 1. a graph replay equals the eager decode of the same inputs
 prompt = engine.encode_prompt(prompt="The static cache check: " * 4)
 with torch.inference_mode():
     s0 = kv.acquire()
-    kv.prefill(torch.tensor([prompt], device="cuda"), [s0])
+    fw.prefill(torch.tensor([prompt], device="cuda"), [s0])
     n = kv.length[s0]
-    graph_logits = kv.step([42], [s0])
+    graph_logits = fw.step([42], [s0])
     kv.length[s0] = n  # feed the same token at the same position, eagerly
-    kv._io[0, 0], kv._io[1, 0] = 42, n
-    eager = kv._decode(1, 256)[0]
+    fw._io[0, 0], fw._io[1, 0] = 42, n
+    eager = fw._decode(1, 256)[0]
     kv.release(s0)
 sk["graph_vs_eager_max_abs"] = float((graph_logits[0] - eager).abs().max())
 # 2. greedy typedlm (static KV, graphs) vs HF generate (eager, DynamicCache), same prompt

@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 import torch
 
-from typedlm import models
+from typedlm import config, models
 from typedlm.engine import load_engine, pick_device, pick_dtype
 from typedlm.errors import ModelLoadError, TypedLMError
 from typedlm.generate import generate
@@ -66,8 +66,7 @@ def test_hub_id_offline_names_the_id_and_the_way_out(monkeypatch):
 
 
 def test_cache_dir_follows_xdg(monkeypatch, tmp_path):
-    monkeypatch.delenv("TYPEDLM_CACHE", raising=False)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(config, "_CURRENT", [config.resolve(env={"XDG_CACHE_HOME": str(tmp_path)})])
     assert models.cache_dir() == tmp_path / "typedlm"
     r = models.resolve("default")
     assert r.converted_dir == tmp_path / "typedlm" / "models" / models.DEFAULT_NAME

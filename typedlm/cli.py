@@ -20,6 +20,7 @@ from .bench import grammar as bench_grammar
 from .bench import itl as bench_itl
 from .bench import jsonschema_suite as bench_jsonschema_suite
 from .bench import schema_compile as bench_schema_compile
+from .bench import soak as bench_soak
 from .bench import jump_forward as bench_jump_forward
 from .bench import mlx as bench_mlx
 from .bench import prefix_cache as bench_prefix_cache
@@ -136,6 +137,7 @@ def doctor(as_json: bool = typer.Option(False, "--json")):
 
     import torch
 
+    from . import config
     from .engine import grammar_options
 
     def ver(pkg):
@@ -158,7 +160,7 @@ def doctor(as_json: bool = typer.Option(False, "--json")):
                           "converted": bool(resolved and resolved.is_converted),
                           "dir": str(resolved.converted_dir) if resolved else None},
         "cache_dir": str(models.cache_dir()),
-        "grammar_enabled": grammar_options()["enabled"],
+        "grammar_enabled": grammar_options(config.settings())["enabled"],
     }
     if as_json:
         print_json(info)
@@ -181,11 +183,12 @@ def doctor(as_json: bool = typer.Option(False, "--json")):
 
 
 def _backend() -> str:
-    """The backend a model load picks now (``--backend`` unset): TYPEDLM_BACKEND, else auto."""
+    """The backend a model load picks now (``--backend`` unset): the ``backend`` setting (TYPEDLM_BACKEND), else auto."""
+    from .config import settings
     from .engine import pick_backend
 
     try:
-        return pick_backend()
+        return pick_backend(settings().backend)
     except TypedLMError as e:
         return f"error: {e}"
 
@@ -218,7 +221,7 @@ def models_convert(ref: str = typer.Argument("default", help="default or a .gguf
 
 
 for _feature in (bench_grammar, bench_gen, bench_jump_forward, bench_mlx, bench_decide, bench_itl, bench_jsonschema_suite,
-                 bench_schema_compile, bench_trust, bench_scale, bench_prefix_cache, server_cli, decide_cli,
+                 bench_schema_compile, bench_trust, bench_scale, bench_prefix_cache, bench_soak, server_cli, decide_cli,
                  eval_cli):
     _feature.register(app, bench_app)
 

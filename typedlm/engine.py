@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gc
 import importlib.util
-import os
 import platform
 import time
 from dataclasses import dataclass, field
@@ -17,7 +16,7 @@ from typing import Any
 
 import torch
 
-from . import models, placement
+from . import config, models, placement
 from .errors import ModelLoadError, TypedLMError
 from .grammar.compiler import Grammars
 from .lru import LRUCache
@@ -50,6 +49,7 @@ class Engine:
     max_context: int
     grammars: Grammars
     runner: ModelRunner  # the one place the model runs (typedlm.runner)
+    settings: config.Settings  # what it was loaded with (typedlm.config), handed to the runner and grammars
     kv_bytes_per_token: int = 0  # K+V bytes one token adds to the cache, all layers, at ``dtype``
     attn_heads: int = 1  # query heads (attention-score memory per token pair)
     reasoning: ReasoningFormat | None = None  # <think> markers of a reasoning model
@@ -122,26 +122,17 @@ def pick_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.d
 BACKENDS = ("auto", "torch", "mlx")
 
 
-def grammar_options() -> dict:
-    """The grammar compiler's options from the environment (``Grammars``' keyword arguments):
-    ``TYPEDLM_GRAMMAR_ENGINE`` (xgrammar | llguidance | auto), ``TYPEDLM_COMPILE_TIMEOUT`` (seconds),
-    ``TYPEDLM_LLG_THREADS`` (llguidance's mask-fill threads), ``TYPEDLM_GRAMMAR=0`` (no grammars)."""
-    out: dict = {"engine": os.environ.get("TYPEDLM_GRAMMAR_ENGINE", "").strip().lower() or "xgrammar",
-                 "enabled": os.environ.get("TYPEDLM_GRAMMAR", "1").strip().lower() not in ("0", "false", "off", "no")}
-    try:
-        out["timeout_s"] = float(os.environ["TYPEDLM_COMPILE_TIMEOUT"])
-    except (KeyError, ValueError):
-        pass
-    threads = os.environ.get("TYPEDLM_LLG_THREADS", "").strip()
-    if threads.isdigit() and int(threads) > 0:
-        out["threads"] = int(threads)
+def grammar_options(settings: config.Settings) -> dict:
+    """The grammar compiler's options (``Grammars``' keyword arguments) from ``settings``."""
+    out: dict = {"engine": settings.grammar_engine, "enabled": settings.grammar,
+                 "timeout_s": settings.compile_timeout}
+    if settings.llg_threads:
+        out["threads"] = settings.llg_threads
     return out
 
 
-def pick_backend(backend: str | None = None) -> str:
-    """``torch`` or ``mlx`` for ``backend`` (None: ``TYPEDLM_BACKEND``, else ``auto``: MLX on Apple Silicon
-    when mlx-lm is installed, else torch)."""
-    backend = backend or os.environ.get("TYPEDLM_BACKEND") or "auto"
+def pick_backend(backend: str) -> str:
+    """``torch`` or ``mlx`` for ``backend`` (``auto``: MLX on Apple Silicon when mlx-lm is installed, else torch)."""
     if backend not in BACKENDS:
         raise ModelLoadError(f"bad backend {backend!r}: use one of {', '.join(BACKENDS)}")
     has_mlx = importlib.util.find_spec("mlx") is not None and importlib.util.find_spec("mlx_lm") is not None
@@ -154,25 +145,28 @@ def pick_backend(backend: str | None = None) -> str:
 
 
 def load_engine(ref: str = models.DEFAULT_REF, *, device: str = "auto", dtype: str | None = None,
-                progress: bool = True, backend: str | None = None, deterministic: bool | None = None) -> Engine:
+                progress: bool = True, backend: str | None = None, deterministic: bool | None = None,
+                settings: config.Settings | None = None) -> Engine:
     """Resolve ``ref`` (see :mod:`typedlm.models`), load model + tokenizer, build the handle on ``backend``
-    (see :func:`pick_backend`). ``deterministic``: see :func:`set_deterministic`. The heap built so far is
-    then frozen (:func:`gc.freeze`): the collector's full passes skip it, so they stay short inside compiles
-    (a full pass over a large heap stalls a compile by ~0.5 s: ``bench/results/compile-tail-cpu.md``)."""
+    (see :func:`pick_backend`). ``deterministic``: see :func:`set_deterministic`. ``settings``: the engine's
+    (default: the process's, :func:`typedlm.config.settings`); ``backend`` overrides its own. The heap built
+    so far is then frozen (:func:`gc.freeze`): the collector's full passes skip it, so they stay short inside
+    grammar compiles."""
     engine = _load_engine(ref, device=device, dtype=dtype, progress=progress, backend=backend,
-                          deterministic=deterministic)
+                          deterministic=deterministic, settings=settings)
     gc.collect()
     gc.freeze()
     return engine
 
 
 def _load_engine(ref: str, *, device: str, dtype: str | None, progress: bool, backend: str | None,
-                 deterministic: bool | None) -> Engine:
+                 deterministic: bool | None, settings: config.Settings | None) -> Engine:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     t0 = time.perf_counter()
+    s = (settings or config.settings()).replace(backend=backend)
     resolved = models.resolve(ref)
-    chosen = pick_backend(backend)
+    chosen = pick_backend(s.backend)
     dev = pick_device(device) if chosen == "torch" else torch.device("cpu")
     dt = pick_dtype(dtype, dev)
     path = models.local_dir(resolved, progress=progress)
@@ -182,7 +176,7 @@ def _load_engine(ref: str, *, device: str, dtype: str | None, progress: bool, ba
             if resolved.kind == "hub":
                 raise ModelLoadError("the MLX backend loads local directories only (a HF or MLX model directory)")
             mlx = engine_from_mlx(path, tok, name=resolved.name, dtype=pick_dtype(dtype, dev) if dtype else None,
-                                  load_seconds=time.perf_counter() - t0)
+                                  load_seconds=time.perf_counter() - t0, settings=s)
             return set_deterministic(mlx, deterministic)
         model = AutoModelForCausalLM.from_pretrained(path, local_files_only=resolved.kind != "hub",
                                                      **placement.load_kwargs(path, dev, dt))
@@ -194,7 +188,7 @@ def _load_engine(ref: str, *, device: str, dtype: str | None, progress: bool, ba
             ) from e
         raise ModelLoadError(f"could not load model '{ref}' from {path}: {e}") from e
     return set_deterministic(engine_from_model(model, tok, name=resolved.name, device=dev, dtype=dt, source=path,
-                                               load_seconds=time.perf_counter() - t0), deterministic)
+                                               load_seconds=time.perf_counter() - t0, settings=s), deterministic)
 
 
 def set_deterministic(engine: Engine, on: bool | None) -> Engine:
@@ -204,10 +198,10 @@ def set_deterministic(engine: Engine, on: bool | None) -> Engine:
     if on is None:
         return engine
     runner = engine.runner
-    if not hasattr(runner, "set_deterministic"):
+    if not runner.capabilities.deterministic:
         if on:
-            raise ModelLoadError(f"deterministic (batch-invariant) scoring needs the torch backend, "
-                                 f"not {runner.backend}")
+            raise ModelLoadError(f"deterministic (batch-invariant) scoring is not available on the {runner.backend} "
+                                 f"backend for {engine.name}: {runner.invariant_reason}")
         return engine
     if runner.set_deterministic(on) != on:
         raise ModelLoadError(f"deterministic (batch-invariant) scoring is not available for {engine.name}: "
@@ -217,9 +211,11 @@ def set_deterministic(engine: Engine, on: bool | None) -> Engine:
 
 def engine_from_model(model, tokenizer, *, name: str, device: torch.device | str = "cpu",
                       dtype: torch.dtype = torch.float32, source: str = "",
-                      load_seconds: float = 0.0) -> Engine:
-    """Build the handle from an already-constructed model + tokenizer (used by tests and benches)."""
+                      load_seconds: float = 0.0, settings: config.Settings | None = None) -> Engine:
+    """Build the handle from an already-constructed model + tokenizer (used by tests and benches);
+    ``settings`` default: the process's."""
     device = torch.device(device)
+    settings = settings or config.settings()
     if device.type == "cuda":
         # cuDNN attention builds an execution plan per new shape; in decode every step has a new KV
         # length, so each first-seen length cost ~40 ms on the H200 (57 ms vs 15 ms per forward for
@@ -229,13 +225,14 @@ def engine_from_model(model, tokenizer, *, name: str, device: torch.device | str
     model_vocab = int(model.get_output_embeddings().weight.shape[0])
     gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     max_ctx = int(getattr(model.config, "max_position_embeddings", 0) or 2048)
-    runner = ModelRunner(model, device=device, dtype=dtype, max_context=max_ctx, placed=placement.is_placed(model))
+    runner = ModelRunner(model, device=device, dtype=dtype, max_context=max_ctx, settings=settings,
+                         placed=placement.is_placed(model))
     return _assemble(model, tokenizer, runner, model.config, gen_eos, model_vocab=model_vocab, name=name,
-                     source=source, load_seconds=load_seconds)
+                     source=source, load_seconds=load_seconds, settings=settings)
 
 
 def engine_from_mlx(path: str, tokenizer, *, name: str, dtype: torch.dtype | None = None,
-                    load_seconds: float = 0.0) -> Engine:
+                    load_seconds: float = 0.0, settings: config.Settings | None = None) -> Engine:
     """The handle on the MLX backend: mlx-lm loads ``path`` (a HF or MLX directory, quantized or not);
     the config, tokenizer and generation config are read as for torch."""
     from transformers import AutoConfig, GenerationConfig
@@ -253,11 +250,11 @@ def engine_from_mlx(path: str, tokenizer, *, name: str, dtype: torch.dtype | Non
     max_ctx = int(getattr(cfg, "max_position_embeddings", 0) or 2048)
     runner = MLXRunner(model, dtype=dt, max_context=max_ctx, vocab=vocab)
     return _assemble(model, tokenizer, runner, cfg, gen_eos, model_vocab=vocab, name=name, source=path,
-                     load_seconds=load_seconds + time.perf_counter() - t0)
+                     load_seconds=load_seconds + time.perf_counter() - t0, settings=settings or config.settings())
 
 
 def _assemble(model, tokenizer, runner, cfg, gen_eos, *, model_vocab: int, name: str, source: str,
-              load_seconds: float) -> Engine:
+              load_seconds: float, settings: config.Settings) -> Engine:
     """What both backends derive the same way: stop ids, chat profile, KV sizes, grammars."""
     device, dtype, max_ctx = runner.device, runner.dtype, runner.max_context
     tok_vocab = len(tokenizer)
@@ -277,10 +274,10 @@ def _assemble(model, tokenizer, runner, cfg, gen_eos, *, model_vocab: int, name:
     kv_heads = getattr(text_cfg, "num_key_value_heads", None) or heads
     kv_bytes = 2 * text_cfg.num_hidden_layers * kv_heads * head_dim * torch.finfo(dtype).bits // 8
     grammars = Grammars.for_tokenizer(tokenizer, model_vocab_size=model_vocab, stop_ids=sorted(stops),
-                                      **grammar_options())
+                                      **grammar_options(settings))
     reasoning = detect_reasoning(tokenizer, chat.template)
     return Engine(name=name, model=model, tokenizer=tokenizer, device=device, dtype=dtype, chat=chat,
                   tokenizer_vocab_size=tok_vocab, model_vocab_size=model_vocab,
                   stop_ids=frozenset(stops), max_context=max_ctx, grammars=grammars,
-                  runner=runner, kv_bytes_per_token=int(kv_bytes),
+                  runner=runner, settings=settings, kv_bytes_per_token=int(kv_bytes),
                   attn_heads=heads, reasoning=reasoning, load_seconds=load_seconds, source=source)

@@ -17,6 +17,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import config
 from .errors import ModelLoadError
 
 DEFAULT_REF = "default"
@@ -27,11 +28,9 @@ _MARKER = "typedlm-source.json"
 
 
 def cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/typedlm`` or ``~/.cache/typedlm`` (``TYPEDLM_CACHE`` overrides both)."""
-    if os.environ.get("TYPEDLM_CACHE"):
-        return Path(os.environ["TYPEDLM_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "typedlm"
+    """``$XDG_CACHE_HOME/typedlm`` or ``~/.cache/typedlm`` (the ``cache`` setting, ``TYPEDLM_CACHE``, overrides
+    both; :mod:`typedlm.config`)."""
+    return config.settings().cache_dir
 
 
 def models_dir() -> Path:

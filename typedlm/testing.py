@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from . import models
+from .config import Settings
 from .engine import Engine, engine_from_model
 from .errors import TypedLMError
 
@@ -40,10 +41,10 @@ def tiny_llama(tokenizer, *, layers: int = 2, hidden: int = 64, heads: int = 4, 
     return model
 
 
-def tiny_engine(*, seed: int = 0, **kw) -> Engine:
+def tiny_engine(*, seed: int = 0, settings: Settings | None = None, **kw) -> Engine:
     tok = default_tokenizer()
     return engine_from_model(tiny_llama(tok, seed=seed, **kw), tok, name="tiny-random-llama", device="cpu",
-                             dtype=torch.float32)
+                             dtype=torch.float32, settings=settings)
 
 
 def save_tiny(directory, engine: Engine | None = None) -> str:

@@ -56,10 +56,11 @@ model = engine.model
 for b in (1, 32):
     r = {}
     with torch.inference_mode():
-        kv._reset_inputs(b)
-        r["graph_ms"] = cuda_ms(lambda: kv.graphs.replay(b, 256))
+        fw = engine.runner.forwards(kv)
+        fw._reset_inputs(b)
+        r["graph_ms"] = cuda_ms(lambda: fw.graphs.replay(b, 256))
         x = torch.randn(b, model.config.hidden_size, device="cuda", dtype=torch.bfloat16)
-        mats = [(w[1], w[5], w[8], w[9]) for w in kv.weights]
+        mats = [(w[1], w[5], w[8], w[9]) for w in fw.weights]
 
         def weights_only():
             for qkv, o, gu, d in mats:

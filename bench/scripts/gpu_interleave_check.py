@@ -18,7 +18,8 @@ from typedlm.decide import decide, presets
 from typedlm.engine import load_engine
 from typedlm.generate.api import build_sequence
 from typedlm.generate.sampling import SamplingParams
-from typedlm.generate.scheduler import Request, Scheduler
+from typedlm.generate.requests import Request
+from typedlm.generate.scheduler import Scheduler
 from typedlm.grammar.spec import make_constraint
 from typedlm.server.interleave import run_stepwise
 

@@ -19,10 +19,10 @@ import torch
 from typedlm.bench.models import bench_engine
 from typedlm.bench.prefix_cache import stream_ttft, system_prompt
 from typedlm.generate.scheduler import Scheduler
-from typedlm.runner import prefix_cache, short_prefill, static_kv
+from typedlm.runner import prefix_cache, short_prefill, static_forwards
 
 TIMED = [(prefix_cache.PrefixCache, "match"), (prefix_cache.Match, "kv"), (prefix_cache.PrefixCache, "insert"),
-         (static_kv.StaticKV, "prefill"), (static_kv.StaticKV, "_extend"), (short_prefill.ShortPrefill, "run")]
+         (static_forwards.StaticForwards, "prefill"), (static_forwards.StaticForwards, "_extend"), (short_prefill.ShortPrefill, "run")]
 
 
 def synced(engine, times):
@@ -56,7 +56,7 @@ def main():
     cache = engine.runner.prefix_cache
     limit = cache.limit_bytes or 1 << 30
     sched = Scheduler(engine, max_batch=4).start()
-    kv = sched.kv
+    kv = engine.runner.forwards(sched.kv)
     sysmsg = system_prompt(engine, a.system_tokens)
     n = [0]
 

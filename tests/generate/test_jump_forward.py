@@ -9,7 +9,8 @@ import pytest
 
 from typedlm.generate import generate
 from typedlm.generate import SamplingParams, build_sequence
-from typedlm.generate.scheduler import Request, Scheduler, TokenEvent, run_batch
+from typedlm.generate.requests import Request, TokenEvent
+from typedlm.generate.scheduler import Scheduler, run_batch
 from typedlm.grammar import make_constraint
 from typedlm.generate.spec_decode import JumpForward
 from typedlm.server.app import create_app

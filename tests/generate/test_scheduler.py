@@ -9,7 +9,8 @@ import pytest
 
 from typedlm.errors import TypedLMError
 from typedlm.generate import SamplingParams, build_sequence, finish_result
-from typedlm.generate.scheduler import QueueFull, Request, Scheduler, run_batch
+from typedlm.generate.requests import QueueFull, Request
+from typedlm.generate.scheduler import Scheduler, run_batch
 from typedlm.grammar import GrammarRow, make_constraint
 from typedlm.grammar.backends.xgrammar import XGrammarFiller
 

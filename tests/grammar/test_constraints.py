@@ -11,6 +11,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field
 
+from typedlm import config
 from typedlm.generate import generate
 from typedlm.errors import ConstraintError, GrammarCompileError
 from typedlm.grammar import GrammarDisabled, make_constraint
@@ -257,8 +258,8 @@ def test_compile_cache_counts_hits(tiny):
 def test_kill_switch(tiny, monkeypatch):
     from typedlm.engine import grammar_options
 
-    monkeypatch.setenv("TYPEDLM_GRAMMAR", "0")
-    assert grammar_options()["enabled"] is False  # what load_engine hands the engine's Grammars
+    monkeypatch.setattr(config, "_CURRENT", [config.resolve(env={"TYPEDLM_GRAMMAR": "0"})])
+    assert grammar_options(config.settings())["enabled"] is False  # what load_engine hands the engine's Grammars
     monkeypatch.setattr(tiny.grammars, "enabled", False)
     with pytest.raises(GrammarDisabled, match="TYPEDLM_GRAMMAR=0"):
         generate("x", engine=tiny, json_object=True)

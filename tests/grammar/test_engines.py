@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from typedlm import config
 from typedlm.errors import ConstraintError, GrammarCompileError
 from typedlm.generate import generate
 from typedlm.grammar.compiler import Grammars
@@ -38,8 +39,8 @@ def test_engine_names_are_checked(tiny, monkeypatch):
         make_constraint(json_object=True, engine="guidance")
     with pytest.raises(GrammarCompileError, match="'outlines'"):
         Grammars(tiny.grammars.tokenizer_info, engine="outlines")
-    monkeypatch.setenv("TYPEDLM_GRAMMAR_ENGINE", "LLGuidance")
-    assert Grammars(tiny.grammars.tokenizer_info, **grammar_options()).engine == "llguidance"
+    monkeypatch.setattr(config, "_CURRENT", [config.resolve(env={"TYPEDLM_GRAMMAR_ENGINE": "LLGuidance"})])
+    assert Grammars(tiny.grammars.tokenizer_info, **grammar_options(config.settings())).engine == "llguidance"
 
 
 def test_auto_takes_llguidance_where_it_reads_the_core_form_and_xgrammar_elsewhere(engines):

@@ -26,18 +26,17 @@ def _invariant_on(tiny):
     tiny.runner.set_invariant(before)
 
 
-def test_default_is_on_for_cuda_only_and_the_env_forces_it(tiny, monkeypatch):
+def test_default_is_on_for_cuda_only_and_the_env_forces_it(tiny):
+    from typedlm.config import resolve
     from typedlm.runner.model_runner import ModelRunner
 
-    def runner():
-        return ModelRunner(tiny.runner.model, device=torch.device("cpu"), dtype=torch.float32, max_context=256)
+    def runner(env):
+        return ModelRunner(tiny.runner.model, device=torch.device("cpu"), dtype=torch.float32, max_context=256,
+                           settings=resolve(env=env))
 
-    monkeypatch.delenv("TYPEDLM_BATCH_INVARIANT", raising=False)
-    assert not runner().invariant and runner().invariant_reason == "off by default on the CPU"
-    monkeypatch.setenv("TYPEDLM_BATCH_INVARIANT", "1")
-    assert runner().invariant
-    monkeypatch.setenv("TYPEDLM_BATCH_INVARIANT", "0")
-    assert runner().invariant_reason == "TYPEDLM_BATCH_INVARIANT=0"
+    assert not runner({}).invariant and runner({}).invariant_reason == "off by default on the CPU"
+    assert runner({"TYPEDLM_BATCH_INVARIANT": "1"}).invariant
+    assert runner({"TYPEDLM_BATCH_INVARIANT": "0"}).invariant_reason == "TYPEDLM_BATCH_INVARIANT=0"
 
 
 def _rows_alone_equal(fn, x: torch.Tensor, sizes=(1, 2, 7, 64, 65, 130)):
@@ -171,6 +170,7 @@ def test_deterministic_switch(tiny):
 
     from typedlm.engine import set_deterministic
     from typedlm.errors import ModelLoadError
+    from typedlm.runner.contract import Capabilities
     from typedlm.server.config import resolve_settings
 
     try:
@@ -179,8 +179,11 @@ def test_deterministic_switch(tiny):
         assert set_deterministic(tiny, True).runner.invariant and ties.drift(tiny) == float("-inf")
     finally:
         tiny.runner.set_invariant(True)
-    mlx_like = SimpleNamespace(name="m", runner=SimpleNamespace(backend="mlx"))
-    with pytest.raises(ModelLoadError, match="torch backend"):
+    caps = Capabilities(backend="mlx", cuda_graphs=False, invariant=False, deterministic=False, prefix_cache=False,
+                        device_feed=False)
+    mlx_like = SimpleNamespace(name="m", runner=SimpleNamespace(backend="mlx", capabilities=caps,
+                                                                invariant_reason="no invariant kernels"))
+    with pytest.raises(ModelLoadError, match="not available on the mlx backend"):
         set_deterministic(mlx_like, True)
     assert set_deterministic(mlx_like, False) is mlx_like
     assert resolve_settings({}, env={"TYPEDLM_DETERMINISTIC": "0"}).deterministic is False

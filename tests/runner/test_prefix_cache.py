@@ -18,7 +18,8 @@ from typedlm.decide.schema import DecisionSchema
 from typedlm.errors import TypedLMError
 from typedlm.generate.api import build_sequence
 from typedlm.generate.sampling import SamplingParams
-from typedlm.generate.scheduler import Request, Scheduler, run_batch
+from typedlm.generate.requests import Request
+from typedlm.generate.scheduler import Scheduler, run_batch
 from typedlm.runner.prefix_cache import BLOCK, MISS, PrefixCache, configure, reused_by, tally
 from typedlm.testing import tiny_engine
 
@@ -203,9 +204,9 @@ def test_greedy_tokens_and_usage_with_and_without_the_cache(eng, cache, dynamic)
 def short(eng):
     """The static KV's one-row short prefill switched on (the CUDA graph's code, run eagerly on the CPU)."""
     kv = eng.runner.decode_cache(4)
-    kv.short.enabled = True
+    eng.runner.forwards(kv).short.enabled = True
     yield kv
-    kv.short.enabled = False
+    eng.runner.forwards(kv).short.enabled = False
 
 
 def test_short_prefill_after_a_cached_prefix_matches_the_eager_prefill(eng, cache, short):
@@ -214,7 +215,7 @@ def test_short_prefill_after_a_cached_prefix_matches_the_eager_prefill(eng, cach
     prompts = [chat_ids(eng, u) for u in USERS[:4]]
     tails = [[3, 5, 7], eng.encode_prompt(prompt="hi")]
     cache.set_limit(0)
-    short.short.enabled = False
+    eng.runner.forwards(short).short.enabled = False
     ref = [greedy(eng, [p], max_batch=1)[0].token_ids for p in prompts]
 
     def prefill_all():  # one row at a time, then two rows of one length together
@@ -226,20 +227,20 @@ def test_short_prefill_after_a_cached_prefix_matches_the_eager_prefill(eng, cach
         return out
 
     ref_logits = prefill_all()
-    short.short.enabled = True
+    eng.runner.forwards(short).short.enabled = True
     calls = []
-    run = short.short.run
-    short.short.run = lambda *a: calls.append(a) or run(*a)
+    run = eng.runner.forwards(short).short.run
+    eng.runner.forwards(short).short.run = lambda *a: calls.append(a) or run(*a)
     got_logits = prefill_all()
-    short.short.run = run
+    eng.runner.forwards(short).short.run = run
     assert len(calls) == 4  # the two rows together: a replay each
     for a, b in zip(got_logits, ref_logits):
         assert a.shape == b.shape and (a - b).abs().max().item() < 1e-4
     cache.set_limit(1 << 30)
     calls.clear()
-    short.short.run = lambda *a: calls.append(a) or run(*a)
+    eng.runner.forwards(short).short.run = lambda *a: calls.append(a) or run(*a)
     got = [greedy(eng, [p], max_batch=1)[0] for p in prompts]
-    short.short.run = run
+    eng.runner.forwards(short).short.run = run
     assert [r.token_ids for r in got] == ref
     assert all(r.usage["cached_tokens"] > 0 for r in got[1:])
     assert [c[2] > 0 for c in calls] == [False, True, True, True]  # a short fresh prompt, then 3 cached tails

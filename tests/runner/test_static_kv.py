@@ -16,26 +16,37 @@ def test_multi_token_step_gives_the_logits_of_one_token_steps(tiny, kind):
     """A KV step with several tokens for one row (BatchKV: right-padded, masked for the others;
     StaticKV: the eager path from each row's length) gives the same next-token logits as feeding
     the same tokens one step at a time, and so do the one-token steps after it."""
+    import torch
+
+    from typedlm.runner.static_forwards import StaticForwards
+    from typedlm.runner.static_kv import StaticKV
+
     prompts = ["a b c", "free text here", "x"]
 
     def batch(ps):
-        kv = tiny.runner.decode_cache(3, dynamic=True) if kind == "BatchKV" else \
-            StaticKV(tiny.model, device=tiny.device, dtype=tiny.dtype, capacity=3, max_len=64)
+        if kind == "BatchKV":
+            kv = fw = tiny.runner.decode_cache(3, dynamic=True)
+        else:
+            cfg = tiny.model.config
+            kv = StaticKV(layers=cfg.num_hidden_layers, kv_heads=cfg.num_key_value_heads,
+                          head_dim=tiny.model.model.layers[0].self_attn.head_dim, device=tiny.device, dtype=tiny.dtype,
+                          capacity=3, max_len=64)
+            fw = StaticForwards(tiny.model, kv)
         slots = []
         for p in ps:
             ids = torch.tensor([tiny.encode_prompt(prompt=p)])
             slots.append(kv.acquire())
-            kv.prefill(ids, slots[-1:])
-        return kv, slots
+            fw.prefill(ids, slots[-1:])
+        return (kv, fw), slots
 
     feeds = [[11, 12, 13, 14], [21], [31, 32]]
     with torch.no_grad():  # not inference_mode: StaticKV built here would leave the shared model's fused weights as inference tensors
-        kv, slots = batch(prompts)
-        multi = kv.extend(feeds, slots)
-        after = kv.step([5, 6, 7], slots)
+        (_, fw), slots = batch(prompts)
+        multi = fw.extend(feeds, slots)
+        after = fw.step([5, 6, 7], slots)
         singles, afters = [], []
         for row, p in enumerate(prompts):
-            one, s1 = batch([p])
+            (_, one), s1 = batch([p])
             for t in feeds[row]:
                 out = one.step([t], s1)
             singles.append(out[0])

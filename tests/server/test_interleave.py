@@ -17,7 +17,8 @@ import pytest
 from typedlm.decide import decide, presets
 from typedlm.generate.api import build_sequence
 from typedlm.generate.sampling import SamplingParams
-from typedlm.generate.scheduler import Request, Scheduler
+from typedlm.generate.requests import Request
+from typedlm.generate.scheduler import Scheduler
 from typedlm.grammar.spec import make_constraint
 from typedlm.server.app import create_app
 from typedlm.server.interleave import SteppedEngine, resolve_decide_mode, run_stepwise

@@ -12,6 +12,7 @@ import openai
 import pytest
 from pydantic import BaseModel, Field
 
+from typedlm import config
 from typedlm.server.app import create_app
 from typedlm.server.state import ServerConfig
 from typedlm.server.testing import live_server

@@ -16,7 +16,8 @@ import pytest
 from typedlm.decide import decide, presets
 from typedlm.generate.api import build_sequence
 from typedlm.generate.sampling import SamplingParams
-from typedlm.generate.scheduler import Request, Scheduler, run_batch
+from typedlm.generate.requests import Request
+from typedlm.generate.scheduler import Scheduler, run_batch
 from typedlm.grammar.spec import make_constraint
 from typedlm.server.interleave import run_stepwise
 from typedlm.server.slices import DecideSlices, checkpoint, decoder_layers

@@ -132,11 +132,11 @@ def run_bench(engine, *, preset: str = "support_triage", example: int = 0, runs:
     out: dict = {"model": engine.name, "device": str(engine.device), "dtype": str(engine.dtype).replace("torch.", ""),
                  "machine": _machine(engine), "preset": preset, "fields": len(schema.fields), "runs": runs,
                  "naive_runs": naive_runs, "tolerance_nats": TOLERANCE,
-                 "invariant": bool(getattr(engine.runner, "invariant", False))}
+                 "invariant": engine.runner.capabilities.invariant}
 
     # The same prompt every round: with the prefix cache on, a decision and the bare prefill would read almost all
     # of it from the cache (bench prefix-cache measures that); here both compute it whole.
-    cache = getattr(engine.runner, "prefix_cache", None)
+    cache = engine.runner.prefix_cache
     limit = cache.limit_bytes if cache is not None else 0
     if cache is not None:
         cache.set_limit(0)
@@ -294,7 +294,7 @@ def _one_setting(engine, preset, skip_single, runs, naive_runs, sizes, many_runs
         r = {"model": engine.name, "device": str(engine.device), "machine": _machine(engine),
              "dtype": str(engine.dtype).replace("torch.", ""), "preset": preset,
              "fields": len(presets.load(preset)["schema"].fields),
-             "invariant": bool(getattr(engine.runner, "invariant", False))}
+             "invariant": engine.runner.capabilities.invariant}
     else:
         r = run_bench(engine, preset=preset, runs=runs, naive_runs=naive_runs, progress=say)
     if sizes:

@@ -185,7 +185,7 @@ def bench_gen(engine, *, batches=(1, 8, 32), max_tokens: int = 256, hf: bool = T
         "schema_compile_s": round(compile_s, 4),
         "kv": type(kv).__name__,
         "warmup_capture_s": round(warmup_s, 2),
-        "cuda_graphs": len(getattr(kv, "graphs", {})),
+        "cuda_graphs": engine.runner.graph_stats(kv)[0],
         "json_over_free": ratios,
         "versions": {p: _version(p) for p in ("torch", "transformers", "xgrammar")},
         "results": rows,

@@ -144,13 +144,14 @@ def remotes_registry(suite: Path = DEFAULT_SUITE, draft: str = "draft2020-12"):
 
 
 def default_grammars(suite: Path = DEFAULT_SUITE, draft: str = "draft2020-12", engine: str | None = None):
-    """The default model's tokenizer; ``engine``: the grammar engine (None: ``TYPEDLM_GRAMMAR_ENGINE``)."""
+    """The default model's tokenizer; ``engine``: the grammar engine (None: the configured one)."""
+    from .. import config
     from ..engine import grammar_options
     from ..grammar.compiler import Grammars
     from ..testing import default_tokenizer
 
     tok = default_tokenizer()
-    options = {**grammar_options(), **({"engine": engine} if engine else {})}
+    options = {**grammar_options(config.settings()), **({"engine": engine} if engine else {})}
     return Grammars.for_tokenizer(tok, model_vocab_size=len(tok), stop_ids=[tok.eos_token_id],
                                   schema_registry=remotes_registry(suite, draft), **options)
 

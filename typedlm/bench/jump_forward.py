@@ -55,7 +55,8 @@ SCHEMAS = {
 
 def run(engine, ids, constraint, batch: int, jump: bool, max_tokens: int) -> tuple[dict, list]:
     from ..generate import SamplingParams, build_sequence
-    from ..generate.scheduler import Scheduler, Request
+    from ..generate.requests import Request
+    from ..generate.scheduler import Scheduler
 
     params = SamplingParams(max_tokens=max_tokens, temperature=0)
     seqs = [build_sequence(engine, ids, params, constraint, jump_forward=jump) for _ in range(batch)]

@@ -56,7 +56,7 @@ def stream_ttft(engine, sched, messages: list[dict]) -> tuple[float, int]:
     """(seconds from the request to its first streamed token, prompt tokens read from the prefix cache)."""
     from ..generate.api import build_sequence
     from ..generate.sampling import SamplingParams
-    from ..generate.scheduler import Request, TokenEvent
+    from ..generate.requests import Request, TokenEvent
 
     first: list[float] = []
     t0 = time.perf_counter()

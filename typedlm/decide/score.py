@@ -53,11 +53,10 @@ def mostly_cached(engine: Engine, prompts) -> bool:
     computes an uncached prompt under a dense mask (no causal skipping): 8 % slower than a causal prefill + the
     packed pass; on a cached prompt it is one forward of the rest and the rows instead of two (a later
     ``support_triage`` decision, SmolLM2-135M, 1 thread: 0.92 vs 1.02 s)."""
-    peek = getattr(engine.runner, "cached_prefix", None)
-    if peek is None or not prompts:
+    if not engine.runner.capabilities.prefix_cache or not prompts:
         return False
     n = shared_prefix(list(prompts))
-    return 2 * peek(list(prompts[0][:n])) >= n
+    return 2 * engine.runner.cached_prefix(list(prompts[0][:n])) >= n
 
 
 @dataclass
@@ -166,7 +165,7 @@ def _gather(engine: Engine, plan: Plan, part: list[Row], logits: torch.Tensor, w
         idx = [b * logits.shape[1] + j for b, j in idx]
     flat = logits.reshape(-1, logits.shape[-1])
     rows_t = flat.index_select(0, device_tensor(idx, flat.device)).float()[:, : engine.tokenizer_vocab_size]
-    lsm = invariant_log_softmax(rows_t) if getattr(engine.runner, "invariant", False) else torch.log_softmax(rows_t, -1)
+    lsm = invariant_log_softmax(rows_t) if engine.runner.capabilities.invariant else torch.log_softmax(rows_t, -1)
     kids = [plan.questions[q].trie.points[p].children for _, q, p in reads]
     width = max(len(ch) for ch in kids)
     on_device = lsm.gather(1, device_tensor([list(ch) + [0] * (width - len(ch)) for ch in kids], lsm.device))

@@ -32,7 +32,7 @@ DRIFT_NATS = {torch.float32: 5e-5, torch.float64: 5e-5, torch.bfloat16: 0.25, to
 
 def invariant(engine: Engine) -> bool:
     """Are the engine's scoring passes batch-invariant? (the MLX runner has no such mode)"""
-    return getattr(engine.runner, "invariant", False)
+    return engine.runner.capabilities.invariant
 
 
 def drift(engine: Engine) -> float:

@@ -249,3 +249,4 @@ class BatchSampler:
         if mask is not None:  # last: nothing after this may re-allow an id
             apply_bitmask(logits, mask, vocab_size=self.vocab,
                           indices=grammar_rows if len(grammar_rows) < logits.shape[0] else None)
+

@@ -2,7 +2,7 @@
 
 Per-row rules stay in :class:`Sequence` (``begin_step`` / ``accept`` / ``more`` / ``settle``); every result
 goes through :func:`finish_result`; the model runs only in the runner (:mod:`typedlm.runner`); draft
-verification is :mod:`.spec_decode`. One ``step()`` is data flow:
+verification is :mod:`.spec_decode`. One ``step()``:
 
   1. ``schedule()`` -> :class:`StepPlan`: cancelled rows end (``abort``), queued exclusive calls run
      (``call``), waiting rows are admitted into free KV slots and prefilled (equal lengths together),
@@ -10,27 +10,23 @@ verification is :mod:`.spec_decode`. One ``step()`` is data flow:
      ends the row before any sampling); the plan is the rows that sample now.
   2. ``pick`` -> one ``BatchSampler`` pass for the whole plan: the ids on the device, their copy to the host
      queued (logprobs of the raw logits when asked for); ``collect`` waits for that copy alone.
-  3. ``accept`` (postprocess, part 1): per row the token is accepted (stop ids / strings end rows), a
-     ``token`` event goes out, forced tokens follow (``more``), a jump-forward draft is made; together
-     they are the row's next ``feed``.
-  4. ``run`` -> evict finished rows, one ``runner.run`` of every running row's feed (logits after each
-     row's last token; at every fed position when a row verifies a draft).
-  5. ``postprocess`` (part 2): one batched mask fill of the new grammar states, per row ``settle``
-     (a complete grammar or ``max_tokens`` ends it), evict finished rows (slot + matcher freed, ``done``).
+  3. ``accept``: per row the token is accepted (stop ids / strings end rows), a ``token`` event goes out,
+     forced tokens follow (``more``), a jump-forward draft is made; together they are the row's next ``feed``.
+  4. ``execute`` -> one ``runner.run`` of every running row's feed (logits after each row's last token; at
+     every fed position when a row verifies a draft); ``hand_out`` gives each row its logits.
+  5. ``settle``: one batched mask fill of the new grammar states, per row ``settle`` (a complete grammar or
+     ``max_tokens`` ends it), then the step's one eviction (slot + matcher freed, ``done``).
 
-**The overlap branch**: ``run`` needs only the tokens just accepted, so when the plan allows it
-(``StepPlan.overlap``: a row that settling cannot end) it is queued before ``postprocess`` and the host
-fills the masks while the device runs the forward; a row that the fill then shows complete leaves with
-its share of that forward discarded. When settling could end every row (a lone row near its end, a
-batch reaching ``max_tokens`` together) the forward runs only after ``postprocess``: never a forward no
-row will use, and the fill, accept and upload do not add to every step.
-
+Two orders of 3-5, chosen at construction (the ``overlap_schedule`` setting): ``_serial`` (accept, settle,
+execute) and ``_overlapped`` (the default). **Overlapped**: ``execute`` needs only the tokens just accepted,
+so when the plan allows it (``StepPlan.overlap``: a row that settling cannot end) it is queued before
+``settle`` and the host fills the masks while the device runs the forward; a row that the fill then shows
+complete leaves with its share of that forward discarded. When settling could end every row the forward
+runs only after ``settle``: never a forward no row will use.
 **The device feed** (a cache with ``device_feed``: the static slots): when every row's next feed is just its
-sampled token (no forced tokens, drafts or logprobs) and some row may go on, ``run`` queues the next forward
-on the ids still on the device *before* ``collect``; the host then accepts, fills the masks and uploads them
-while that forward runs, and the next ``pick`` queues behind it: no host sync between two forwards (vLLM's and
-SGLang's async scheduling). A row that its token ends (stop id, stop string, complete grammar) leaves with its
-share of that forward unused.
+sampled token (no forced tokens, drafts or logprobs) and some row may go on, the next forward is queued on the
+ids still on the device *before* ``collect``; the host then accepts, fills the masks and uploads them while
+that forward runs: no host sync between two forwards (vLLM's and SGLang's async scheduling).
 
 ``Scheduler.start()`` runs ``step()`` in one background thread; ``run_batch`` drives it inline
 (tests, benchmarks). Events are delivered by calling ``Request.on_event`` on the engine thread.
@@ -39,70 +35,23 @@ share of that forward unused.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import concurrent.futures
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
 
 from ..engine import Engine
 from ..errors import TypedLMError
+from .requests import DoneEvent, QueueFull, Request, StepPlan, TokenEvent
 from .result import GenerationResult, finish_result
 from .sampler import BatchSampler
-from .sequence import Sequence
+from .sequence import Sequence, fit
 from .spec_decode import verify_drafts
 
 log = logging.getLogger("typedlm.scheduler")
-
-
-class QueueFull(TypedLMError):
-    """The admission queue is full; retry later."""
-
-
-@dataclass
-class TokenEvent:
-    token: int
-    logprob: float | None = None
-    top_logprobs: list[tuple[int, float]] = field(default_factory=list)
-    forced: bool = False  # appended without sampling (no logprob)
-
-
-@dataclass
-class DoneEvent:
-    result: GenerationResult
-
-
-@dataclass(eq=False)
-class Request:
-    """One sequence in the scheduler. ``on_event`` is called on the engine thread."""
-
-    seq: Sequence
-    on_event: Callable[[Any], None] = lambda e: None
-    logprobs: int | None = None  # None: no logprobs; k >= 0: chosen token + top-k alternatives
-    cancelled: bool = False
-    next_logits: torch.Tensor | None = None
-    slot: int = -1
-    feed: list[int] = field(default_factory=list)  # tokens the next forward feeds (sampled + forced + draft)
-    draft: list[int] = field(default_factory=list)  # jump-forward draft at the end of ``feed``, to verify
-    decode_t0: float | None = None  # when the row joined the batch (end of its prefill)
-    result: GenerationResult | None = None
-    done: threading.Event = field(default_factory=threading.Event)
-
-
-@dataclass
-class StepPlan:
-    """The rows that sample in this step (admitted, drafts verified, masks ready)."""
-
-    rows: list[Request]
-
-    @property
-    def overlap(self) -> bool:
-        """After ``accept``: may the next forward be queued before ``postprocess``? (see the module docstring)"""
-        return not all(r.seq.settle_may_end() for r in self.rows)
 
 
 class Scheduler:
@@ -115,7 +64,7 @@ class Scheduler:
         self.runner = engine.runner
         self.kv = self.runner.decode_cache(max_batch)  # a KVCache (typedlm.runner.contract)
         # a row keeps its slot (KV, bitmask, sampling params) for life; the KV hands them out
-        self.sampler = _sampler_class(engine)(max_batch=self.kv.capacity, vocab_size=engine.model_vocab_size,
+        self.sampler = _sampler_class(engine.backend)(max_batch=self.kv.capacity, vocab_size=engine.model_vocab_size,
                                               tokenizer_vocab_size=engine.tokenizer_vocab_size, device=engine.device)
         self.running: list[Request] = []
         self.waiting: collections.deque[Request] = collections.deque()
@@ -125,6 +74,7 @@ class Scheduler:
         self._stop = False
         self.peak_batch = 0  # most rows ever decoded together
         self.side_work: Callable[[], None] | None = None  # run once per step (``_side_work``)
+        self._advance = self._overlapped if engine.settings.overlap_schedule else self._serial
 
     # -- client side (any thread) -----------------------------------------------------------------
     def submit(self, req: Request) -> Request:
@@ -196,28 +146,27 @@ class Scheduler:
 
     @torch.inference_mode()
     def step(self) -> None:
+        """One engine step: the plan, one sampling pass over its rows, then the forward and the update in the
+        order chosen at construction (``_serial`` or ``_overlapped``, module docstring)."""
         plan = self.schedule()
-        if not plan.rows:
-            return
-        ids = self.pick(plan)
-        if self._device_feed(plan):  # the next forward queued on the ids still on the device (module docstring)
-            ahead = self.run(ids)
-            self._side_work()
-            self.accept(plan, *self.collect(plan))
-            self.postprocess(plan)
-            self.hand_out(ahead)
-            return
+        if plan.rows:
+            self._advance(plan, self.pick(plan))
+
+    def _serial(self, plan: StepPlan, ids: torch.Tensor) -> None:
+        """Accept, settle, evict; then one forward of the rows that go on (nothing overlaps)."""
         self.accept(plan, *self.collect(plan))
-        if plan.overlap:  # the next forward queued first, the masks filled while it runs (module docstring)
-            ahead = self.run()
-            self._side_work()
-            self.postprocess(plan)
-            self.hand_out(ahead)
-        else:
-            self.postprocess(plan)
-            ahead = self.run()
-            self._side_work()
-            self.hand_out(ahead)
+        self.settle(plan)
+        self.hand_out(self.execute())
+
+    def _overlapped(self, plan: StepPlan, ids: torch.Tensor) -> None:
+        """The next forward queued as early as the plan allows (on the device ids before the host reads them, else
+        right after ``accept``) and the host's mask fill while it runs; a forward no row can use never runs."""
+        ahead = self.execute(ids) if self._device_feed(plan) else None
+        self.accept(plan, *self.collect(plan))
+        if ahead is None and plan.overlap:
+            ahead = self.execute()
+        self.settle(plan)
+        self.hand_out(ahead if ahead is not None else self.execute())
 
     def _side_work(self) -> None:
         """Once per step, while the step's forward is queued on the device: ``side_work`` (the server's decide
@@ -265,7 +214,7 @@ class Scheduler:
         """May the next forward start from the sampled ids before the host reads them? When the cache takes
         device ids, every row's next feed is its sampled token alone (no forced tokens, drafts or logprobs)
         and some row may go on after it; a row the token then ends leaves with its share of that forward unused."""
-        return getattr(self.kv, "device_feed", False) and all(
+        return self.kv.device_feed and all(
             r.logprobs is None and r.seq.jump is None and r.seq.reasoning is None for r in plan.rows) and any(
             len(r.seq.output_ids) + 1 < r.seq.params.max_tokens for r in plan.rows)
 
@@ -283,22 +232,25 @@ class Scheduler:
             r.draft = [] if forced else seq.draft()
             r.feed = [t, *forced, *r.draft]
 
-    def run(self, ids: torch.Tensor | None = None) -> tuple[torch.Tensor, list[Request]] | None:
-        """Evict finished rows, then one forward of every running row's feed -> (logits in running order,
+    def execute(self, ids: torch.Tensor | None = None) -> tuple[torch.Tensor, list[Request]] | None:
+        """One forward of every running row that goes on (``runner.run`` of its feed) -> (logits in row order,
         those rows): ``[B, V]``, or ``[B, k, V]`` at every fed position when a row verifies a draft. ``ids``: the
-        feeds as the sampled ids on the device, one per running row (``_device_feed``)."""
-        self._evict()
-        if not self.running:
+        feeds as the sampled ids on the device, one per plan row (``_device_feed``). Finished rows are left out
+        here and evicted once, in ``settle``."""
+        rows = [r for r in self.running if not r.seq.finished]
+        if not rows:
             return None
-        rows = list(self.running)
-        if ids is not None:  # one per plan row; the rows ``begin_step`` ended were evicted just now
-            return self.runner.step_ids(self.kv, ids, [r.slot for r in rows]), rows
-        logits = self.runner.run(self.kv, [r.feed for r in rows], [r.slot for r in rows],
-                                 every=any(r.draft for r in rows))
-        return logits, rows
+        if ids is not None:
+            out = self.runner.step_ids(self.kv, ids, [r.slot for r in rows])
+        else:
+            out = self.runner.run(self.kv, [r.feed for r in rows], [r.slot for r in rows],
+                                  every=any(r.draft for r in rows))
+        self._side_work()
+        return out, rows
 
-    def postprocess(self, plan: StepPlan) -> None:
-        """The next masks of every grammar row in one batched fill, then each row settles; finished rows go."""
+    def settle(self, plan: StepPlan) -> None:
+        """The next masks of every grammar row in one batched fill, then each row settles; finished rows go (the
+        step's one eviction)."""
         seqs = [r.seq for r in plan.rows]
         self.sampler.fill(seqs)
         for seq in seqs:
@@ -313,7 +265,7 @@ class Scheduler:
         self.sampler.upload()
         logits, rows = forward
         at = {id(r): i for i, r in enumerate(rows)}
-        for r in self.running:
+        for r in self.running:  # rows of the forward that settling ended have been evicted
             row = logits[at[id(r)]]
             if row.ndim == 2:
                 row = row[len(r.feed) - len(r.draft) - 1: len(r.feed)] if r.draft else row[len(r.feed) - 1]
@@ -375,7 +327,7 @@ class Scheduler:
             t0 = time.perf_counter()
             try:
                 for r in group:
-                    _fit(r.seq, self.kv.max_len)
+                    fit(r.seq, self.kv.max_len)
                     r.slot = self.kv.acquire()
                 last = self.runner.prefill(self.kv, [r.seq.prompt_ids for r in group], [r.slot for r in group])
             except Exception as e:  # noqa: BLE001 - these rows fail, the batch goes on
@@ -426,23 +378,13 @@ class Scheduler:
                 fut.set_exception(TypedLMError(message))
 
 
-def _sampler_class(engine: Engine) -> type[BatchSampler]:
-    """The logits pipeline on the backend's arrays (MLX: :mod:`.mlx_sampler`, imported only there)."""
-    if engine.backend == "mlx":
+def _sampler_class(backend: str) -> type[BatchSampler]:
+    """The logits pipeline on the backend's arrays (MLX: :mod:`.mlx_sampler`, imported only there: optional extra)."""
+    if backend == "mlx":
         from .mlx_sampler import MLXSampler
 
         return MLXSampler
     return BatchSampler
-
-
-def _fit(seq: Sequence, max_len: int) -> None:
-    """Like the model's context in ``build_sequence``: a prompt must fit the KV, and ``max_tokens``
-    is cut to the room left (the row then ends with ``length``)."""
-    if len(seq.prompt_ids) >= max_len:
-        raise TypedLMError(f"prompt has {len(seq.prompt_ids)} tokens; the KV holds {max_len} (TYPEDLM_KV_LEN)")
-    room = max_len - len(seq.prompt_ids)
-    if seq.params.max_tokens > room:
-        seq.params = dataclasses.replace(seq.params, max_tokens=room)
 
 
 def run_batch(engine: Engine, seqs: list[Sequence], *, max_batch: int = 8,

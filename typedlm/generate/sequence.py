@@ -19,11 +19,13 @@ answer text begin after its end marker (:mod:`.reasoning`); the sampler skips it
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
 
+from ..errors import TypedLMError
 from ..grammar.controller import GrammarRow
 from ..grammar.spec import Constraint
 from .detokenize import Detokenizer
@@ -182,3 +184,13 @@ class Sequence:
             self.finish("error", "grammar allows no next token: the tokenizer cannot produce the text the "
                                  f"grammar requires (after {len(self.output_ids)} tokens)")
         return state == "open"
+
+
+def fit(seq: Sequence, max_len: int) -> None:
+    """Like the model's context in ``build_sequence``: a prompt must fit the KV, and ``max_tokens``
+    is cut to the room left (the row then ends with ``length``)."""
+    if len(seq.prompt_ids) >= max_len:
+        raise TypedLMError(f"prompt has {len(seq.prompt_ids)} tokens; the KV holds {max_len} (TYPEDLM_KV_LEN)")
+    room = max_len - len(seq.prompt_ids)
+    if seq.params.max_tokens > room:
+        seq.params = dataclasses.replace(seq.params, max_tokens=room)

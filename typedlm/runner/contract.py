@@ -1,42 +1,58 @@
-"""The decode KV contract: what a scheduler may ask of the cache its rows decode from.
+"""The runner contract: what the rest of the package may ask of a backend (torch :class:`ModelRunner`, MLX
+:class:`MLXRunner`), checked for every implementation by ``tests/runner/test_conformance.py``.
 
-A backend (the torch runner's :class:`~typedlm.runner.static_kv.StaticKV` and
-:class:`~typedlm.runner.dynamic_kv.DynamicKV`; a second backend's own) implements :class:`KVCache`.
+Statements (each one is a test there):
 
-* **Rows are slots.** ``acquire()`` gives a row a slot in ``[0, capacity)`` for its life; every call
-  names rows by slot (``slots[i]`` is the row of ``tokens[i]``); ``release(slot)`` frees it. Nothing
-  else evicts: no call reorders or drops rows behind the caller's back.
-* **Shapes and dtypes.** Ids are host lists of ints (``prefill``: a ``[g, T]`` long tensor of rows of
-  one length). Logits come back as float32 on the model's device: ``[n, V]`` after each row's last
-  token, or ``[n, k, V]`` after every fed position when ``every``; ``V`` is the lm_head's row count
-  (padded vocabularies included). The returned tensor is the caller's: a later call never writes it.
-* **Lengths.** A slot holds ``length`` tokens; ``prefill`` starts it at 0, ``step``/``extend`` append,
-  ``truncate`` forgets the last ``n`` (rejected drafts). ``max_len`` bounds prompt + output.
-* **Ownership and threads.** The cache belongs to the runner of one engine; a scheduler drives it from
-  its engine thread. ``acquire``/``release`` may come from any thread; forwards of two schedulers
-  that share one cache (the static cache is shared per engine) are serialized by the cache.
-* **Prefix cache** (the runner's :mod:`~typedlm.runner.prefix_cache`): ``prefill`` may start rows from a
-  cached prefix's KV (``past``, copied into each slot; ``ids`` are then the tokens after it); ``read`` copies
-  a slot's KV out for the cache to keep; ``cached_tokens(slot)`` says how many prompt tokens came from it.
-* ``device_feed`` (optional, default False): ``step`` also takes the ids as a device tensor ``[n]`` (the
-  sampler's output, before the host has read it); the static slots do, so a scheduler queues the next forward
-  without waiting for the host.
-* ``partial_steps``: whether a step may cover a subset of the held slots (static slots: yes; the
-  dynamic left-padded cache: no, every held slot steps together).
+1. **Capabilities are declared.** ``runner.capabilities`` is a frozen :class:`Capabilities`; callers read its
+   fields and never probe a runner or a cache with ``hasattr`` / ``getattr``.
+2. **Books apart from forwards.** ``decode_cache(n)`` gives a :class:`SlotBook` that keeps books only (slots,
+   lengths, the KV memory); ``runner.forwards(book)`` is what runs the model on it (:class:`Forwards`). The
+   static slots' forwards are their own object (:class:`~typedlm.runner.static_forwards.StaticForwards`); the
+   dynamic and MLX caches are laid out by the framework cache they feed, so they are their own forwards,
+   through the runner's model call.
+3. **Rows are slots.** ``acquire()`` gives a row a slot in ``[0, capacity)`` for its life; every call names rows
+   by slot; ``release(slot)`` frees it; nothing else evicts. ``size`` + ``free_slots`` = ``capacity``.
+4. **Shapes.** ``runner.prefill(book, prompts, slots)`` -> logits ``[g, V]`` after each prompt's last token;
+   ``runner.run(book, feeds, slots)`` -> ``[n, V]`` after each row's last fed token, or ``[n, k, V]`` at every
+   fed position with ``every``; ``V`` is the lm_head's row count; logits are float32 (torch) or the model's
+   dtype (MLX arrays, read by the MLX sampler) and belong to the caller.
+5. **Lengths.** A row's prefill then its steps give the logits a single-row run gives (greedy: the same
+   token); ``truncate`` forgets a row's last ``n`` tokens, and feeding them again gives the same logits.
+6. **Scoring.** ``prefill_prefix(ids)`` -> a prefix cache; ``score(ids, prefix, positions, allow, read)`` ->
+   (logits ``[len(read), V]``, the prefix cut back to its length): scoring the same pass twice gives the same
+   logits; ``cached_prefix(ids)`` -> tokens the prefix cache would supply (0 without one).
+7. **Deterministic mode.** ``set_deterministic(on)`` returns whether it is on; a runner whose capabilities
+   say ``deterministic=False`` returns False and stays off.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a runner can do, declared (read, never probed)."""
+
+    backend: str  # "torch" | "mlx"
+    cuda_graphs: bool  # decode steps replay CUDA graphs
+    invariant: bool  # scoring passes are batch-invariant now (a row's logits: the same bits whatever shares its pass)
+    deterministic: bool  # deterministic (batch-invariant) generation can be switched on
+    prefix_cache: bool  # prompt KV is reused across requests (``runner.prefix_cache`` is not None)
+    device_feed: bool  # the default decode book's ``step_ids`` take ids on the device (no host sync between steps)
+
+
 @runtime_checkable
-class KVCache(Protocol):
+class SlotBook(Protocol):
+    """The books of a decode KV: slots and lengths (no forward runs here)."""
+
     capacity: int  # slots
     max_len: int  # tokens a slot can hold (prompt + output)
-    partial_steps: bool
+    partial_steps: bool  # a step may cover a subset of the held slots
+    device_feed: bool  # its forwards take a step's ids as a device tensor
 
     @property
     def free_slots(self) -> int: ...
@@ -49,9 +65,8 @@ class KVCache(Protocol):
 
     def release(self, slot: int) -> None: ...
 
-    def prefill(self, ids: torch.Tensor, slots: list[int], past: torch.Tensor | None = None) -> torch.Tensor:
-        """Rows of one length into fresh slots (after ``past``, a cached prefix's KV ``[layers, 2, kv_heads,
-        m, head_dim]``, when given) -> logits ``[g, V]`` of their last position."""
+    def truncate(self, drop: list[int], slots: list[int]) -> None:
+        """Forget the last ``drop[i]`` tokens of ``slots[i]``."""
 
     def read(self, slot: int, a: int, b: int) -> torch.Tensor:
         """A copy of the KV of tokens ``[a, b)`` of ``slot``: ``[layers, 2, kv_heads, b - a, head_dim]``."""
@@ -59,15 +74,68 @@ class KVCache(Protocol):
     def cached_tokens(self, slot: int) -> int:
         """Prompt tokens of ``slot`` that its prefill read from the prefix cache."""
 
-    def step(self, tokens: list[int], slots: list[int]) -> torch.Tensor:
-        """One new token per row -> logits ``[n, V]`` (the CUDA-graph path where there is one)."""
 
-    def extend(self, tokens: list[list[int]], slots: list[int], every: bool = False) -> torch.Tensor:
-        """Several new tokens per row (forced tokens, drafts) -> logits ``[n, V]`` after each row's last
-        token, or ``[n, k, V]`` after every fed position (``every``)."""
+@runtime_checkable
+class Forwards(Protocol):
+    """The model run on one :class:`SlotBook`."""
 
-    def truncate(self, drop: list[int], slots: list[int]) -> None:
-        """Forget the last ``drop[i]`` tokens of ``slots[i]``."""
+    def prefill(self, ids, slots: list[int], past: torch.Tensor | None = None) -> Any:
+        """Rows of one length into fresh slots (after ``past``, a cached prefix's KV) -> last logits ``[g, V]``."""
+
+    def step(self, tokens, slots: list[int]) -> Any:
+        """One new token per row -> logits ``[n, V]``."""
+
+    def extend(self, tokens: list[list[int]], slots: list[int], every: bool = False) -> Any:
+        """Several new tokens per row -> ``[n, V]`` after each row's last, or ``[n, k, V]`` (``every``)."""
 
     def capture(self, max_tokens: int | None = None) -> float:
         """Record what replays later (CUDA graphs) up to ``max_tokens`` per row; seconds spent."""
+
+
+@runtime_checkable
+class Runner(Protocol):
+    """The one place a model runs (statements in the module docstring)."""
+
+    backend: str
+    device: torch.device
+    dtype: torch.dtype
+    max_context: int
+    prefix_cache: Any  # the runner's PrefixCache, or None (capabilities.prefix_cache)
+    invariant_reason: str | None  # None: scoring is batch-invariant; else why not
+
+    @property
+    def capabilities(self) -> Capabilities: ...
+
+    def forward(self, input_ids, cache=None, **kwargs) -> tuple: ...
+
+    def decode_cache(self, max_batch: int, *, dynamic: bool = False) -> SlotBook: ...
+
+    def forwards(self, kv: SlotBook) -> Forwards: ...
+
+    def prefill(self, kv: SlotBook, prompts: list[list[int]], slots: list[int]) -> Any: ...
+
+    def run(self, kv: SlotBook, feeds: list[list[int]], slots: list[int], every: bool = False) -> Any: ...
+
+    def step_ids(self, kv: SlotBook, ids, slots: list[int]) -> Any: ...
+
+    def capture(self, kv: SlotBook, max_tokens: int | None = None) -> float: ...
+
+    def graph_stats(self, kv: SlotBook) -> tuple[int, float]:
+        """(CUDA graphs captured for ``kv``, seconds spent capturing them)."""
+
+    def set_deterministic(self, on: bool) -> bool: ...
+
+    def prefill_prefix(self, ids: list[int]) -> Any: ...
+
+    def prefill_prefixes(self, ids_list: list[list[int]]) -> list: ...
+
+    def cached_prefix(self, ids: list[int]) -> int: ...
+
+    def score(self, ids: list[int], prefix, positions: list[int], allow: torch.Tensor, read: list[int],
+              keep: int | None = None) -> tuple: ...
+
+    def score_expand(self, rows: torch.Tensor, prefix, read: list[int]) -> torch.Tensor: ...
+
+    def weight_samples(self, n: int): ...
+
+    def sync(self) -> None: ...

@@ -25,6 +25,7 @@ from .slots import CompactingSlotCache, SlotPool
 
 class DynamicKV(CompactingSlotCache):
     partial_steps = False
+    device_feed = False
 
     def __init__(self, forward: Callable, *, device: torch.device, capacity: int, max_len: int, keeps_logits: bool):
         self._forward, self.dev, self.capacity, self.max_len = forward, device, capacity, max_len

@@ -34,6 +34,7 @@ def to_torch(logits: mx.array) -> torch.Tensor:
 
 class MLXKV(CompactingSlotCache):
     partial_steps = False
+    device_feed = False
 
     def __init__(self, runner, *, capacity: int, max_len: int):
         self.runner, self.capacity, self.max_len = runner, capacity, max_len
@@ -44,8 +45,11 @@ class MLXKV(CompactingSlotCache):
         self.cache: list | None = None  # one mlx-lm BatchKVCache per layer, or None while empty
 
     # -- forwards ---------------------------------------------------------------------------------
-    def prefill(self, ids, slots: list[int]) -> mx.array:
-        rows = ids.tolist() if hasattr(ids, "tolist") else [list(r) for r in ids]
+    def prefill(self, ids, slots: list[int], past=None) -> mx.array:
+        """Rows of one length (host lists or a tensor) into fresh slots; ``past`` must be None (no prefix cache)."""
+        if past is not None:
+            raise TypedLMError("the MLX backend has no prefix cache: a prefill starts at position 0")
+        rows = ids.tolist() if isinstance(ids, torch.Tensor) else [list(r) for r in ids]
         if len(rows[0]) > self.max_len:
             raise TypedLMError(f"prompt of {len(rows[0])} tokens is longer than the context ({self.max_len})")
         self._compact()
@@ -94,6 +98,17 @@ class MLXKV(CompactingSlotCache):
         for s, t in zip(slots, tokens):
             self.length[s] += len(t)
         return logits
+
+    def read(self, slot: int, a: int, b: int) -> torch.Tensor:
+        """KV of tokens ``[a, b)`` of ``slot`` -> float32 ``[layers, 2, kv_heads, b - a, head_dim]`` (a copy)."""
+        self._compact()
+        r = self._rows([slot])[0]
+        out = []
+        for c in self.cache:
+            pad = int(c.left_padding[r].item())
+            keys, values = c.keys_and_values()
+            out.append(mx.stack([keys[r, :, pad + a: pad + b], values[r, :, pad + a: pad + b]]))
+        return to_torch(mx.stack(out))
 
     def truncate(self, drop: list[int], slots: list[int]) -> None:
         """The last ``drop[i]`` columns of each row roll to its front and become masked left padding."""

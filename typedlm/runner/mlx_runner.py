@@ -33,6 +33,7 @@ import torch
 
 from ..errors import ModelLoadError, TypedLMError
 from .allow import rows_from
+from .contract import Capabilities
 from .mlx_kv import MLXKV, to_torch
 
 MX_DTYPES = {torch.float32: mx.float32, torch.float16: mx.float16, torch.bfloat16: mx.bfloat16}
@@ -79,6 +80,10 @@ def blas_layout(model) -> int:
 
 class MLXRunner:
     backend = "mlx"
+    prefix_cache = None  # no prompt KV across requests
+    invariant_reason = "the MLX backend has no batch-invariant kernels"
+    capabilities = Capabilities(backend="mlx", cuda_graphs=False, invariant=False, deterministic=False,
+                                prefix_cache=False, device_feed=False)
 
     def __init__(self, model, *, dtype: torch.dtype, max_context: int, vocab: int):
         from mlx_lm.models.cache import KVCache, make_prompt_cache
@@ -163,8 +168,26 @@ class MLXRunner:
     def static_reason(self) -> str:
         return "the MLX backend decodes on mlx-lm's batch cache"
 
+    def forwards(self, kv: MLXKV) -> MLXKV:
+        """The MLX cache is laid out by mlx-lm's batch cache it feeds: it runs its own forwards (through ``forward``)."""
+        return kv
+
     def prefill(self, kv: MLXKV, prompts: list[list[int]], slots: list[int]) -> mx.array:
         return kv.prefill(prompts, slots)
+
+    def step_ids(self, kv: MLXKV, ids, slots: list[int]) -> mx.array:
+        """No device feed here (``capabilities.device_feed`` is False): the ids as host ints."""
+        return kv.step([int(i) for i in ids], slots)
+
+    def graph_stats(self, kv: MLXKV) -> tuple[int, float]:
+        return 0, 0.0
+
+    def set_deterministic(self, on: bool) -> bool:
+        """Never on: the MLX backend has no batch-invariant kernels."""
+        return False
+
+    def cached_prefix(self, ids: list[int]) -> int:
+        return 0
 
     def run(self, kv: MLXKV, feeds: list[list[int]], slots: list[int], every: bool = False) -> mx.array:
         if every or any(len(f) != 1 for f in feeds):

@@ -1,7 +1,7 @@
 """ModelRunner: the one place a model runs, under both generation and decisions (torch backend).
 
 What it runs:
-  * **decode** — ``decode_cache(max_batch)`` hands a scheduler a :class:`~typedlm.runner.contract.KVCache`
+  * **decode** — ``decode_cache(max_batch)`` hands a scheduler a :class:`~typedlm.runner.contract.SlotBook`
     (the engine's shared :class:`StaticKV` for Llama / Qwen2 / Qwen3, else a :class:`DynamicKV` of its
     own); ``prefill`` / ``run`` / ``capture`` run prompts, decode steps (one token per row: CUDA graphs),
     and multi-token extends (forced tokens, jump-forward drafts) on it (the server's warm-up is a throw-away
@@ -25,19 +25,21 @@ from __future__ import annotations
 
 import copy
 import inspect
-import os
 import threading
+import weakref
 from typing import Callable
 
 import torch
 
+from ..config import Settings
 from ..errors import TypedLMError
-from .contract import KVCache
+from .contract import Capabilities, SlotBook
 from .dynamic_kv import DynamicKV
 from .invariant import mode as invariant
 from .prefix_cache import PrefixCache, default_limit, to_hf
 from .prefix_reuse import cached_pass, prefill_prompt, prefill_prompts, prefill_rows, store_pass, WeightsStamp
 from .score_graph import ScoreGraphs
+from .static_forwards import StaticForwards
 from .static_kv import StaticKV, unsupported
 from .tensors import device_tensor, to_device
 
@@ -45,25 +47,28 @@ from .tensors import device_tensor, to_device
 class ModelRunner:
     backend = "torch"
 
-    def __init__(self, model, *, device: torch.device, dtype: torch.dtype, max_context: int, placed: bool = False):
+    def __init__(self, model, *, device: torch.device, dtype: torch.dtype, max_context: int, settings: Settings,
+                 placed: bool = False):
         self.model, self.device, self.dtype, self.max_context = model, device, dtype, max_context
+        self.settings = settings
         params = inspect.signature(model.forward).parameters
         self.cache_kwarg = "cache" if "cache" in params else "past_key_values"  # transformers 5.x vs 4.x
         self.keeps_logits = "logits_to_keep" in params  # lm_head only at the positions read
         self.static_reason = unsupported(model, placed)  # None: StaticKV runs this model
-        self.kv_len = min(max_context, int(os.environ.get("TYPEDLM_KV_LEN", "4096")))
+        self.kv_len = min(max_context, settings.kv_len)
         self._static: StaticKV | None = None
+        self._forwards: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # StaticKV -> its StaticForwards
         self._lock = threading.Lock()
         # token prefix -> KV across requests, for prefill and decisions (runner/prefix_reuse.py)
-        self.prefix_cache = PrefixCache(default_limit(device), stamp=WeightsStamp(model))
+        self.prefix_cache = PrefixCache(default_limit(device, settings.prefix_cache_gb), stamp=WeightsStamp(model))
         # a decision's invariant pass on a cached prefix as a CUDA graph (runner/score_graph.py)
-        self.score_graphs = ScoreGraphs(model, device=device, dtype=dtype, max_len=self.kv_len) \
+        self.score_graphs = ScoreGraphs(model, device=device, dtype=dtype, max_len=self.kv_len, settings=settings) \
             if self.static_reason is None else None
         self.invariant_reason: str | None = None  # None: scoring is batch-invariant; else why not
         self.deterministic = False  # generation on the batch-invariant ops too (set_deterministic)
-        env = os.environ.get("TYPEDLM_BATCH_INVARIANT", "")
-        if env == "0" or (env != "1" and device.type != "cuda"):
-            self.invariant_reason = "TYPEDLM_BATCH_INVARIANT=0" if env == "0" else "off by default on the CPU"
+        on = settings.batch_invariant
+        if on is False or (on is None and device.type != "cuda"):
+            self.invariant_reason = "TYPEDLM_BATCH_INVARIANT=0" if on is False else "off by default on the CPU"
         else:
             self.set_invariant(True)
 
@@ -88,6 +93,13 @@ class ModelRunner:
     def invariant(self) -> bool:
         """Scoring passes are batch-invariant: a row's logits are the same bits whatever shares its pass."""
         return self.invariant_reason is None
+
+    @property
+    def capabilities(self) -> Capabilities:
+        static = self.static_reason is None
+        return Capabilities(backend="torch", cuda_graphs=static and self.device.type == "cuda",
+                            invariant=self.invariant, deterministic=invariant.unsupported(self.model) is None,
+                            prefix_cache=self.prefix_cache.enabled, device_feed=static)
 
     # -- the model call -------------------------------------------------------------------------------
     def forward(self, input_ids: torch.Tensor, cache=None, **kwargs):
@@ -115,7 +127,7 @@ class ModelRunner:
             torch.cuda.synchronize(self.device)
 
     # -- decode -----------------------------------------------------------------------------------------
-    def decode_cache(self, max_batch: int, *, dynamic: bool = False) -> KVCache:
+    def decode_cache(self, max_batch: int, *, dynamic: bool = False) -> SlotBook:
         """The KV cache for a scheduler of ``max_batch`` rows: the engine's shared static slots (grown when
         idle; a smaller one is replaced, not freed, so a scheduler made earlier keeps decoding on it), or a
         dynamic cache of its own (always for a model the static path does not run; ``dynamic``: also for one
@@ -126,8 +138,12 @@ class ModelRunner:
         with self._lock:
             kv = self._static
             if kv is None or ((kv.capacity < max_batch or kv.invariant != self.deterministic) and kv.idle):
-                kv = StaticKV(self.model, device=self.device, dtype=self.dtype, invariant=self.deterministic,
+                cfg, layer = self.model.config, self.model.model.layers[0].self_attn
+                kv = StaticKV(layers=cfg.num_hidden_layers, kv_heads=cfg.num_key_value_heads, head_dim=layer.head_dim,
+                              device=self.device, dtype=self.dtype, invariant=self.deterministic,
                               capacity=max(max_batch, kv.capacity if kv else 1), max_len=self.kv_len)
+                self._forwards[kv] = StaticForwards(self.model, kv, compile_decode=self.settings.compile_decode,
+                                                    short_prefill=self.settings.short_prefill)
                 self._static = kv
             elif kv.capacity < max_batch:
                 raise TypedLMError(f"the engine's static KV holds {kv.capacity} rows and is in use; "
@@ -138,31 +154,44 @@ class ModelRunner:
     def static_kv(self) -> StaticKV | None:
         return self._static
 
-    def prefill(self, kv: KVCache, prompts: list[list[int]], slots: list[int]) -> torch.Tensor:
+    def forwards(self, kv: SlotBook):
+        """What runs the model on ``kv``: the static slots' :class:`StaticForwards` (the slots themselves only
+        keep books), or the dynamic cache itself (its layout is the transformers cache it feeds)."""
+        return self._forwards[kv] if isinstance(kv, StaticKV) else kv
+
+    def prefill(self, kv: SlotBook, prompts: list[list[int]], slots: list[int]) -> torch.Tensor:
         """Prompts of one length into fresh slots -> float32 logits ``[g, V]`` of their last token; each row
         starts from its cached prefix (``kv.cached_tokens(slot)`` tokens) and stores its new blocks."""
         with invariant.enabled(self.deterministic):
-            return prefill_rows(self.prefix_cache, kv, prompts, slots, self.device)
+            return prefill_rows(self.prefix_cache, kv, self.forwards(kv), prompts, slots, self.device)
 
-    def run(self, kv: KVCache, feeds: list[list[int]], slots: list[int], every: bool = False) -> torch.Tensor:
+    def run(self, kv: SlotBook, feeds: list[list[int]], slots: list[int], every: bool = False) -> torch.Tensor:
         """Each row's new tokens into its slot -> float32 logits ``[n, V]`` after each row's last token, or
         ``[n, k, V]`` after every fed position (``every``: rows verifying a draft). One token per row takes
         the decode step (CUDA graphs); any row with several, the eager extend."""
+        fw = self.forwards(kv)
         with invariant.enabled(self.deterministic):
             if every or any(len(f) != 1 for f in feeds):
-                return kv.extend(feeds, slots, every)
-            return kv.step([f[0] for f in feeds], slots)
+                return fw.extend(feeds, slots, every)
+            return fw.step([f[0] for f in feeds], slots)
 
-    def step_ids(self, kv: KVCache, ids: torch.Tensor, slots: list[int]) -> torch.Tensor:
+    def step_ids(self, kv: SlotBook, ids: torch.Tensor, slots: list[int]) -> torch.Tensor:
         """One token per row given on the device (``[n]`` long: the last sampling's output, not yet read by the
         host) -> float32 logits ``[n, V]``; only for a cache with ``device_feed``. The forward is queued behind
         that sampling, so the host reads the ids while the device runs it (no host sync between steps)."""
         with invariant.enabled(self.deterministic):
-            return kv.step(ids, slots)
+            return self.forwards(kv).step(ids, slots)
 
-    def capture(self, kv: KVCache, max_tokens: int | None = None) -> float:
+    def capture(self, kv: SlotBook, max_tokens: int | None = None) -> float:
         with invariant.enabled(self.deterministic):
-            return kv.capture(max_tokens)
+            return self.forwards(kv).capture(max_tokens)
+
+    def graph_stats(self, kv: SlotBook) -> tuple[int, float]:
+        """(CUDA graphs captured for ``kv``, seconds spent capturing them); none for the dynamic cache."""
+        if not isinstance(kv, StaticKV):
+            return 0, 0.0
+        fw = self._forwards[kv]
+        return len(fw.graphs), fw.capture_s
 
     # -- scoring (decisions) -----------------------------------------------------------------------------
     @torch.inference_mode()

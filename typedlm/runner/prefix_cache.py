@@ -27,7 +27,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import contextvars
-import os
 import threading
 from dataclasses import dataclass
 from typing import Callable
@@ -42,12 +41,11 @@ GB = 1 << 30
 _TALLY: contextvars.ContextVar[tuple] = contextvars.ContextVar("typedlm_prefix_tally", default=())
 
 
-def default_limit(device: torch.device) -> int:
-    """Bytes for the cache: ``TYPEDLM_PREFIX_CACHE_GB`` when set, else 10 % of a GPU's memory (at most
-    16 GB), 1 GB on the CPU."""
-    env = os.environ.get("TYPEDLM_PREFIX_CACHE_GB")
-    if env is not None:
-        return gb_to_bytes(float(env))
+def default_limit(device: torch.device, gb: float | None = None) -> int:
+    """Bytes for the cache: ``gb`` (the ``prefix_cache_gb`` setting) when set, else 10 % of a GPU's memory (at
+    most 16 GB), 1 GB on the CPU."""
+    if gb is not None:
+        return gb_to_bytes(gb)
     if device.type == "cuda":
         return min(16 * GB, torch.cuda.get_device_properties(device).total_memory // 10)
     return GB
@@ -317,7 +315,7 @@ def to_hf(kv: torch.Tensor, batch: int = 1, copy: bool = True):
 def configure(engine, gb: float | None):
     """Set the engine's prefix cache to ``gb`` (None: keep the default; 0: off) -> the engine. A backend
     without a prefix cache (MLX) accepts only None or 0."""
-    cache = getattr(engine.runner, "prefix_cache", None)
+    cache = engine.runner.prefix_cache
     if gb is not None and cache is None and gb > 0:
         raise TypedLMError(f"the {engine.runner.backend} backend has no prefix cache (--prefix-cache-gb 0)")
     if gb is not None and cache is not None:

@@ -45,8 +45,9 @@ class WeightsStamp:
         return hash(tuple((p.data_ptr(), p._version) for p in self._params))
 
 
-def prefill_rows(cache: PrefixCache, kv, prompts: list[list[int]], slots: list[int], device) -> torch.Tensor:
-    """Prompts of one length into fresh slots, each on its cached prefix -> float32 logits ``[g, V]``."""
+def prefill_rows(cache: PrefixCache, kv, fw, prompts: list[list[int]], slots: list[int], device) -> torch.Tensor:
+    """Prompts of one length into fresh slots of ``kv`` (run by its forwards ``fw``), each on its cached prefix
+    -> float32 logits ``[g, V]``."""
     hits = [cache.match(p, limit=len(p) - 1) for p in prompts]
     groups: dict[int, list[int]] = {}
     for i, h in enumerate(hits):
@@ -55,7 +56,7 @@ def prefill_rows(cache: PrefixCache, kv, prompts: list[list[int]], slots: list[i
     for rows in groups.values():
         h = hits[rows[0]]
         ids = device_tensor([prompts[i][h.length:] for i in rows], device)
-        logits = kv.prefill(ids, [slots[i] for i in rows], past=h.kv())
+        logits = fw.prefill(ids, [slots[i] for i in rows], past=h.kv())
         for j, i in enumerate(rows):
             out[i] = logits[j]
     for p, s, h in zip(prompts, slots, hits):

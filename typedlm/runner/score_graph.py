@@ -27,7 +27,6 @@ One graph per ``(tokens, columns)`` bucket, captured on first use; one pass at a
 from __future__ import annotations
 
 import inspect
-import os
 import threading
 
 import torch
@@ -60,16 +59,16 @@ class _Columns:
 class ScoreGraphs:
     """Graphed invariant scoring passes of ``model`` (the runner's; hooked by :mod:`.invariant.mode`)."""
 
-    def __init__(self, model, *, device: torch.device, dtype: torch.dtype, max_len: int):
+    def __init__(self, model, *, device: torch.device, dtype: torch.dtype, max_len: int, settings):
         self.model, self.device, self.dtype, self.max_len = model, device, dtype, max_len
-        self.enabled = device.type == "cuda" and os.environ.get("TYPEDLM_SCORE_GRAPH", "1") != "0"
+        self.enabled = device.type == "cuda" and settings.score_graph
         self.base = model.model
         self.layers = list(self.base.layers)
         params = inspect.signature(self.layers[0].forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         # the layers' q/k/v and gate/up as one GEMM each (layers.fuse: views of one tensor, shared with the static
         # KV; fusing here, before any lookup, keeps the prefix cache's weights stamp); None: the modules' own code
-        self._fused = [fuse(layer) for layer in self.layers] if fused_ok(model) else None
+        self._fused = [fuse(layer) for layer in self.layers] if settings.score_graph_fused and fused_ok(model) else None
         self.weights = self._fused
         self._kv = None  # the static buffer, made on first use
         top = BUCKETS[-1]
@@ -171,9 +170,7 @@ class ScoreGraphs:
 
 def fused_ok(model) -> bool:
     """The fused layer code computes ``model``'s layers: no MLP biases (``layers.out_mlp`` has none), RMSNorm eps
-    the same in a layer's norms, not turned off by ``TYPEDLM_SCORE_GRAPH_FUSED=0``."""
-    if os.environ.get("TYPEDLM_SCORE_GRAPH_FUSED", "1") == "0":
-        return False
+    the same in a layer's norms."""
     for layer in model.model.layers:
         mlp, a = layer.mlp, layer.self_attn
         if any(getattr(m, "bias", None) is not None for m in (mlp.gate_proj, mlp.up_proj, mlp.down_proj)):

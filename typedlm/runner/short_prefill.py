@@ -18,7 +18,6 @@ generation (``StaticKV(invariant=True)``) never uses it.
 
 from __future__ import annotations
 
-import os
 
 import torch
 
@@ -47,19 +46,19 @@ def extend_layer(h, cos, sin, visible, slot, pos, kc, vc, n1, qkv_w, qkv_b, qn, 
 
 
 class ShortPrefill:
-    """Short one-row prefills of a :class:`~typedlm.runner.static_kv.StaticKV` (``kv``), graphed on CUDA."""
+    """Short one-row prefills on static slots (``kv``: their :class:`~typedlm.runner.static_forwards.StaticForwards`),
+    graphed on CUDA."""
 
-    def __init__(self, kv):
+    def __init__(self, kv, *, enabled: bool):
         self.kv, dev = kv, kv.dev
         # not in deterministic generation: its GEMMs and attention are the fast, shape-dependent ones
-        self.enabled = (dev.type == "cuda" and not kv.invariant
-                        and os.environ.get("TYPEDLM_SHORT_PREFILL", "1") != "0")
+        self.enabled = dev.type == "cuda" and not kv.invariant and enabled
         top = BUCKETS[-1]
         # inputs: ids, positions (padding: the scratch column), the slot (column 0), the last real token (column 0)
         self._io = torch.zeros(4, top, dtype=torch.long, device=dev)
         self.graphs = DecodeGraphs(dev, self._run, self._reset, self._io)
         self._layer = extend_layer
-        if self.enabled and os.environ.get("TYPEDLM_COMPILE_DECODE", "1") == "1":  # as the decode step's layer
+        if self.enabled and kv.compile_decode:  # as the decode step's layer
             self._layer = torch.compile(extend_layer, dynamic=True)
 
     def fits(self, rows: int, tokens: int) -> bool:

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import os
-
+from ..config import quiet_forked_tokenizers
 from ..errors import TypedLMError
 
 
@@ -29,7 +28,7 @@ def cluster(address: str | None = None, num_cpus: int | None = None):
     if ray.is_initialized():
         yield ray
         return
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # workers inherit it (forked tokenizers warn)
+    quiet_forked_tokenizers()  # workers inherit it (forked tokenizers warn)
     _init(ray, address=address, num_cpus=num_cpus if address is None else None, include_dashboard=False,
           log_to_driver=True)
     try:

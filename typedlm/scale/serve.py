@@ -17,8 +17,7 @@ DEFAULT_TARGET_ONGOING = 4  # autoscaling: requests per replica Ray Serve aims f
 
 def _app_builder(model: str, device: str, dtype: str | None, threads: int | None, server_config: Any):
     def build():  # runs on each replica
-        import os
-
+        from ..config import quiet_forked_tokenizers
         from ..engine import load_engine
         from ..server.app import create_app
 
@@ -26,7 +25,7 @@ def _app_builder(model: str, device: str, dtype: str | None, threads: int | None
             import torch
 
             torch.set_num_threads(threads)
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        quiet_forked_tokenizers()
         return create_app(load_engine(model, device=device, dtype=dtype, progress=False), server_config)
     return build
 

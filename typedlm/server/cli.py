@@ -5,13 +5,13 @@ Settings: flag > ``TYPEDLM_*`` environment variable > ``--config FILE.toml`` > d
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from ..cliutil import backend_option, deterministic_option, fail, grammar_engine_option
+from ..config import configure as configure_process, quiet_forked_tokenizers, resolve as resolve_engine
 from ..scale.cli import SERVE_FLAGS, serve_on_ray
 from .config import ServeSettings
 
@@ -97,12 +97,15 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             import torch
 
             torch.set_num_threads(s.threads)
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        if s.grammar_engine:
-            os.environ["TYPEDLM_GRAMMAR_ENGINE"] = s.grammar_engine  # read by the engine's grammar compiler
+        quiet_forked_tokenizers()
+        try:  # the engine's settings: these flags, then the environment, then the file's [engine] table
+            engine_settings = configure_process(resolve_engine({"backend": s.backend, "grammar_engine": s.grammar_engine,
+                                                                "prefix_cache_gb": s.prefix_cache_gb}, config_file=config))
+        except ConfigError as e:
+            fail(str(e))
         from ..runner.prefix_cache import configure
 
         app = create_app(lambda: configure(load_engine(s.model, device=s.device, dtype=s.dtype, progress=True,
-                                                       backend=s.backend, deterministic=s.deterministic),
+                                                       deterministic=s.deterministic, settings=engine_settings),
                                            s.prefix_cache_gb), server_config)
         uvicorn.run(app, host=s.host, port=s.port, log_level=s.log_level, log_config=uvicorn_log_config(s.log_level))

@@ -13,16 +13,13 @@ Every value is validated by :class:`ServeSettings` (pydantic); a bad one names i
 
 from __future__ import annotations
 
-import os
-import tomllib
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import TypedLMError
+from ..config import ENV_PREFIX, FILE_TABLE, ConfigError, environment, merged, read_toml
 
-ENV_PREFIX = "TYPEDLM_"
 SECRETS = ("api_key",)
 REDACTED = "***"
 LIST_FIELDS = ("served_model_names",)
@@ -69,19 +66,11 @@ class ServeSettings(BaseModel):
 FIELDS = tuple(ServeSettings.model_fields)
 
 
-class ConfigError(TypedLMError):
-    """A settings value (file, environment or flag) is invalid; the message names field and source."""
-
-
 def from_file(path: Path) -> dict[str, Any]:
-    try:
-        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as e:
-        raise ConfigError(f"cannot read config file '{path}': {e.strerror or e}") from e
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"config file '{path}' is not valid TOML: {e}") from e
     out = {}
-    for key, value in raw.items():
+    for key, value in read_toml(path).items():
+        if key == FILE_TABLE:  # the engine's settings (typedlm.config)
+            continue
         name = key.replace("-", "_")
         if name not in FIELDS:
             raise ConfigError(f"config file '{path}': unknown key {key!r}; known: {', '.join(FIELDS)}")
@@ -103,19 +92,7 @@ def resolve_settings(flags: Mapping[str, Any], *, config_file: Path | None = Non
                      env: Mapping[str, str] | None = None) -> ServeSettings:
     """Merge ``flags`` (only those given on the command line) > ``env`` > ``config_file`` > defaults."""
     layers = [("config file", from_file(config_file) if config_file else {}),
-              ("environment", from_env(os.environ if env is None else env)),
+              ("environment", from_env(environment() if env is None else env)),
               ("flag", {k: v for k, v in flags.items() if k in FIELDS})]
-    merged: dict[str, Any] = {}
-    source: dict[str, str] = {}
-    for where, values in layers:
-        merged.update(values)
-        source.update({k: where for k in values})
-    try:
-        return ServeSettings(**merged)
-    except ValidationError as e:
-        err = e.errors()[0]
-        name = str(err["loc"][0]) if err["loc"] else "?"
-        where, got = source.get(name, "default"), err.get("input")
-        what = {"flag": f"--{name.replace('_', '-')} {got}", "environment": f"{ENV_PREFIX}{name.upper()}={got!r}",
-                "config file": f"{name} = {got!r} in config file '{config_file}'"}.get(where, f"{name} {got!r}")
-        raise ConfigError(f"{what}: {err['msg']}") from None
+    return merged(ServeSettings, layers, {"flag": lambda n, v: f"--{n.replace('_', '-')} {v}",
+                                          "config file": lambda n, v: f"{n} = {v!r} in config file '{config_file}'"})

@@ -21,7 +21,7 @@ from ..grammar.spec import make_constraint
 from ..generate.api import build_sequence
 from ..generate.result import GenerationResult
 from ..generate.sampling import SamplingParams
-from ..generate.scheduler import DoneEvent, QueueFull, Request, TokenEvent
+from ..generate.requests import DoneEvent, QueueFull, Request, TokenEvent
 from .errors import APIError
 from .state import ServerState
 from .structured import Structured, is_degradable

@@ -29,6 +29,8 @@ class Metrics:
         self.queue_depth.set_function(lambda: state.scheduler.queue_depth if state.scheduler else 0)
         self.batch_size = Gauge("typedlm_batch_size", "rows in the running decode batch", registry=r)
         self.batch_size.set_function(lambda: state.scheduler.batch_size if state.scheduler else 0)
+        self.kv_slots = Gauge("typedlm_kv_slots_in_use", "decode KV slots held by rows", registry=r)
+        self.kv_slots.set_function(lambda: state.scheduler.kv.size if state.scheduler else 0)
         self.ready = Gauge("typedlm_ready", "1 once the model is loaded and warmed", registry=r)
         self.ready.set_function(lambda: 1.0 if state.ready else 0.0)
         r.register(_GrammarCacheCollector(state))
@@ -72,7 +74,7 @@ class _PrefixCacheCollector:
 
     def collect(self):
         eng = self.state.engine_or_none
-        cache = getattr(eng.runner, "prefix_cache", None) if eng is not None else None
+        cache = eng.runner.prefix_cache if eng is not None else None
         st = cache.stats if cache is not None else None
         for name, kind, text, key in (
                 ("typedlm_prefix_cache_hits", CounterMetricFamily, "prompt prefills that reused cached KV", "hits"),
@@ -80,7 +82,8 @@ class _PrefixCacheCollector:
                 ("typedlm_prefix_cache_cached_tokens", CounterMetricFamily, "prompt tokens read from the prefix "
                  "cache instead of computed", "cached_tokens"),
                 ("typedlm_prefix_cache_evictions", CounterMetricFamily, "KV blocks evicted (LRU)", "evictions"),
-                ("typedlm_prefix_cache_bytes", GaugeMetricFamily, "bytes of KV held by the prefix cache", "bytes")):
+                ("typedlm_prefix_cache_bytes", GaugeMetricFamily, "bytes of KV held by the prefix cache", "bytes"),
+                ("typedlm_prefix_cache_blocks", GaugeMetricFamily, "KV blocks held by the prefix cache", "blocks")):
             m = kind(name, text)
             m.add_metric([], getattr(st, key) if st else 0)
             yield m

@@ -25,7 +25,8 @@ from typing import Any, Callable
 from ..engine import Engine
 from ..generate.api import build_sequence
 from ..generate.sampling import SamplingParams
-from ..generate.scheduler import Request, Scheduler
+from ..generate.requests import Request
+from ..generate.scheduler import Scheduler
 from ..grammar.spec import make_constraint
 from .config import REDACTED
 from .errors import APIError

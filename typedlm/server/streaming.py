@@ -8,7 +8,7 @@ import json
 
 from fastapi import Request
 
-from ..generate.scheduler import DoneEvent, TokenEvent
+from ..generate.requests import DoneEvent, TokenEvent
 from .generation import Job
 from .wire import chat_lp, completion_lp, notice, usage
 

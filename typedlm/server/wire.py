@@ -4,7 +4,7 @@ usage, logprobs entries, the ``typedlm`` notice field."""
 from __future__ import annotations
 
 from ..generate.detokenize import token_bytes
-from ..generate.scheduler import TokenEvent
+from ..generate.requests import TokenEvent
 
 
 def notice(job, results) -> dict:

@@ -1,6 +1,6 @@
 """llguidance as a backend (the runtime half; the schema half: :mod:`.llguidance_schema`): JSON
 constraints only. It builds a lexer and Earley parser and computes each mask when asked, so a schema
-compiles in milliseconds and each mask costs host time (``bench/results/compile-split-cpu.md``)."""
+compiles in milliseconds and each mask costs host time."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ async def ready(http: Request):
                             status_code=503, headers=e.headers)
     return {"status": "ready", "model": state.engine.name, "backend": state.engine.backend,
             "decide_mode": state.decide_mode,
-            "cuda_graph_capture_s": round(getattr(state.scheduler.kv, "capture_s", 0.0), 2)}
+            "cuda_graph_capture_s": round(state.engine.runner.graph_stats(state.scheduler.kv)[1], 2)}
 
 
 @router.get("/metrics")

@@ -15,7 +15,7 @@ import json
 
 from fastapi import Request
 
-from ...generate.scheduler import DoneEvent, TokenEvent
+from ...generate.requests import DoneEvent, TokenEvent
 from ..chat.plan import ChatStream
 from ..streaming import sse
 from ..wire import notice
