@@ -21,8 +21,8 @@ import time
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from typedlm.bench.decide import contexts
-from typedlm.bench.models import ARCHS, qwen_tokenizer
+from typedlm.testing.contexts import contexts
+from typedlm.testing.archs import ARCHS, qwen_tokenizer
 from typedlm.decide import decide, presets
 from typedlm.engine import engine_from_model
 

@@ -178,7 +178,8 @@ def test_bench_decide_runs_on_tiny(tiny):
 
 
 def test_bench_decide_many_runs_on_tiny(tiny):
-    from typedlm.bench.decide import contexts, run_many, to_markdown
+    from typedlm.bench.decide import run_many, to_markdown
+    from typedlm.testing.contexts import contexts
 
     ctxs = contexts(tiny, 3, tokens=60)
     assert len(set(ctxs)) == 3 and all(len(tiny.tokenizer.encode(c)) >= 60 for c in ctxs)

@@ -33,7 +33,9 @@ def import_graph(pkg: Path) -> dict[str, set[str]]:
                     mod = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
                 else:
                     mod = node.module or ""
-                targets = [mod] + [f"{mod}.{a.name}" for a in node.names]
+                # ``from pkg import sub`` imports the module pkg.sub (and runs pkg's __init__, which
+                # imports nothing of what imports it: an __init__ is a package's front, not its user)
+                targets = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in mods else mod for a in node.names]
             else:
                 continue
             edges[m].update(t for t in targets if t in mods and t not in (m, pkg.name))

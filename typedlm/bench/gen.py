@@ -2,7 +2,7 @@
 Schema, batch 1 and N, next to Hugging Face ``generate`` on the same model in the same run.
 
 Subject: a random-weight model of a real architecture with its real vocabulary
-(``typedlm.bench.models.random_engine``; speed does not depend on weight values), or ``--arch tiny``
+(``typedlm.testing.archs.random_engine``; speed does not depend on weight values), or ``--arch tiny``
 (the 2-layer test model) for a CPU smoke run. Greedy decoding everywhere so both paths do the same
 work; every row of a batch gets the same prompt. ``HF generate + xgrammar`` uses xgrammar's own
 ``contrib.hf.LogitsProcessor`` (one matcher per row). Tokens/s counts the tokens actually emitted.
@@ -10,15 +10,9 @@ work; every row of a batch gets the same prompt. ``HF generate + xgrammar`` uses
 
 from __future__ import annotations
 
-import json
 import platform
 import time
-from pathlib import Path
-from typing import Optional
 
-import typer
-
-from ..cliutil import fail, print_json, user_errors
 
 PROMPT = ("You are a careful assistant. Read the order below and answer with a JSON record of every item, "
           "its quantity and price.\nOrder: two notebooks at 3.50 each, one pen at 1.20, a stapler at 7.99 "
@@ -45,12 +39,11 @@ def load_subject(arch: str, device: str, dtype: str | None):
 
         tok = default_tokenizer()
         return engine_from_model(tiny_llama(tok), tok, name="tiny-random-llama", device=dev, dtype=dt)
-    from .models import ARCHS, random_engine
+    from ..testing.archs import ARCHS, random_engine
 
     if arch not in ARCHS:
         raise ValueError(f"unknown arch {arch!r}: choose tiny or one of {sorted(ARCHS)}")
     return random_engine(arch, device=str(dev), dtype=dt)
-
 
 
 def run_typedlm(engine, ids: list[int], batch: int, max_tokens: int, constraint) -> dict:
@@ -220,49 +213,3 @@ def print_table(res: dict) -> None:
     con.print(t)
     con.print(f"typedlm KV: {res['kv']}, warm-up + CUDA graph capture {res['warmup_capture_s']} s "
               f"({res['cuda_graphs']} graphs); JSON/free: {res['json_over_free']}")
-
-
-def register(app: typer.Typer, bench_app: typer.Typer) -> None:
-    @bench_app.command("gen")
-    def gen(
-        arch: str = typer.Option("qwen2.5-7b", "--arch", help="qwen2.5-7b | qwen2.5-0.5b | tiny"),
-        device: str = typer.Option("auto", "--device"),
-        dtype: Optional[str] = typer.Option(None, "--dtype", help="default: bf16 on cuda, fp32 on cpu"),
-        batch: Optional[list[int]] = typer.Option(None, "--batch", help="batch sizes (repeatable; default 1, 8, 32)"),
-        max_tokens: int = typer.Option(256, "--max-tokens"),
-        hf: bool = typer.Option(True, "--hf/--no-hf", help="also time HF generate on the same model"),
-        hf_static: bool = typer.Option(True, "--hf-static/--no-hf-static",
-                                       help="also time HF generate with its static cache (compiled; CUDA only)"),
-        out: Optional[Path] = typer.Option(None, "--json", help="write the results JSON here"),
-        deterministic: bool = typer.Option(False, "--deterministic",
-                                           help="typedlm rows on the batch-invariant kernels (decode uncompiled)"),
-    ):
-        """Throughput: typedlm continuous batching vs HF generate, free vs JSON Schema."""
-        batches = tuple(batch or (1, 8, 32))
-        if any(b < 1 for b in batches) or max_tokens < 1:
-            fail("--batch and --max-tokens must be >= 1")
-        with user_errors():
-            t0 = time.perf_counter()
-            engine = load_subject(arch, device, dtype)
-            if deterministic:
-                from ..engine import set_deterministic
-
-                set_deterministic(engine, True)
-            init_s = time.perf_counter() - t0
-            res = bench_gen(engine, batches=batches, max_tokens=max_tokens, hf=hf,
-                            hf_static=hf_static and engine.device.type == "cuda",
-                            progress=lambda m: typer.echo(f"... {m}", err=True))
-        res["model_init_s"] = round(init_s, 2)
-        res["command"] = "typedlm bench gen " + " ".join(
-            [f"--arch {arch}", f"--device {device}"] + ([f"--dtype {dtype}"] if dtype else [])
-            + [f"--batch {b}" for b in batches] + [f"--max-tokens {max_tokens}"] + ([] if hf else ["--no-hf"])
-            + ([] if hf_static else ["--no-hf-static"]) + (["--deterministic"] if deterministic else []))
-        res["deterministic"] = deterministic
-        print_json(res)
-        print_table(res)
-        if out:
-            try:
-                Path(out).parent.mkdir(parents=True, exist_ok=True)
-                Path(out).write_text(json.dumps(res, indent=2) + "\n", encoding="utf-8")
-            except OSError as e:
-                fail(f"cannot write '{out}': {e.strerror or e}")

@@ -28,12 +28,7 @@ import os
 import platform
 import threading
 import time
-from pathlib import Path
-from typing import Optional
 
-import typer
-
-from ..cliutil import backend_option
 
 from .grammar import _pct
 
@@ -248,63 +243,3 @@ def _check_modes(modes: tuple[str, ...]) -> str | None:
         except ValueError:
             return f"--mode {m!r}: the share after @ must be a number > 0"
     return None
-
-
-def register(app: typer.Typer, bench_app: typer.Typer) -> None:
-    @bench_app.command("itl")
-    def itl(
-        model: str = typer.Option("tiny", "--model", "-m", help="tiny (random-weight test model) | default | HF dir"),
-        arch: Optional[str] = typer.Option(None, "--arch", help="random-weight real architecture, e.g. qwen2.5-0.5b"),
-        device: str = typer.Option("cpu", "--device"),
-        backend: Optional[str] = backend_option(),
-        streams: int = typer.Option(4, "--streams"),
-        rounds: int = typer.Option(1, "--rounds", help="requests per stream client, one after another"),
-        max_tokens: int = typer.Option(64, "--max-tokens"),
-        decide_clients: int = typer.Option(1, "--decide-clients"),
-        decisions: int = typer.Option(20, "--decisions", help="decisions the decide-alone run measures"),
-        preset: str = typer.Option("support_triage", "--preset"),
-        chunk_tokens: int = typer.Option(256, "--chunk-tokens", help="interleaved: at most this many decide prefill "
-                                                                     "tokens per forward"),
-        chunk_rows: int = typer.Option(1, "--chunk-rows", help="interleaved: decision rows per scoring pass"),
-        threads: Optional[int] = typer.Option(None, "--threads", help="torch intra-op threads"),
-        mode: Optional[list[str]] = typer.Option(None, "--mode", help="alone | decide-alone | interleaved | parallel | "
-                                                 "sliced[@SHARE] | exclusive (repeatable)"),
-        out: Optional[Path] = typer.Option(None, "--json", help="write the results JSON here"),
-    ):
-        """p50/p99 inter-token latency of streaming requests and decide latency, alone and together."""
-        import shlex
-        import sys
-
-        from ..cliutil import fail, print_json, user_errors
-
-        modes = tuple(mode or MODES)
-        if (bad := _check_modes(modes)) is not None:
-            fail(bad)
-        if min(streams, rounds, chunk_tokens, chunk_rows, decisions) < 1 or max_tokens < 2 or decide_clients < 0:
-            fail("--streams, --rounds, --decisions, --chunk-tokens, --chunk-rows >= 1; --max-tokens >= 2; "
-                 "--decide-clients >= 0")
-        import torch
-
-        if threads:
-            torch.set_num_threads(threads)
-        with user_errors():
-            if model == "tiny" and not arch:
-                from ..testing import tiny_engine
-
-                engine = tiny_engine()
-            else:
-                from .models import bench_engine
-
-                engine = bench_engine(arch, model, device=device, backend=backend)
-            res = bench_itl(engine, modes=modes, streams=streams, rounds=rounds, max_tokens=max_tokens,
-                            decide_clients=decide_clients, decisions=decisions, preset=preset,
-                            chunk_tokens=chunk_tokens, chunk_rows=chunk_rows,
-                            progress=lambda m: typer.echo(f"... {m}", err=True))
-        res["command"] = "typedlm bench itl " + shlex.join(sys.argv[sys.argv.index("itl") + 1:]
-                                                           if "itl" in sys.argv else [])
-        print_json(res)
-        print_table(res)
-        if out:
-            Path(out).parent.mkdir(parents=True, exist_ok=True)
-            Path(out).write_text(json.dumps(res, indent=2) + "\n", encoding="utf-8")
-            Path(out).with_suffix(".md").write_text(to_markdown(res), encoding="utf-8")

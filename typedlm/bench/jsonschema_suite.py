@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator
 
 OUTCOMES = ("pass", "false_negative", "false_positive", "refused", "compile_error")
 GROUPS = ("required", "optional")
@@ -316,51 +316,3 @@ def _table(report: SuiteReport, draft: str) -> None:
         pct = 100.0 * t["pass"] / t["total"] if t["total"] else 0.0
         table.add_row(f"[bold]{g}[/bold] ({pct:.1f} % pass)", *(str(t[c]) for c in ("total", *OUTCOMES)))
     Console(stderr=True, width=140).print(table)
-
-
-def register(app, bench_app) -> None:
-    import typer
-
-    from ..cliutil import fail, print_json, user_errors
-
-    @bench_app.command("jsonschema-suite")
-    def jsonschema_suite(
-        suite: Path = typer.Option(DEFAULT_SUITE, "--suite", help="JSON-Schema-Test-Suite checkout"),
-        draft: str = typer.Option("all", "--draft", help=f"one of {', '.join(DRAFTS)}, or all"),
-        out: Optional[Path] = typer.Option(None, "--json", help="write the totals and per-file counts here"),
-        write_ratchet: Optional[Path] = typer.Option(
-            None, "--write-ratchet", help="write the per-file counts to <this folder>/<draft>.json "
-                                          "(the repo's ratchets: tests/data/jsonschema_ratchet/)"),
-        tables: bool = typer.Option(True, "--table/--no-table", help="print a per-file table per draft"),
-        grammar_engine: Optional[str] = typer.Option(
-            None, "--grammar-engine", help="xgrammar | llguidance | auto (default: TYPEDLM_GRAMMAR_ENGINE, else "
-                                           "xgrammar); ratchets per engine: tests/data/jsonschema_ratchet/<engine>/"),
-    ):
-        """Run the official JSON Schema suite through the grammar path, per draft; table + JSON."""
-        drafts = DRAFTS if draft == "all" else (draft,)
-        if draft != "all" and draft not in DRAFTS:
-            fail(f"--draft must be one of {', '.join(DRAFTS)} or all, not {draft!r}")
-        reports = {}
-        with user_errors():
-            for d in drafts:
-                if not (Path(suite) / "tests" / d).is_dir():
-                    fail(f"--suite '{suite}' has no tests/{d} folder")
-            for d in drafts:
-                reports[d] = run_suite(suite, draft=d, engine=grammar_engine)
-        data = {d: r.to_dict() for d, r in reports.items()}
-        for d, r in reports.items():
-            if tables:
-                _table(r, d)
-        if out is not None:
-            with user_errors():
-                Path(out).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-        if write_ratchet is not None:
-            fps = {d: sum(r.totals(g)["false_positive"] for g in GROUPS) for d, r in reports.items()}
-            if any(fps.values()):
-                fail(f"false positives {fps}: a ratchet never records a false positive")
-            with user_errors():
-                Path(write_ratchet).mkdir(parents=True, exist_ok=True)
-                for d, r in reports.items():
-                    (Path(write_ratchet) / f"{d}.json").write_text(json.dumps(ratchet_of(r, d), indent=1) + "\n",
-                                                                   encoding="utf-8")
-        print_json({d: {g: data[d][g] for g in GROUPS} | {"seconds": data[d]["seconds"]} for d in data})

@@ -17,12 +17,7 @@ import os
 import platform
 import statistics
 import time
-from pathlib import Path
-from typing import Optional
 
-import typer
-
-from ..cliutil import fail, user_errors
 
 PROMPT = "Write a long story about a robot who learns to paint."
 SCHEMA = {"type": "object", "properties": {
@@ -116,28 +111,3 @@ def bench_mlx(model: str, batches: tuple[int, ...], max_tokens: int, torch_too: 
                        "prompt_tokens": d.usage.get("prompt_tokens")},
             "ratios": ratios, "targets": {"mlx_over_mlx_lm_b1": ">= 0.95", "mlx_over_mlx_lm_b8": ">= 1.0",
                                           "json_over_free": ">= 0.9", "decide_over_prefill": "<= 1.5"}}
-
-
-def register(app: typer.Typer, bench_app: typer.Typer) -> None:
-    @bench_app.command("mlx")
-    def mlx(
-        model: str = typer.Option("default", "--model", "-m"),
-        batch: Optional[list[int]] = typer.Option(None, "--batch", help="batch sizes (repeatable; default 1, 8)"),
-        max_tokens: int = typer.Option(64, "--max-tokens"),
-        torch_too: bool = typer.Option(True, "--torch/--no-torch", help="also the torch backend on the same model"),
-        repeat: int = typer.Option(1, "--repeat", help="runs per batch size, mlx-lm and typedlm in turn (ratios: median of pairs)"),
-        out: Optional[Path] = typer.Option(None, "--json", help="write the results JSON here"),
-    ):
-        """The MLX backend vs mlx-lm's own generate / batch_generate vs the torch backend (one run)."""
-        batches = tuple(batch or (1, 8))
-        if any(b < 1 for b in batches) or max_tokens < 1 or repeat < 1:
-            fail("--batch, --max-tokens and --repeat must be >= 1")
-        with user_errors():
-            res = bench_mlx(model, batches, max_tokens, torch_too, lambda m: typer.echo(f"... {m}", err=True), repeat)
-        res["command"] = "typedlm bench mlx " + " ".join(
-            [f"--model {model}"] + [f"--batch {b}" for b in batches] + [f"--max-tokens {max_tokens}", f"--repeat {repeat}"]
-            + ([] if torch_too else ["--no-torch"]))
-        text = json.dumps(res, indent=2)
-        if out:
-            out.write_text(text + "\n")
-        typer.echo(text)

@@ -11,13 +11,9 @@ official suite (one draft), or a JSON-lines file of ``{"schema": ...}`` rows. Ea
 from __future__ import annotations
 
 import gc
-import json
 import statistics
 import time
-from pathlib import Path
-from typing import Optional
 
-from .jsonschema_suite import DEFAULT_SUITE, load_suite, remotes_registry
 
 
 def _quantiles(xs: list[float]) -> dict:
@@ -196,28 +192,3 @@ def split_times(schemas: list, registry=None) -> dict:
     tok = default_tokenizer()
     info = xgr.TokenizerInfo.from_huggingface(tok, vocab_size=len(tok), stop_token_ids=[tok.eos_token_id])
     return split_summary([split_one(s, info, registry) for s in schemas])
-
-
-def register(app, bench_app) -> None:
-    import typer
-
-    from ..cliutil import print_json, user_errors
-
-    @bench_app.command("schema-compile")
-    def schema_compile(
-        draft: str = typer.Option("draft2020-12", "--draft", help="the suite draft whose schemas are timed"),
-        corpus: Optional[Path] = typer.Option(None, "--corpus", help='JSON lines of {"schema": ...} instead'),
-        out: Optional[Path] = typer.Option(None, "--json", help="write the result here"),
-    ):
-        """Time the normalizer, our EBNF and xgrammar's compile apart, per schema; quantiles + slowest."""
-        with user_errors():
-            if corpus is not None:
-                schemas = [json.loads(line)["schema"] for line in Path(corpus).read_text().splitlines() if line]
-                registry = None
-            else:
-                schemas = [c.schema for c in load_suite(DEFAULT_SUITE, draft)]
-                registry = remotes_registry(DEFAULT_SUITE, draft)
-            result = split_times(schemas, registry)
-            if out is not None:
-                Path(out).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-        print_json(result)

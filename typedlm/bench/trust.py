@@ -20,11 +20,7 @@ import platform
 import sys
 import time
 from pathlib import Path
-from typing import Optional
 
-import typer
-
-from ..cliutil import backend_option, fail, user_errors
 
 VARIANTS = ("none", "neutral", "batch")
 
@@ -98,48 +94,6 @@ def run_dataset(engine, name: str, cases_all: list, out: Path, fit_n: int, test_
     return summary
 
 
-def register(app: typer.Typer, bench_app: typer.Typer) -> None:
-    @bench_app.command("trust")
-    def trust(
-        data: str = typer.Option("tweets,bbc,bbc-multi", "--data", help="comma list of eval datasets"),
-        out: Path = typer.Option(Path("bench/results/trust"), "--out", help="folder: one run folder per dataset"),
-        fit_limit: str = typer.Option("60", "--fit-limit", help="calibration-split cases to fit on: N or "
-                                      "dataset=N,... (per dataset)"),
-        test_limit: str = typer.Option("200", "--test-limit", help="test-split cases: N or dataset=N,..."),
-        batch: int = typer.Option(32, "--batch", help="contexts per decide_many call for prior='batch'"),
-        model: str = typer.Option("default", "--model", "-m"),
-        device: str = typer.Option("auto", "--device"),
-        backend: Optional[str] = backend_option(),
-        bootstrap: int = typer.Option(1000, "--bootstrap"),
-        reuse: Optional[Path] = typer.Option(None, "--reuse", help="folder of `typedlm eval` runs (eval-<dataset>/): "
-                                             "cases they scored with the same prompt are not scored again"),
-    ):
-        """Raw vs prior vs calibrated decisions on labelled data; writes run folders + one eval report."""
-        from ..engine import load_engine
-        from ..eval.cli import load_cases
-        from ..eval.report import write_report
-
-        names = [d.strip() for d in data.split(",") if d.strip()]
-        if not names:
-            fail("--data is empty")
-        fits, tests = _limits(fit_limit, names, "--fit-limit"), _limits(test_limit, names, "--test-limit")
-        with user_errors():
-            engine = load_engine(model, device=device, backend=backend, progress=False)
-            sums, folders = [], []
-            for n in names:
-                name, cases = load_cases(n)
-                folders.append(out / Path(name).stem)  # a dataset name, or a cases file's stem
-                prev = reuse / f"eval-{Path(name).stem}" / "predictions.jsonl" if reuse else None
-                sums.append(run_dataset(engine, name, cases, folders[-1], fits[n], tests[n], batch, prev))
-            (out / "summary.json").write_text(json.dumps(sums, indent=2) + "\n")
-            paths = write_report(folders, out, n_boot=bootstrap)
-            table = summary_table(sums, json.loads((out / "report.json").read_text()))
-            (out / "trust.md").write_text(table)
-        typer.echo(table)
-        for p in paths[:2]:
-            typer.echo(str(p), err=True)
-
-
 def _quality(schema, ds: list, cases: list) -> dict:
     """NLL of the gold labels (scalar fields, mean over cases and fields) and the ECE floor of the confidences
     the harness bins (scalar: top-1; multi: each option's yes/no)."""
@@ -166,10 +120,10 @@ def _limits(spec: str, names: list[str], opt: str) -> dict[str, int]:
         else:
             out = {k.strip(): int(v) for k, v in (p.split("=", 1) for p in spec.split(",") if p.strip())}
     except ValueError:
-        fail(f"{opt} must be N or dataset=N,...; got {spec!r}")
+        raise ValueError(f"{opt} must be N or dataset=N,...; got {spec!r}")
     missing = [n for n in names if n not in out]
     if missing or any(v < 2 for v in out.values()):
-        fail(f"{opt}: give every dataset ({', '.join(names)}) at least 2 cases; got {spec!r}")
+        raise ValueError(f"{opt}: give every dataset ({', '.join(names)}) at least 2 cases; got {spec!r}")
     return out
 
 

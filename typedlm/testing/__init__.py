@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import torch
 
-from . import models
-from .engine import Engine, engine_from_model
-from .errors import TypedLMError
+from .. import models
+from ..engine import Engine, engine_from_model
+from ..errors import TypedLMError
 
 # ids the tiny model's lm_head has beyond the tokenizer (padded vocabularies exist: Qwen, Llama-3)
 PAD_ROWS = 64

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import typer
 
-from .errors import TypedLMError
+from ..errors import TypedLMError
 
 EXIT_BAD_INPUT = 2
 EXIT_INCOMPLETE = 3
