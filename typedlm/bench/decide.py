@@ -131,7 +131,7 @@ def _single_rounds(engine, schema, context, out, runs, naive_runs, warmup, packi
     from ..decide.naive import naive_generate
     from ..decide.prompt import prompt_ids
     from ..decide.result import TOLERANCE
-    from ..decide.score import prefill
+    from ..decide.passes import prefill
 
     # Round-robin: every round runs each measurement once, so load changes on a shared machine hit
     # every configuration alike (p50 over rounds).

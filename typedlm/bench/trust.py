@@ -1,14 +1,14 @@
 """``typedlm bench trust``: raw vs neutral prior vs batch prior vs calibrated, side by side, per dataset.
 
 For each dataset the default model scores the calibration and test cases once (``prior="none"``;
-:func:`typedlm.decide.fitting.collect`, resumable ``scores.jsonl``). Every variant is computed from those
+:func:`typedlm.decide.calibrate.collect.collect`, resumable ``scores.jsonl``). Every variant is computed from those
 scores through decide's own functions, written as an eval run folder (track ``parallel``, one *mode* per
 variant: ``labels``, ``labels+neutral``, ``labels+batch``, each also ``+cal``, and for multi-label data
 ``labels+constrained``: the same scores under ``min_selected``/``max_selected``), and reported by the eval
 harness (``typedlm report``: metrics with bootstrap intervals, reliability diagrams). Each ``+cal`` bundle's
-calibrator kind is chosen by cross-validated NLL on the calibration split (:mod:`typedlm.decide.calibrators`).
+calibrator kind is chosen by cross-validated NLL on the calibration split (:mod:`typedlm.decide.calibrate.fit`).
 Beside the harness's ECE the summary gives each variant's NLL (scalar fields) and its *ECE floor*
-(:func:`typedlm.decide.calibration.ece_floor`: the ECE a perfectly calibrated predictor with the same
+(:func:`typedlm.decide.calibrate.bundle.ece_floor`: the ECE a perfectly calibrated predictor with the same
 confidences would show on as many cases).
 """
 
@@ -27,7 +27,8 @@ VARIANTS = ("none", "neutral", "batch")
 
 def run_dataset(engine, name: str, cases_all: list, out: Path, fit_n: int, test_n: int, batch: int,
                 reuse: Path | None = None) -> dict:
-    from ..decide import constraints, fitting
+    from ..decide.constraints import parse as constraints
+    from ..decide.calibrate import collect as fitting
     from ..decide.api import plan_for
     from ..decide.schema import DecisionSchema
     from ..eval.cases import check_case, select
@@ -97,7 +98,7 @@ def run_dataset(engine, name: str, cases_all: list, out: Path, fit_n: int, test_
 def _quality(schema, ds: list, cases: list) -> dict:
     """NLL of the gold labels (scalar fields, mean over cases and fields) and the ECE floor of the confidences
     the harness bins (scalar: top-1; multi: each option's yes/no)."""
-    from ..decide.calibration import ece_floor
+    from ..decide.calibrate.bundle import ece_floor
     from ..eval.cases import gold_key
 
     nll, conf = [], []

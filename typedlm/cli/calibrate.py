@@ -28,9 +28,9 @@ def calibrate(
 ):
     """Fit a calibration bundle on the calibration split; held-out ECE before/after on the test split.
     Refuses (exit 1) to write a bundle whose held-out ECE got worse."""
-    from ..decide import fitting  # lazy: CLI start-up
+    from ..decide.calibrate import collect as fitting  # lazy: CLI start-up
     from ..decide.api import plan_for  # lazy: CLI start-up
-    from ..decide.calibration import SCALAR_KINDS  # lazy: CLI start-up
+    from ..decide.calibrate.bundle import SCALAR_KINDS  # lazy: CLI start-up
     from ..decide.prior import DEFAULT_PRIOR, check_mode  # lazy: CLI start-up
     from ..engine import load_engine  # lazy: CLI start-up
     from ..eval.cases import load_cases, select  # lazy: CLI start-up

@@ -18,7 +18,7 @@ mass is left as scored.
 the content-free prompts, so after the neutral prior nearly every option still had P(yes) > 0.5 (mean set
 size 4.7 of 5, gold 2.0); the shift is shared by the options, so removing the per-context mean keeps the
 ranking (per-option AUC up to 0.86 vs 0.73 raw) and leaves the set size to the count question, which the
-decision rule uses as a prior over set sizes (:mod:`typedlm.decide.joint`).
+decision rule uses as a prior over set sizes (:mod:`typedlm.decide.constraints.joint`).
 """
 
 from __future__ import annotations

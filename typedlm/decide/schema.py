@@ -17,9 +17,9 @@ from typing import Any
 
 from ..errors import SchemaError
 from ..grammar.spec import canonical_json
-from .constraints import check as check_constraints, parse_cross, parse_field_constraints
-from .terms import MARKERS, merge_specs
-from .depends import waves
+from .constraints.parse import check as check_constraints, parse_cross, parse_field_constraints
+from .constraints.terms import MARKERS, merge_specs
+from .constraints.depends import waves
 
 FIELD_TYPES = ("boolean", "enum", "multi")
 FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}\Z")

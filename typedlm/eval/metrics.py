@@ -110,7 +110,7 @@ def _norm(pred):
 
 
 def _ece(conf: np.ndarray, hit: np.ndarray) -> float:
-    from ..decide.calibration import ece  # the one ECE (calibrate fits against the same number)
+    from ..decide.calibrate.bundle import ece  # the one ECE (calibrate fits against the same number)
 
     return ece(conf, hit, ECE_BINS) if len(conf) else 0.0
 

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..decide.api import prepare, run
-from ..decide.calibration import CalibrationMismatch
+from ..decide.calibrate.bundle import CalibrationMismatch
 from ..decide.options import DecideOptions
 from ..decide.prior import PriorError
 from ..decide.plan import DEFAULT_SCORING

@@ -22,7 +22,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from ..errors import TypedLMError
+from ...errors import TypedLMError
 from .terms import Atom, Excludes, Implies
 
 MAX_NODES = 200_000  # search nodes per solve; past it the problem is refused, never answered greedily
