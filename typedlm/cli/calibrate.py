@@ -33,7 +33,8 @@ def calibrate(
     from ..decide.calibrate.bundle import SCALAR_KINDS  # lazy: CLI start-up
     from ..decide.prior import DEFAULT_PRIOR, check_mode  # lazy: CLI start-up
     from ..engine import load_engine  # lazy: CLI start-up
-    from ..eval.cases import load_cases, select  # lazy: CLI start-up
+    from ..eval.cases import select  # lazy: CLI start-up
+    from ..eval.datasets import load_cases  # lazy: CLI start-up
 
     prior = prior or DEFAULT_PRIOR
     if kind != "auto" and kind not in SCALAR_KINDS:
