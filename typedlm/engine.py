@@ -7,20 +7,22 @@ owns, by composition, the :class:`~typedlm.runner.model_runner.ModelRunner` that
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 import importlib.util
 import os
 import platform
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from . import models, placement
 from .errors import ModelLoadError, TypedLMError
 from .grammar.compiler import Grammars
 from .lru import LRUCache
 from .profile import ChatProfile, ReasoningFormat, detect_reasoning
+from .runner.mlx_runner import MLXRunner, load_model
 from .runner.model_runner import ModelRunner
 from .tokens import SegmentEncoder
 
@@ -140,8 +142,6 @@ def load_engine(ref: str = models.DEFAULT_REF, *, device: str = "auto", dtype: s
                 progress: bool = True, backend: str | None = None, deterministic: bool | None = None) -> Engine:
     """Resolve ``ref`` (see :mod:`typedlm.models`), load model + tokenizer, build the handle on ``backend``
     (see :func:`pick_backend`). ``deterministic``: see :func:`set_deterministic`."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     t0 = time.perf_counter()
     resolved = models.resolve(ref)
     chosen = pick_backend(backend)
@@ -210,10 +210,6 @@ def engine_from_mlx(path: str, tokenizer, *, name: str, dtype: torch.dtype | Non
                     load_seconds: float = 0.0) -> Engine:
     """The handle on the MLX backend: mlx-lm loads ``path`` (a HF or MLX directory, quantized or not);
     the config, tokenizer and generation config are read as for torch."""
-    from transformers import AutoConfig, GenerationConfig
-
-    from .runner.mlx_runner import MLXRunner, load_model
-
     t0 = time.perf_counter()
     cfg = AutoConfig.from_pretrained(path)
     try:

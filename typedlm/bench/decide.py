@@ -9,10 +9,20 @@ GPU (random 7B-class): typedlm bench decide --arch qwen2.5-7b --device cuda --ma
 from __future__ import annotations
 
 import json
+import math
+import os
 import platform
 import statistics
 import time
 
+import torch
+
+from ..decide import presets, ties
+from ..decide.api import decide, decide_many, plan_for
+from ..decide.naive import naive_generate
+from ..decide.passes import prefill
+from ..decide.prompt import prompt_ids
+from ..decide.result import TOLERANCE
 from ..testing.contexts import contexts
 
 
@@ -21,11 +31,8 @@ def _p50(xs: list[float]) -> float:
 
 
 def _machine(engine) -> str:
-    import torch
-
     if engine.device.type == "cuda":
         return f"{torch.cuda.get_device_name(engine.device)} GPU"
-    import os
 
     return f"{os.cpu_count()}-core {platform.machine()} CPU, no GPU"
 
@@ -33,8 +40,6 @@ def _machine(engine) -> str:
 def _gap(f) -> float:
     """A field's smallest top-2 gap in nats (scalar: its log-scores; multi: each option's yes vs no)."""
     if f.type == "multi":
-        import math
-
         return min((abs(math.log(max(p, 1e-300)) - math.log(max(1 - p, 1e-300))) for p in f.probabilities.values()),
                    default=math.inf)
     top = sorted(f.log_scores.values(), reverse=True)
@@ -45,11 +50,6 @@ def run_many(engine, *, preset: str, sizes, runs: int, tokens: int = 400, parity
              progress=print) -> dict:
     """decide_many throughput per batch size: p50 wall time, field decisions/s, the shared-prefix hit;
     and its parity (max |Δ log-score| vs one row per forward) on the first contexts of the largest batch."""
-    from ..decide import presets
-    from ..decide.api import decide, decide_many
-
-    from ..decide import ties
-
     schema = presets.load(preset)["schema"]
     fields = len(schema.fields)
     drift = ties.drift(engine)
@@ -102,9 +102,6 @@ def run_many(engine, *, preset: str, sizes, runs: int, tokens: int = 400, parity
 
 def run_bench(engine, *, preset: str = "support_triage", example: int = 0, runs: int = 5, naive_runs: int = 2,
               warmup: int = 1, packings=("packed", "fused", "expand"), scorings=("labels", "slots"), progress=print) -> dict:
-    from ..decide import presets
-    from ..decide.result import TOLERANCE
-
     p = presets.load(preset)
     schema, context = p["schema"], p["examples"][example]
     out: dict = {"model": engine.name, "device": str(engine.device), "dtype": str(engine.dtype).replace("torch.", ""),
@@ -127,12 +124,6 @@ def run_bench(engine, *, preset: str = "support_triage", example: int = 0, runs:
 
 
 def _single_rounds(engine, schema, context, out, runs, naive_runs, warmup, packings, scorings, progress) -> None:
-    from ..decide.api import decide, plan_for
-    from ..decide.naive import naive_generate
-    from ..decide.prompt import prompt_ids
-    from ..decide.result import TOLERANCE
-    from ..decide.passes import prefill
-
     # Round-robin: every round runs each measurement once, so load changes on a shared machine hit
     # every configuration alike (p50 over rounds).
     ids = {sc: prompt_ids(engine, plan_for(schema, engine, sc), context) for sc in scorings}
@@ -267,8 +258,6 @@ def _result_lines(r: dict) -> list[str]:
 
 def _one_setting(engine, preset, skip_single, runs, naive_runs, sizes, many_runs, say) -> dict:
     if skip_single:
-        from ..decide import presets
-
         r = {"model": engine.name, "device": str(engine.device), "machine": _machine(engine),
              "dtype": str(engine.dtype).replace("torch.", ""), "preset": preset,
              "fields": len(presets.load(preset)["schema"].fields),

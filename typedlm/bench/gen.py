@@ -10,8 +10,21 @@ work; every row of a batch gets the same prompt. ``HF generate + xgrammar`` uses
 
 from __future__ import annotations
 
+import importlib.metadata as md
 import platform
 import time
+
+from rich.console import Console
+from rich.table import Table
+import torch
+import xgrammar.contrib.hf as xhf
+
+from ..engine import engine_from_model, pick_device, pick_dtype
+from ..generate import SamplingParams, build_sequence
+from ..generate.scheduler import run_batch
+from ..grammar import make_constraint
+from ..testing import default_tokenizer, tiny_llama
+from ..testing.archs import ARCHS, random_engine
 
 
 PROMPT = ("You are a careful assistant. Read the order below and answer with a JSON record of every item, "
@@ -29,17 +42,11 @@ SCHEMA = {"type": "object",
 
 
 def load_subject(arch: str, device: str, dtype: str | None):
-    from ..engine import pick_device, pick_dtype
-
     dev = pick_device(device)
     dt = pick_dtype(dtype, dev)
     if arch == "tiny":
-        from ..engine import engine_from_model
-        from ..testing import default_tokenizer, tiny_llama
-
         tok = default_tokenizer()
         return engine_from_model(tiny_llama(tok), tok, name="tiny-random-llama", device=dev, dtype=dt)
-    from ..testing.archs import ARCHS, random_engine
 
     if arch not in ARCHS:
         raise ValueError(f"unknown arch {arch!r}: choose tiny or one of {sorted(ARCHS)}")
@@ -47,9 +54,6 @@ def load_subject(arch: str, device: str, dtype: str | None):
 
 
 def run_typedlm(engine, ids: list[int], batch: int, max_tokens: int, constraint) -> dict:
-    from ..generate import SamplingParams, build_sequence
-    from ..generate.scheduler import run_batch
-
     params = SamplingParams(max_tokens=max_tokens, temperature=0)
     seqs = [build_sequence(engine, ids, params, constraint) for _ in range(batch)]
     engine.sync()
@@ -80,8 +84,6 @@ def run_hf_static(engine, ids: list[int], batch: int, max_tokens: int, constrain
 
 
 def run_hf(engine, ids: list[int], batch: int, max_tokens: int, constraint, **extra) -> dict:
-    import torch
-
     if engine.backend != "torch":
         return {"error": f"HF generate baselines need the torch backend (this engine runs on {engine.backend})"}
     model = engine.model
@@ -90,8 +92,6 @@ def run_hf(engine, ids: list[int], batch: int, max_tokens: int, constraint, **ex
                   if engine.tokenizer.pad_token_id is not None else sorted(engine.stop_ids)[0],
                   attention_mask=torch.ones_like(input_ids), **extra)
     if constraint is not None:
-        import xgrammar.contrib.hf as xhf
-
         compiled, _ = engine.grammars.compile(constraint)
         kwargs["logits_processor"] = [xhf.LogitsProcessor(compiled)]
     try:
@@ -115,8 +115,6 @@ def run_hf(engine, ids: list[int], batch: int, max_tokens: int, constraint, **ex
 
 def _measured(fn, engine, *args) -> dict:
     """One run with the peak device memory it reached (GiB; CUDA only)."""
-    import torch
-
     cuda = engine.device.type == "cuda"
     if cuda:
         torch.cuda.reset_peak_memory_stats(engine.device)
@@ -128,10 +126,6 @@ def _measured(fn, engine, *args) -> dict:
 
 def bench_gen(engine, *, batches=(1, 8, 32), max_tokens: int = 256, hf: bool = True, hf_static: bool = True,
               progress=None) -> dict:
-    import torch
-
-    from ..grammar import make_constraint
-
     ids = engine.encode_prompt(messages=[{"role": "user", "content": PROMPT}]) if engine.chat.has_template \
         else engine.encode_prompt(prompt=PROMPT)
     modes = {"free": None, "json_schema": make_constraint(json_schema=SCHEMA, any_whitespace=False)}
@@ -186,8 +180,6 @@ def bench_gen(engine, *, batches=(1, 8, 32), max_tokens: int = 256, hf: bool = T
 
 
 def _version(pkg: str) -> str | None:
-    import importlib.metadata as md
-
     try:
         return md.version(pkg)
     except md.PackageNotFoundError:
@@ -195,9 +187,6 @@ def _version(pkg: str) -> str | None:
 
 
 def print_table(res: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     t = Table(title=f"bench gen: {res['model']} on {res['device_name']} ({res['dtype']}), "
                     f"{res['prompt_tokens']}-token prompt, max {res['max_tokens']} new tokens")
     for col in ("engine", "batch", "mode", "tokens", "wall s", "tok/s", "tok/s/row", "peak GiB", "finish / error"):

@@ -12,6 +12,16 @@ import platform
 import statistics
 import time
 
+from rich.console import Console
+from rich.table import Table
+import xgrammar as xgr
+
+from ..grammar.compiler import Grammars
+from ..grammar.controller import GrammarRow
+from ..grammar.spec import make_constraint
+from ..testing import default_tokenizer
+from ..testing.archs import qwen_tokenizer
+
 
 # Realistic schemas with a valid instance each (property order = schema order, as the grammar emits).
 CASES = [
@@ -58,15 +68,11 @@ CASES = [
 
 
 def _tokenizers(which: str):
-    from ..testing import default_tokenizer
-
     out = []
     if which in ("default", "both"):
         tok = default_tokenizer()
         out.append(("smollm2-49k", tok, len(tok)))
     if which in ("qwen2.5", "both"):
-        from ..testing.archs import qwen_tokenizer
-
         tok = qwen_tokenizer()
         out.append(("qwen2.5-151k", tok, 152064))
     return out
@@ -78,12 +84,6 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 def bench_tokenizer(name: str, tok, model_vocab: int, *, repeats: int = 5, engine: str = "xgrammar") -> dict:
-    import xgrammar as xgr
-
-    from ..grammar.compiler import Grammars
-    from ..grammar.controller import GrammarRow
-    from ..grammar.spec import make_constraint
-
     stop = [tok.eos_token_id]
     info = xgr.TokenizerInfo.from_huggingface(tok, vocab_size=model_vocab, stop_token_ids=stop)
     Grammars(info, engine=engine)  # llguidance: its tokenizer is built once per vocabulary, before any timing
@@ -140,9 +140,6 @@ def run(which: str = "both", repeats: int = 5, engine: str = "xgrammar") -> dict
 
 
 def print_table(res: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     t = Table(title=f"typedlm bench grammar ({res['engine']})")
     for col in ("tokenizer", "mask p50 µs", "mask p99 µs", "mask max µs", "compile cold p50 ms",
                 "cache hit p50 µs"):

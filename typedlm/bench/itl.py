@@ -29,7 +29,15 @@ import platform
 import threading
 import time
 
+from rich.console import Console
+from rich.table import Table
+import torch
 
+from ..decide import presets
+from ..server.app import create_app
+from ..server.interleave import resolve_decide_mode
+from ..server.state import ServerConfig
+from ..server.testing import live_server
 from .grammar import _pct
 
 MODES = ("alone", "decide-alone", "interleaved", "parallel", "sliced", "exclusive")
@@ -37,7 +45,7 @@ TARGETS = {"p99_vs_alone": 1.2, "decide_p50_vs_alone": 2.0}  # issue 20, item 5
 
 
 def _stream(url: str, bodies: list[dict], arrivals: list[list[float]]) -> None:
-    import httpx
+    import httpx  # optional extra: server
 
     for body in bodies:  # one request after another: each its own list of arrivals
         got = []
@@ -51,7 +59,7 @@ def _stream(url: str, bodies: list[dict], arrivals: list[list[float]]) -> None:
 
 
 def _decider(url: str, body: dict, stop: threading.Event, spans: list[tuple[float, float]]) -> None:
-    import httpx
+    import httpx  # optional extra: server
 
     while not stop.is_set():
         t0 = time.perf_counter()
@@ -132,14 +140,7 @@ def _configure(state, mode: str) -> str:
 def bench_itl(engine, *, modes=MODES, streams: int = 4, rounds: int = 1, max_tokens: int = 64, decide_clients: int = 1,
               decisions: int = 20, preset: str = "support_triage", chunk_tokens: int = 256, chunk_rows: int = 1,
               progress=None) -> dict:
-    import httpx
-    import torch
-
-    from ..decide import presets
-    from ..server.app import create_app
-    from ..server.interleave import resolve_decide_mode
-    from ..server.state import ServerConfig
-    from ..server.testing import live_server
+    import httpx  # optional extra: server
 
     raw = presets.raw(preset)
     decide_body = {"schema": raw["schema"], "context": raw["examples"][0]}
@@ -194,9 +195,6 @@ def _row(r: dict) -> list[str]:
 
 
 def print_table(res: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     t = Table(title=f"ITL of {res['streams']} streams, {res['model']} on {res['device']} "
                     f"({res['torch_threads']} torch threads)")
     for col in COLUMNS:

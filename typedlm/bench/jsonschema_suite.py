@@ -23,19 +23,28 @@ and wrong for a valid one (``false_negative``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 import json
 import math
-import time
-from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
+import time
 from typing import Any, Iterator
 
+import referencing
+from rich.console import Console
+from rich.table import Table
+
+from ..errors import EmptySchemaError, GrammarCompileError
+from ..grammar.compiler import Grammars
+from ..grammar.controller import accepts_text
+from ..grammar.schema import prepare_schema
+from ..grammar.schema.drafts import DRAFTS as KNOWN
+from ..grammar.spec import make_constraint
+from ..testing import default_tokenizer
+from .suite_files import DEFAULT_SUITE, DRAFTS, GROUPS
+
 OUTCOMES = ("pass", "false_negative", "false_positive", "refused", "compile_error")
-GROUPS = ("required", "optional")
 # Shipped in the wheel (package data). A filesystem path: the suite is walked with pathlib (no zip installs).
-DEFAULT_SUITE = Path(str(resources.files("typedlm.bench") / "data" / "json-schema-test-suite"))
-DRAFTS = ("draft4", "draft6", "draft7", "draft2019-09", "draft2020-12")
 
 
 # ---------------------------------------------------------------- rendering
@@ -122,8 +131,6 @@ class Case:
 
 
 def _with_draft(schema: Any, draft: str) -> Any:
-    from ..grammar.schema.drafts import DRAFTS as KNOWN
-
     if isinstance(schema, dict) and "$schema" not in schema:
         return {"$schema": KNOWN[draft].validator.META_SCHEMA["$schema"], **schema}
     return schema
@@ -195,10 +202,6 @@ REMOTE_BASE = "http://localhost:1234/"  # where the suite's remote $refs point
 def remotes_registry(suite: Path = DEFAULT_SUITE, draft: str = "draft2020-12"):
     """The suite's ``remotes/`` folder as a ``referencing.Registry`` (never the network); a document
     without a ``$schema`` is read as the draft of its folder (``remotes/draft7/``), else as ``draft``."""
-    import referencing
-
-    from ..grammar.schema.drafts import DRAFTS as KNOWN
-
     resources = []
     root = Path(suite) / "remotes"
     for path in sorted(root.rglob("*.json")) if root.is_dir() else []:
@@ -216,9 +219,6 @@ def remotes_registry(suite: Path = DEFAULT_SUITE, draft: str = "draft2020-12"):
 
 def default_grammars(suite: Path = DEFAULT_SUITE, draft: str = "draft2020-12", engine: str | None = None):
     """The default model's tokenizer; ``engine``: the grammar engine (None: ``TYPEDLM_GRAMMAR_ENGINE``)."""
-    from ..grammar.compiler import Grammars
-    from ..testing import default_tokenizer
-
     tok = default_tokenizer()
     return Grammars.for_tokenizer(tok, model_vocab_size=len(tok), stop_ids=[tok.eos_token_id],
                                   schema_registry=remotes_registry(suite, draft), engine=engine)
@@ -227,16 +227,10 @@ def default_grammars(suite: Path = DEFAULT_SUITE, draft: str = "draft2020-12", e
 def accepts(compiled, text: str) -> bool:
     """Whether the grammar accepts the whole ``text`` and may stop right after it (the matcher stays in
     the grammar package: :func:`typedlm.grammar.controller.accepts_text`)."""
-    from ..grammar.controller import accepts_text
-
     return accepts_text(compiled, text)
 
 
 def run_case(case: Case, grammars) -> Iterator[TestResult]:
-    from ..errors import EmptySchemaError, GrammarCompileError
-    from ..grammar.schema import prepare_schema
-    from ..grammar.spec import make_constraint
-
     compiled, outcome, detail, keyword, empty = None, None, "", None, False
     try:
         c = make_constraint(json_schema=case.schema, strict=False, any_whitespace=False)
@@ -299,9 +293,6 @@ def ratchet_problems(report: SuiteReport, ratchet: dict) -> list[str]:
 # ---------------------------------------------------------------- CLI
 
 def _table(report: SuiteReport, draft: str) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     table = Table(title=f"JSON-Schema-Test-Suite {draft} through typedlm")
     table.add_column("file")
     for col in ("total", *OUTCOMES):

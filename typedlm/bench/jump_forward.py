@@ -18,6 +18,14 @@ from __future__ import annotations
 import platform
 import time
 
+from rich.console import Console
+from rich.table import Table
+import torch
+
+from ..generate import SamplingParams, build_sequence
+from ..generate.scheduler import Request, Scheduler
+from ..grammar import make_constraint
+
 
 PROMPT = "Fill in the customer record for Ada Lovelace, London, as JSON."
 _ADDRESS = {"type": "object", "properties": {
@@ -48,9 +56,6 @@ SCHEMAS = {
 
 
 def run(engine, ids, constraint, batch: int, jump: bool, max_tokens: int) -> tuple[dict, list]:
-    from ..generate import SamplingParams, build_sequence
-    from ..generate.scheduler import Scheduler, Request
-
     params = SamplingParams(max_tokens=max_tokens, temperature=0)
     seqs = [build_sequence(engine, ids, params, constraint, jump_forward=jump) for _ in range(batch)]
     sched = Scheduler(engine, max_batch=batch, max_queue=batch)
@@ -72,10 +77,6 @@ def run(engine, ids, constraint, batch: int, jump: bool, max_tokens: int) -> tup
 
 
 def bench(engine, *, batches=(1,), max_tokens: int = 400, repeats: int = 3, progress=None) -> dict:
-    import torch
-
-    from ..grammar import make_constraint
-
     ids = engine.encode_prompt(messages=[{"role": "user", "content": PROMPT}]) if engine.chat.has_template \
         else engine.encode_prompt(prompt=PROMPT)
     rows = []
@@ -102,9 +103,6 @@ def bench(engine, *, batches=(1,), max_tokens: int = 400, repeats: int = 3, prog
 
 
 def print_table(res: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     t = Table(title=f"bench jump-forward: {res['model']} on {res['device_name']} ({res['dtype']}), greedy, "
                     f"best of {res['repeats']}")
     for col in ("schema", "batch", "tokens", "forced/drafted", "steps off→on", "wall s off→on", "tok/s off→on",

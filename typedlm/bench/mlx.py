@@ -18,6 +18,12 @@ import platform
 import statistics
 import time
 
+from ..decide import decide
+from ..engine import load_engine
+from ..generate import SamplingParams, build_sequence
+from ..generate.scheduler import run_batch
+from ..grammar import make_constraint
+
 
 PROMPT = "Write a long story about a robot who learns to paint."
 SCHEMA = {"type": "object", "properties": {
@@ -39,10 +45,6 @@ def _timed(fn) -> tuple[float, object]:
 
 
 def run_typedlm(engine, ids: list[int], batch: int, max_tokens: int, schema=None) -> dict:
-    from ..generate import SamplingParams, build_sequence
-    from ..generate.scheduler import run_batch
-    from ..grammar import make_constraint
-
     c = make_constraint(json_schema=schema, any_whitespace=False) if schema else None
     params = SamplingParams(max_tokens=max_tokens, temperature=0)
     seqs = [build_sequence(engine, ids, params, c) for _ in range(batch)]
@@ -52,7 +54,7 @@ def run_typedlm(engine, ids: list[int], batch: int, max_tokens: int, schema=None
 
 
 def run_mlx_lm(model, tokenizer, ids: list[int], batch: int, max_tokens: int) -> dict:
-    from mlx_lm import batch_generate, stream_generate
+    from mlx_lm import batch_generate, stream_generate  # optional extra: mlx
 
     if batch == 1:
         wall, out = _timed(lambda: list(stream_generate(model, tokenizer, ids, max_tokens=max_tokens)))
@@ -66,10 +68,7 @@ def run_mlx_lm(model, tokenizer, ids: list[int], batch: int, max_tokens: int) ->
 
 def bench_mlx(model: str, batches: tuple[int, ...], max_tokens: int, torch_too: bool, progress,
               repeat: int = 1) -> dict:
-    from mlx_lm import load as mlx_load
-
-    from ..decide import decide
-    from ..engine import load_engine
+    from mlx_lm import load as mlx_load  # optional extra: mlx
 
     eng = load_engine(model, backend="mlx", progress=False)
     ref_model, ref_tok = mlx_load(eng.source)
@@ -100,8 +99,8 @@ def bench_mlx(model: str, batches: tuple[int, ...], max_tokens: int, torch_too: 
         ratios[f"mlx_over_mlx_lm_b{b}"] = round(statistics.median(f / ref for f, ref, _ in pairs), 3)
         ratios[f"json_over_free_b{b}"] = round(statistics.median(j / f for f, _, j in pairs), 3)
     ratios["decide_over_prefill"] = round(wall / d.timings["prefill"], 3)
-    import mlx.core as mx
-    import mlx_lm
+    import mlx.core as mx  # optional extra: mlx
+    import mlx_lm  # optional extra: mlx
 
     return {"bench": "mlx", "model": eng.name, "dtype": str(eng.dtype).replace("torch.", ""),
             "machine": f"{os.cpu_count()}-core {platform.machine()} CPU ({platform.system()}), mlx[cpu] {mx.__version__}, "

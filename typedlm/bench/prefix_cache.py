@@ -24,6 +24,12 @@ from __future__ import annotations
 import statistics
 import time
 
+from ..decide import decide, decide_many, presets
+from ..generate.api import build_sequence
+from ..generate.sampling import SamplingParams
+from ..generate.scheduler import Request, Scheduler, TokenEvent
+from ..testing.contexts import contexts
+
 
 def _timed(engine, fn):
     engine.sync()
@@ -35,8 +41,6 @@ def _timed(engine, fn):
 
 def system_prompt(engine, tokens: int) -> str:
     """A system prompt of about ``tokens`` tokens (the bundled presets' example texts, repeated)."""
-    from ..decide import presets
-
     pool = " ".join(e.replace("\n", " ") for name in presets.names() for e in presets.load(name)["examples"])
     text = "You are the support assistant of a bank. Policies and past cases follow.\n"
     while len(engine.tokenizer.encode(text)) < tokens:
@@ -47,10 +51,6 @@ def system_prompt(engine, tokens: int) -> str:
 
 def stream_ttft(engine, sched, messages: list[dict]) -> tuple[float, int]:
     """(seconds from the request to its first streamed token, prompt tokens read from the prefix cache)."""
-    from ..generate.api import build_sequence
-    from ..generate.sampling import SamplingParams
-    from ..generate.scheduler import Request, TokenEvent
-
     first: list[float] = []
     t0 = time.perf_counter()
     seq = build_sequence(engine, engine.encode_prompt(messages=messages), SamplingParams(max_tokens=1, temperature=0.0),
@@ -62,10 +62,6 @@ def stream_ttft(engine, sched, messages: list[dict]) -> tuple[float, int]:
 
 
 def run_bench(engine, *, preset: str, runs: int, many: int, system_tokens: int, progress=lambda m: None) -> dict:
-    from ..decide import decide, decide_many, presets
-    from ..generate.scheduler import Scheduler
-    from ..testing.contexts import contexts
-
     cache = engine.runner.prefix_cache
     limit = cache.limit_bytes or (1 << 30)
     schema = presets.load(preset)["schema"]

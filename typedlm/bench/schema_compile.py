@@ -14,6 +14,16 @@ import gc
 import statistics
 import time
 
+import xgrammar as xgr
+
+from ..errors import GrammarCompileError
+from ..grammar.compiler import Grammars
+from ..grammar.llg import LLGrammar, NotForLLGuidance, llg_grammar, llg_tokenizer
+from ..grammar.schema import prepare_schema
+from ..grammar.schema.ebnf import needs_grammar, to_ebnf
+from ..grammar.spec import MAX_WHITESPACE, canonical_json, make_constraint
+from ..testing import default_tokenizer
+
 
 
 def _quantiles(xs: list[float]) -> dict:
@@ -31,14 +41,6 @@ def split_one(schema, info, registry=None, deadline_s: float = 60.0) -> dict:
     where it is needed) and ``xgrammar`` (its compile), and ``llguidance`` (grammar text + matcher build;
     ``llguidance_refused``: why it did not take the core form; its first mask, computed lazily, is part of
     the build); ``refused``: the normalizer's or xgrammar's refusal."""
-    import xgrammar as xgr
-
-    from ..errors import GrammarCompileError
-    from ..grammar.llg import LLGrammar, llg_grammar, llg_tokenizer
-    from ..grammar.schema import prepare_schema
-    from ..grammar.schema.ebnf import needs_grammar, to_ebnf
-    from ..grammar.spec import MAX_WHITESPACE, canonical_json
-
     row: dict = {"schema": canonical_json(schema)[:120]}
     t0 = time.perf_counter()
     try:
@@ -77,13 +79,6 @@ def auto_phases(schema, info, registry=None, deadline_s: float = 60.0) -> dict:
     for llguidance), ``llguidance`` (its grammar + matcher) or ``llguidance_declined`` (why not),
     ``normalize_xgrammar`` (the core form with automata, on the fallback), ``xgrammar`` (its compile),
     ``total``; ``gc``: Python's garbage collector within them; ``refused``: the keyword of a refusal."""
-    import xgrammar as xgr
-
-    from ..errors import GrammarCompileError
-    from ..grammar.compiler import Grammars
-    from ..grammar.llg import NotForLLGuidance
-    from ..grammar.spec import make_constraint
-
     row: dict = {}
 
     def timed(name, fn, *args, **kwargs):
@@ -185,10 +180,6 @@ def _counts(xs) -> dict:
 
 def split_times(schemas: list, registry=None) -> dict:
     """:func:`split_one` over ``schemas`` (one process, the default model's tokenizer), summarized."""
-    import xgrammar as xgr
-
-    from ..testing import default_tokenizer
-
     tok = default_tokenizer()
     info = xgr.TokenizerInfo.from_huggingface(tok, vocab_size=len(tok), stop_token_ids=[tok.eos_token_id])
     return split_summary([split_one(s, info, registry) for s in schemas])

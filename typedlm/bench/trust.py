@@ -16,10 +16,19 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 import platform
 import sys
 import time
-from pathlib import Path
+
+from ..decide.api import plan_for
+from ..decide.calibrate import collect as fitting
+from ..decide.calibrate.bundle import ece_floor
+from ..decide.constraints import parse as constraints
+from ..decide.schema import DecisionSchema
+from ..eval.cases import check_case, gold_key, select
+from ..eval.runner import prediction_line
+from ..eval.tracks import decision_answers
 
 
 VARIANTS = ("none", "neutral", "batch")
@@ -27,14 +36,6 @@ VARIANTS = ("none", "neutral", "batch")
 
 def run_dataset(engine, name: str, cases_all: list, out: Path, fit_n: int, test_n: int, batch: int,
                 reuse: Path | None = None) -> dict:
-    from ..decide.constraints import parse as constraints
-    from ..decide.calibrate import collect as fitting
-    from ..decide.api import plan_for
-    from ..decide.schema import DecisionSchema
-    from ..eval.cases import check_case, select
-    from ..eval.runner import prediction_line
-    from ..eval.tracks import decision_answers
-
     fit_cases, test_cases = select(cases_all, "calibration", fit_n), select(cases_all, "test", test_n)
     schema = fit_cases[0].schema
     plan = plan_for(schema, engine)
@@ -98,9 +99,6 @@ def run_dataset(engine, name: str, cases_all: list, out: Path, fit_n: int, test_
 def _quality(schema, ds: list, cases: list) -> dict:
     """NLL of the gold labels (scalar fields, mean over cases and fields) and the ECE floor of the confidences
     the harness bins (scalar: top-1; multi: each option's yes/no)."""
-    from ..decide.calibrate.bundle import ece_floor
-    from ..eval.cases import gold_key
-
     nll, conf = [], []
     for d, case in zip(ds, cases):
         for f in schema.fields:

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
+from rich.console import Console
+from rich.table import Table
+
+from . import presets
+from .api import decide
+from .result import format_value
+
 
 def demo_decision(engine=None, preset: str = "support_triage", example: int = 0) -> dict:
     """Decide a bundled preset's example with one prefill and batched scoring; print a table; return the
     Decision as JSON-ready dict."""
-    from rich.console import Console
-    from rich.table import Table
-
-    from . import presets
-    from .api import decide
-    from .result import format_value
-
     p = presets.load(preset)
     context = p["examples"][example]
     d = decide(p["schema"], context, engine=engine)

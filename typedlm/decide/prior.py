@@ -29,6 +29,7 @@ import math
 from ..engine import Engine
 from ..errors import TypedLMError
 from .logmath import log_sigmoid, softmax
+from .prompt import content_free_ids
 from .result import QuestionScore
 
 PRIOR_MODES = ("none", "neutral", "batch")
@@ -83,8 +84,6 @@ def plan_key(plan) -> tuple:
 def neutral(engine: Engine, plan, score_prompts, prompt_version: str) -> list[tuple[float, ...]]:
     """Per question log prior from the content-free contexts (cached). ``score_prompts(ids_list)`` scores
     the plan on token-id prompts and returns per-context question scores."""
-    from .prompt import content_free_ids
-
     def build():
         stats["misses"] += 1
         return mean_log_probs(score_prompts([content_free_ids(engine, plan, c) for c in CONTENT_FREE]))

@@ -35,6 +35,8 @@ import json
 import os
 import threading
 
+import torch
+
 from ..errors import GrammarCompileError
 from .llg_objects import counted_object, named_properties
 from .schema.ebnf import PRIVATE
@@ -78,8 +80,7 @@ def build_tokenizer(info):
     ``TokenizerInfo`` ``info``, so both engines fill the same ``[B, ceil(V/32)]`` int32 bitmask layout.
     Warmed up here (the first mask walks the whole vocabulary, ~2 s: paid here, not by a request's
     compile)."""
-    import llguidance
-    import torch
+    import llguidance  # optional extra: llguidance
 
     stops = list(info.stop_token_ids)
     vocab = list(info.decoded_vocab)
@@ -211,7 +212,7 @@ def ecma_classes(rx: str) -> str:
 def llg_grammar(core, *, any_whitespace: bool, max_whitespace: int | None, strict: bool) -> str:
     """llguidance's grammar text for a core-form schema (JSON whitespace as xgrammar's: at most
     ``max_whitespace`` of space, newline, return, tab between tokens, or none)."""
-    import llguidance
+    import llguidance  # optional extra: llguidance
 
     if any_whitespace:
         ws = "[ \\n\\r\\t]" + (f"{{0,{max_whitespace}}}" if max_whitespace is not None else "*")
@@ -226,7 +227,7 @@ class LLGrammar:
     """A compiled llguidance grammar: a matcher in its start state that each row copies."""
 
     def __init__(self, tokenizer, grammar: str):
-        import llguidance
+        import llguidance  # optional extra: llguidance
 
         self.grammar = grammar
         self.proto = llguidance.LLMatcher(tokenizer, grammar, log_level=0)
@@ -255,7 +256,7 @@ class LLGMatcher:
         self._tokenizer = grammar.tokenizer
 
     def fill_next_token_bitmask(self, bitmask, index: int = 0) -> None:
-        from llguidance.torch import fill_next_token_bitmask
+        from llguidance.torch import fill_next_token_bitmask  # optional extra: llguidance
 
         fill_next_token_bitmask(self.inner, bitmask, index)
         if self.inner.is_error():  # no token at all ("dead"), never a silent stop
@@ -294,7 +295,7 @@ def llg_executor():
     threads, else llguidance's default (80 % of the cores, at most 32)."""
     with _EXECUTOR_LOCK:
         if not _EXECUTOR:
-            import llguidance
+            import llguidance  # optional extra: llguidance
 
             threads = os.environ.get(THREADS_ENV, "").strip()
             _EXECUTOR.append(llguidance.LLExecutor(int(threads) if threads.isdigit() and int(threads) > 0 else None))
@@ -306,7 +307,7 @@ def batch_fill_next_token_bitmask(matchers: list[LLGMatcher], bitmask, indices: 
     mask of ``matchers[i]``, all in one call: llguidance's executor computes the masks on its threads with
     the GIL released (what :meth:`LLGMatcher.fill_next_token_bitmask` does row by row). A matcher in its
     error state gets an empty row, as there. One row is filled on the calling thread (no handoff: b1)."""
-    from llguidance.torch import fill_next_token_bitmask_par
+    from llguidance.torch import fill_next_token_bitmask_par  # optional extra: llguidance
 
     if len(matchers) == 1:
         matchers[0].fill_next_token_bitmask(bitmask, indices[0])

@@ -30,13 +30,14 @@ import threading
 from typing import Callable
 
 import torch
+from transformers import DynamicCache
 
 from ..errors import TypedLMError
 from .contract import KVCache
 from .dynamic_kv import DynamicKV
 from .invariant import mode as invariant
 from .prefix_cache import PrefixCache, default_limit, to_hf
-from .prefix_reuse import cached_pass, prefill_prompt, prefill_prompts, prefill_rows, store_pass, WeightsStamp
+from .prefix_reuse import WeightsStamp, cached_pass, prefill_prompt, prefill_prompts, prefill_rows, store_pass
 from .score_graph import ScoreGraphs
 from .static_kv import StaticKV, unsupported
 from .tensors import device_tensor, to_device
@@ -235,8 +236,6 @@ class ModelRunner:
     def score_expand(self, rows: torch.Tensor, prefix, read: list[int]) -> torch.Tensor:
         """Rows ``[B, L]`` (right-padded) as a batch on a prefix broadcast to the batch -> logits
         ``[B, len(read), V]`` at row positions ``read``."""
-        from transformers import DynamicCache
-
         B = rows.shape[0]
         layers = [(lay.keys.expand(B, -1, -1, -1), lay.values.expand(B, -1, -1, -1)) for lay in prefix.layers]
         read_t = device_tensor(read, self.device)

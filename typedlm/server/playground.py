@@ -18,16 +18,18 @@ Routes (:data:`router`, included by :func:`typedlm.server.app.create_app`):
 
 from __future__ import annotations
 
-import re
 from importlib import resources
+import re
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..decide import presets
 from ..decide.check import check_schema
 from ..decide.schema import SchemaError
+from ..generate.result import check_schema as check_output
 from .errors import APIError
 
 router = APIRouter()
@@ -66,8 +68,6 @@ async def v1_config(request: Request):
 
 @router.get("/v1/decide/presets")
 async def v1_presets():
-    from ..decide import presets
-
     return {"presets": [{**presets.raw(name), "name": name} for name in presets.names()]}
 
 
@@ -95,7 +95,5 @@ class SchemaCheckRequest(BaseModel):
 
 @router.post("/v1/schema/check")
 async def v1_schema_check(body: SchemaCheckRequest):
-    from ..generate.result import check_schema as check_output
-
     valid, errors = check_output(body.text, body.schema_)
     return {"schema_valid": valid, "errors": errors}

@@ -26,7 +26,9 @@ predictor with the same confidences would show on as many cases (the estimator's
 from __future__ import annotations
 
 import hashlib
+import json
 import math
+from pathlib import Path
 from typing import Literal, Sequence
 
 import numpy as np
@@ -162,9 +164,6 @@ class CalibrationBundle(BaseModel):
 
 def load_bundle(obj) -> CalibrationBundle:
     """A bundle from a CalibrationBundle, a dict, a JSON string or a path to a JSON file."""
-    import json
-    from pathlib import Path
-
     if isinstance(obj, CalibrationBundle):
         return obj
     try:
