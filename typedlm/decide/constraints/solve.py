@@ -57,7 +57,6 @@ class MultiVar:
     requires: tuple = ()  # (option, (needed, ...))
 
 
-
 # -- the solver --------------------------------------------------------------------------------------
 def solve(scalars: list[ScalarVar], multis: list[MultiVar], cross: Iterable = (),
           fixed: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -65,160 +64,178 @@ def solve(scalars: list[ScalarVar], multis: list[MultiVar], cross: Iterable = ()
     (options in field order). ``fixed`` pins some variables (a scalar to a value, a multi field to a
     selection): the best assignment among those that keep them (dependency waves decided earlier).
     Raises ``Infeasible`` when none exists (schemas are checked earlier)."""
-    cross = list(cross)
-    fixed = fixed or {}
-    sv = sorted(scalars, key=lambda v: len(v.values))
-    s_order = [sorted(range(len(v.values)), key=lambda i: -v.logp[i]) if v.name not in fixed
-               else [v.values.index(fixed[v.name])] for v in sv]
-    s_max = [max(v.logp) for v in sv]
-    s_rest = [sum(s_max[i:]) for i in range(len(sv) + 1)]
-    s_index = {v.name: i for i, v in enumerate(sv)}
-    m_index = {m.name: i for i, m in enumerate(multis)}
-    # multi fields: options in decreasing gain; suffix sums for the bound
-    m_order, m_G, m_lnsuf, m_hi = [], [], [], []
-    for m in multis:
+    search = _Search(scalars, multis, list(cross), fixed or {})
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, len(search.steps) + 200))
+    try:
+        search.dfs(0, 0.0)
+    finally:
+        sys.setrecursionlimit(limit)
+    if search.best is None:
+        raise Infeasible()
+    svals, msels = search.best
+    out: dict[str, Any] = {v.name: svals[i] for i, v in enumerate(search.sv)}
+    for k, m in enumerate(multis):
+        out[m.name] = [o for o, s in zip(m.options, msels[k]) if s]
+    return out
+
+
+class _MultiOrder:
+    """A multi field's options in decreasing gain log P(yes) - log P(no), with the prefix sums of the gains
+    (``G``) and the suffix sums of log P(no) (``lnsuf``) the bound reads."""
+
+    def __init__(self, m: MultiVar):
         n = len(m.options)
-        order = sorted(range(n), key=lambda i: -(m.ly[i] - m.ln[i]))
-        G = [0.0]
-        for i in order:
-            G.append(G[-1] + m.ly[i] - m.ln[i])
-        suf = [0.0] * (n + 1)
+        self.order = sorted(range(n), key=lambda i: -(m.ly[i] - m.ln[i]))
+        self.G = [0.0]
+        for i in self.order:
+            self.G.append(self.G[-1] + m.ly[i] - m.ln[i])
+        self.lnsuf = [0.0] * (n + 1)
         for j in range(n - 1, -1, -1):
-            suf[j] = suf[j + 1] + m.ln[order[j]]
-        m_order.append(order)
-        m_G.append(G)
-        m_lnsuf.append(suf)
-        m_hi.append(n if m.hi is None else m.hi)
-    m_pos = [{o: i for i, o in enumerate(m.options)} for m in multis]
-    m_fix = [None if m.name not in fixed else [o in fixed[m.name] for o in m.options] for m in multis]
-    ex_groups = [[frozenset(m_pos[k][o] for o in g) for g in m.exclusive] for k, m in enumerate(multis)]
-    reqs = [[(m_pos[k][a], tuple(m_pos[k][b] for b in need)) for a, need in m.requires] for k, m in enumerate(multis)]
+            self.lnsuf[j] = self.lnsuf[j + 1] + m.ln[self.order[j]]
+        self.hi = n if m.hi is None else m.hi
 
-    s_val: list[int | None] = [None] * len(sv)
-    m_sel: list[list[bool | None]] = [[None] * len(m.options) for m in multis]
-    m_depth = [0] * len(multis)  # options assigned (a prefix of m_order)
-    m_cnt = [0] * len(multis)
-    m_fixed = [0.0] * len(multis)
 
-    def multi_best(k: int) -> float:
-        m, d, s = multis[k], m_depth[k], m_cnt[k]
+class _Search:
+    """The state of one branch-and-bound search: scalars branch first, then each multi field's options."""
+
+    def __init__(self, scalars: list[ScalarVar], multis: list[MultiVar], cross: list, fixed: dict[str, Any]):
+        self.multis, self.cross = multis, cross
+        self.sv = sv = sorted(scalars, key=lambda v: len(v.values))
+        self.s_order = [sorted(range(len(v.values)), key=lambda i: -v.logp[i]) if v.name not in fixed
+                        else [v.values.index(fixed[v.name])] for v in sv]
+        s_max = [max(v.logp) for v in sv]
+        self.s_rest = [sum(s_max[i:]) for i in range(len(sv) + 1)]
+        self.s_index = {v.name: i for i, v in enumerate(sv)}
+        self.m_index = {m.name: i for i, m in enumerate(multis)}
+        self.mo = [_MultiOrder(m) for m in multis]
+        self.m_pos = m_pos = [{o: i for i, o in enumerate(m.options)} for m in multis]
+        self.m_fix = [None if m.name not in fixed else [o in fixed[m.name] for o in m.options] for m in multis]
+        self.ex_groups = [[frozenset(m_pos[k][o] for o in g) for g in m.exclusive] for k, m in enumerate(multis)]
+        self.reqs = [[(m_pos[k][a], tuple(m_pos[k][b] for b in need)) for a, need in m.requires]
+                     for k, m in enumerate(multis)]
+        self.s_val: list[int | None] = [None] * len(sv)
+        self.m_sel: list[list[bool | None]] = [[None] * len(m.options) for m in multis]
+        self.m_depth = [0] * len(multis)  # options assigned (a prefix of the field's order)
+        self.m_cnt = [0] * len(multis)
+        self.m_fixed = [0.0] * len(multis)
+        self.steps = [("s", i) for i in range(len(sv))] + [("m", k) for k, m in enumerate(multis) for _ in m.options]
+        self.best_score, self.best = -math.inf, None
+        self.nodes = 0
+
+    def multi_best(self, k: int) -> float:
+        """The best score field ``k`` can still reach alone: the best count within its bounds, taking the
+        best remaining gains (exact for the field, O(remaining))."""
+        m, d, s, mo = self.multis[k], self.m_depth[k], self.m_cnt[k], self.mo[k]
         n = len(m.options)
         if d == n:  # complete: m_fixed already holds the count term
-            return m_fixed[k] if m.lo <= s <= m_hi[k] else -math.inf
-        r = n - d
+            return self.m_fixed[k] if m.lo <= s <= mo.hi else -math.inf
         best = -math.inf
-        base = m_fixed[k] + m_lnsuf[k][d]
-        G = m_G[k]
-        for extra in range(max(0, m.lo - s), min(r, m_hi[k] - s) + 1):
-            v = base + G[d + extra] - G[d]
+        base = self.m_fixed[k] + mo.lnsuf[d]
+        for extra in range(max(0, m.lo - s), min(n - d, mo.hi - s) + 1):
+            v = base + mo.G[d + extra] - mo.G[d]
             if m.count is not None:
                 v += m.count[s + extra]
             if v > best:
                 best = v
         return best
 
-    def atom_state(a: Atom) -> bool | None:
-        if a.field in s_index:
-            i = s_index[a.field]
-            if s_val[i] is None:
+    def atom_state(self, a: Atom) -> bool | None:
+        """An atom on the partial assignment, in three-valued logic (None: not decided yet)."""
+        if a.field in self.s_index:
+            i = self.s_index[a.field]
+            if self.s_val[i] is None:
                 return None
-            return sv[i].values[s_val[i]] in a.values
-        k = m_index[a.field]
+            return self.sv[i].values[self.s_val[i]] in a.values
+        k = self.m_index[a.field]
         unknown = False
         for o in a.values:
-            x = m_sel[k][m_pos[k][o]]
+            x = self.m_sel[k][self.m_pos[k][o]]
             if x:
                 return True
             if x is None:
                 unknown = True
         return None if unknown else False
 
-    def violated() -> bool:
-        for c in cross:
+    def violated(self) -> bool:
+        """A cross-field constraint already decided false."""
+        for c in self.cross:
             if isinstance(c, Implies):
-                if atom_state(c.when) is True and atom_state(c.then) is False:
+                if self.atom_state(c.when) is True and self.atom_state(c.then) is False:
                     return True
-            else:
-                if all(atom_state(a) is True for a in c.atoms):
-                    return True
+            elif all(self.atom_state(a) is True for a in c.atoms):
+                return True
         return False
 
-    def multi_violated(k: int, i: int) -> bool:
-        sel = m_sel[k]
-        if m_cnt[k] > m_hi[k] or m_cnt[k] + (len(sel) - m_depth[k]) < multis[k].lo:
+    def multi_violated(self, k: int, i: int) -> bool:
+        """Field ``k``'s own constraints broken by the choice just made for option ``i``."""
+        sel = self.m_sel[k]
+        if self.m_cnt[k] > self.mo[k].hi or self.m_cnt[k] + (len(sel) - self.m_depth[k]) < self.multis[k].lo:
             return True
-        for g in ex_groups[k]:
+        for g in self.ex_groups[k]:
             if i in g and sum(1 for j in g if sel[j]) > 1:
                 return True
-        for a, need in reqs[k]:
+        for a, need in self.reqs[k]:
             if (a == i or i in need) and sel[a] and any(sel[b] is False for b in need):
                 return True
         return False
 
-    steps = [("s", i) for i in range(len(sv))] + [("m", k) for k, m in enumerate(multis) for _ in m.options]
-    best = [-math.inf, None]
-    nodes = [0]
+    def bound(self, step: int) -> float:
+        """An admissible bound on any completion: scalars are assigned first, so before ``step`` reaches the
+        multis the unassigned scalars are a suffix."""
+        si = min(step, len(self.sv))
+        b = sum(self.sv[i].logp[self.s_val[i]] for i in range(si)) + self.s_rest[si]
+        return b + sum(self.multi_best(k) for k in range(len(self.multis)))
 
-    def bound(step: int) -> float:
-        # scalars are assigned first, so before `step` reaches the multis the unassigned scalars are a suffix
-        si = min(step, len(sv))
-        b = sum(sv[i].logp[s_val[i]] for i in range(si)) + s_rest[si]
-        return b + sum(multi_best(k) for k in range(len(multis)))
-
-    def dfs(step: int, score_scalars: float) -> None:
-        nodes[0] += 1
-        if nodes[0] > MAX_NODES:
-            raise ConstraintSolveError(f"constraint problem over fields {sorted(s_index) + sorted(m_index)} needs "
-                                       f"more than {MAX_NODES} search nodes; simplify the constraints")
-        b = bound(step)
-        if b == -math.inf or (best[1] is not None and b <= best[0]):
+    def dfs(self, step: int, score_scalars: float) -> None:
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            raise ConstraintSolveError(f"constraint problem over fields {sorted(self.s_index) + sorted(self.m_index)}"
+                                       f" needs more than {MAX_NODES} search nodes; simplify the constraints")
+        b = self.bound(step)
+        if b == -math.inf or (self.best is not None and b <= self.best_score):
             return
-        if step == len(steps):
-            total = score_scalars + sum(m_fixed)
-            best[0] = total
-            best[1] = ([sv[i].values[s_val[i]] for i in range(len(sv))], [list(s) for s in m_sel])
+        if step == len(self.steps):
+            self.best_score = score_scalars + sum(self.m_fixed)
+            self.best = ([self.sv[i].values[self.s_val[i]] for i in range(len(self.sv))],
+                         [list(s) for s in self.m_sel])
             return
-        kind, idx = steps[step]
+        kind, idx = self.steps[step]
         if kind == "s":
-            for vi in s_order[idx]:
-                s_val[idx] = vi
-                if not violated():
-                    dfs(step + 1, score_scalars + sv[idx].logp[vi])
-            s_val[idx] = None
-            return
-        k = idx
-        m = multis[k]
-        i = m_order[k][m_depth[k]]
-        first = m.ly[i] >= m.ln[i]
-        m_depth[k] += 1
-        for yes in ((first, not first) if m_fix[k] is None else (m_fix[k][i],)):
-            m_sel[k][i] = yes
-            m_cnt[k] += yes
-            m_fixed[k] += m.ly[i] if yes else m.ln[i]
-            if m_depth[k] == len(m.options) and m.count is not None:
-                m_fixed[k] += m.count[m_cnt[k]]
-            if not multi_violated(k, i) and not violated():
-                dfs(step + 1, score_scalars)
-            if m_depth[k] == len(m.options) and m.count is not None:
-                m_fixed[k] -= m.count[m_cnt[k]]
-            m_fixed[k] -= m.ly[i] if yes else m.ln[i]
-            m_cnt[k] -= yes
-        m_sel[k][i] = None
-        m_depth[k] -= 1
+            self.branch_scalar(step, idx, score_scalars)
+        else:
+            self.branch_option(step, idx, score_scalars)
 
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(limit, len(steps) + 200))
-    try:
-        dfs(0, 0.0)
-    finally:
-        sys.setrecursionlimit(limit)
-    if best[1] is None:
-        raise Infeasible()
-    svals, msels = best[1]
-    out: dict[str, Any] = {v.name: svals[i] for i, v in enumerate(sv)}
-    for k, m in enumerate(multis):
-        out[m.name] = [o for o, s in zip(m.options, msels[k]) if s]
-    return out
+    def branch_scalar(self, step: int, idx: int, score_scalars: float) -> None:
+        """Each value of scalar ``idx``, best first (only its pin when fixed)."""
+        for vi in self.s_order[idx]:
+            self.s_val[idx] = vi
+            if not self.violated():
+                self.dfs(step + 1, score_scalars + self.sv[idx].logp[vi])
+        self.s_val[idx] = None
+
+    def branch_option(self, step: int, k: int, score_scalars: float) -> None:
+        """The next option of multi field ``k`` in gain order: its likelier answer first (only its pin when
+        fixed); the count term joins the field's score when its last option is assigned."""
+        m = self.multis[k]
+        i = self.mo[k].order[self.m_depth[k]]
+        first = m.ly[i] >= m.ln[i]
+        self.m_depth[k] += 1
+        complete = self.m_depth[k] == len(m.options) and m.count is not None
+        for yes in ((first, not first) if self.m_fix[k] is None else (self.m_fix[k][i],)):
+            self.m_sel[k][i] = yes
+            self.m_cnt[k] += yes
+            self.m_fixed[k] += m.ly[i] if yes else m.ln[i]
+            if complete:
+                self.m_fixed[k] += m.count[self.m_cnt[k]]
+            if not self.multi_violated(k, i) and not self.violated():
+                self.dfs(step + 1, score_scalars)
+            if complete:
+                self.m_fixed[k] -= m.count[self.m_cnt[k]]
+            self.m_fixed[k] -= m.ly[i] if yes else m.ln[i]
+            self.m_cnt[k] -= yes
+        self.m_sel[k][i] = None
+        self.m_depth[k] -= 1
 
 
 def score(scalars: list[ScalarVar], multis: list[MultiVar], assignment: dict) -> float:
