@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata as md
 import platform
 
 import typer
@@ -12,8 +13,6 @@ from .util import print_json
 
 def doctor(as_json: bool = typer.Option(False, "--json")):
     """Versions, device, default model present/converted, cache directory."""
-    import importlib.metadata as md
-
     import torch  # lazy: CLI start-up
 
     from .. import models  # lazy: CLI start-up
