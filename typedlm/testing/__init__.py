@@ -113,9 +113,3 @@ def tiny_reasoning_engine(*, seed: int = 0, **kw) -> Engine:
     tok = reasoning_tokenizer()
     return engine_from_model(tiny_llama(tok, seed=seed, **kw), tok, name="tiny-reasoning", device="cpu",
                              dtype=torch.float32)
-
-
-if __name__ == "__main__":  # python -m typedlm.testing DIR: a model for CLI / server smoke tests
-    import sys
-
-    print(save_tiny(sys.argv[1]))
