@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from ..util import backend_option, fail, print_json, user_errors
+from ..util import backend_option, fail, print_json, user_errors, write_json
 
 
 def grammar_cmd(tokenizer: str = typer.Option("both", help="default | qwen2.5 | both"),
@@ -71,11 +71,7 @@ def gen(
     print_json(res)
     print_table(res)
     if out:
-        try:
-            Path(out).parent.mkdir(parents=True, exist_ok=True)
-            Path(out).write_text(json.dumps(res, indent=2) + "\n", encoding="utf-8")
-        except OSError as e:
-            fail(f"cannot write '{out}': {e.strerror or e}")
+        write_json(out, res)
 
 
 def jump_forward(
@@ -110,11 +106,7 @@ def jump_forward(
     print_json(res)
     print_table(res)
     if out:
-        try:
-            Path(out).parent.mkdir(parents=True, exist_ok=True)
-            Path(out).write_text(json.dumps(res, indent=2) + "\n", encoding="utf-8")
-        except OSError as e:
-            fail(f"cannot write '{out}': {e.strerror or e}")
+        write_json(out, res)
 
 
 def mlx(
