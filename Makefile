@@ -1,12 +1,13 @@
 # Two commands do everything: `make demo` and `make test` (each creates .venv when missing).
-# `make test-fast` skips the few tests on the real default model (marker real_model).
+# `make test-fast` skips the few tests on the real default model (marker real_model); `make docs` builds
+# the documentation site (site/).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP_BASE := $(VENV)/.installed-base
 STAMP_DEV := $(VENV)/.installed-dev
 
-.PHONY: demo test test-fast venv clean
+.PHONY: demo test test-fast docs venv clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -37,5 +38,8 @@ test: $(STAMP_DEV)
 test-fast: $(STAMP_DEV)
 	$(BIN)/python -m pytest -q -m "not real_model"
 
+docs: $(STAMP_DEV)
+	$(BIN)/mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build site *.egg-info

@@ -1,5 +1,5 @@
 """Quantized and large models (typedlm.placement): the CPU-runnable paths on the tiny model. The CUDA paths
-(bitsandbytes 4/8-bit, GGUF at bf16, device_map="auto") are checked by bench/gpu_quant_check.py."""
+(bitsandbytes 4/8-bit, GGUF at bf16, device_map="auto") are checked by bench/scripts/gpu_quant_check.py."""
 
 import importlib.util
 import json

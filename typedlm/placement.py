@@ -12,7 +12,7 @@
   bf16 (the default CUDA dtype), so the GPU never holds an fp32 copy.
 - Everything else: ``model.to(device, dtype)``.
 
-GPU-only paths are checked by ``bench/gpu_quant_check.py`` on the lent machine; the CPU paths by
+GPU-only paths are checked by ``bench/scripts/gpu_quant_check.py`` on the lent machine; the CPU paths by
 ``tests/test_placement.py``.
 """
 

@@ -1,1 +1,1 @@
-"""Benchmarks (`typedlm bench ...`). Each prints JSON and a table; results live in bench/results/."""
+"""Benchmarks (`typedlm bench ...`). Each prints JSON and a table; ``--json`` writes the JSON to a file."""

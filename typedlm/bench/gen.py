@@ -139,7 +139,7 @@ def bench_gen(engine, *, batches=(1, 8, 32), max_tokens: int = 256, hf: bool = T
     run_typedlm(engine, ids, 1, 4, None)
     run_typedlm(engine, ids, 1, 4, modes["json_schema"])
     if max(batches) > 1:  # the first run of many rows pays one-time set-up, once per process (H200, 32 rows:
-        # ~165 ms in the first free prefill, ~0.3-0.4 s in the first JSON run: bench/results/gen-decode-h200.md)
+        # the first free prefill and the first JSON run pay it)
         run_typedlm(engine, ids, max(batches), 2, None)
         run_typedlm(engine, ids, max(batches), 2, modes["json_schema"])
     if hf:

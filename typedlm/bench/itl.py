@@ -13,7 +13,7 @@ back to back. Runs:
 - ``parallel``     the same traffic, decide forwards on their own thread beside the decode steps
 - ``sliced``       the same traffic, the decision on its own thread inside a bounded slice of each decode step
                    (:mod:`typedlm.server.slices`), once per ``--share`` (``sliced@0.5``: slices of half a step)
-- ``exclusive``    the same traffic with each decision run as one block between two steps (the old path)
+- ``exclusive``    the same traffic with each decision run as one block between two steps
 
 Reported per run: p50 / p90 / p99 / max ITL, decisions that started and ended while the streams ran and their
 p50 / p99 latency, and the ratios against the targets: streams' p99 vs ``alone`` (target <= 1.2) and decide

@@ -25,7 +25,6 @@ from ..grammar.spec import MAX_WHITESPACE, canonical_json, make_constraint
 from ..testing import default_tokenizer
 
 
-
 def _quantiles(xs: list[float]) -> dict:
     if not xs:
         return {}

@@ -21,14 +21,15 @@ import platform
 import sys
 import time
 
-from ..decide.api import plan_for
-from ..decide.calibrate import collect as fitting
-from ..decide.calibrate.bundle import ece_floor
 from ..decide.constraints import parse as constraints
+from ..decide.calibrate import collect as fitting
+from ..decide.api import plan_for
+from ..decide.calibrate.bundle import ece_floor
 from ..decide.schema import DecisionSchema
 from ..eval.cases import check_case, gold_key, select
 from ..eval.runner import prediction_line
 from ..eval.tracks import decision_answers
+
 
 
 VARIANTS = ("none", "neutral", "batch")

@@ -17,13 +17,13 @@ Several contexts (``decide_many``, :func:`score_contexts`): their common prompt 
 schema, questions: prompt layout 3) is computed once; contexts are packed side by side on its KV,
 each its own tokens + its row tree, under a block mask. A dense additive mask over SDPA, not
 ``flex_attention``: the same code on the CPU and CUDA, and on CUDA the masked-out pairs cost FLOPs
-only within one pass of at most :data:`MAX_PASS_TOKENS` queries (bench/results/decide-h200.md).
+only within one pass of at most :data:`MAX_PASS_TOKENS` queries.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
+import time
 
 import torch
 

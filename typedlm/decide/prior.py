@@ -13,10 +13,9 @@ Both work per question, so multi options (yes/no) and the count question are cor
 mass is left as scored.
 
 **Multi fields are then centred per context** (:func:`centre`, both modes): each option's log-odds
-``log P(yes) - log P(no)`` minus the mean over the field's options in that context. Measured on bbc-multi
-(`bench/results/trust/multi-rule.md`): any real text lifts "yes" on *every* option by 0.3-0.5 nats over
-the content-free prompts, so after the neutral prior nearly every option still had P(yes) > 0.5 (mean set
-size 4.7 of 5, gold 2.0); the shift is shared by the options, so removing the per-context mean keeps the
+``log P(yes) - log P(no)`` minus the mean over the field's options in that context. Real text lifts "yes"
+on *every* option over the content-free prompts, so after the neutral prior nearly every option would
+still have P(yes) > 0.5; the shift is shared by the options, so removing the per-context mean keeps the
 ranking (per-option AUC up to 0.86 vs 0.73 raw) and leaves the set size to the count question, which the
 decision rule uses as a prior over set sizes (:mod:`typedlm.decide.constraints.joint`).
 """
@@ -33,7 +32,7 @@ from .prompt import content_free_ids
 from .result import QuestionScore
 
 PRIOR_MODES = ("none", "neutral", "batch")
-DEFAULT_PRIOR = "neutral"  # measured: +10.7 / +32.1 macro-F1 over "none" on tweets / BBC (bench/results/trust)
+DEFAULT_PRIOR = "neutral"  # macro-F1 over "none": typedlm bench trust (docs/benchmarks.md)
 CONTENT_FREE = ("N/A", "", "[MASK]")
 MIN_BATCH = 2
 

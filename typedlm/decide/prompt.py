@@ -130,7 +130,7 @@ def prompt_ids(engine: Engine, plan: Plan, context: str, given: str | None = Non
 def _encode_on_shared_part(engine: Engine, plan: Plan, kw: dict) -> list[int]:
     """``engine.encode_prompt(**kw)``, with the plan's shared part (everything up to the context's fence, the same
     for every context) tokenized once per plan and tokenizer: a later decision tokenizes only its own ~150 tokens,
-    not ~1,000 (~2 ms of host before its one pass on the H200, issue 25). Used only where the first call found the
+    not ~1,000 (host time before its one pass). Used only where the first call found the
     shared part's ids followed by the rest's to be exactly the whole text's ids (the cut sits after a fixed newline,
     before the fence's fixed ``<``: a tokenizer's pre-split does not join across it, which that check confirms per
     tokenizer); otherwise, and for a text not starting with the shared part, the whole text is tokenized."""

@@ -2,17 +2,16 @@
 at a time, and its record says so (``score_source="rescored_one_row"``).
 
 Batched passes (packed / fused / shared-prefix / expand) and one row per forward give the same
-log-scores only up to the kernels' reduction order: measured max |Δ log-score| (``typedlm bench
-decide``, parity line) 2.8e-5 nats in fp32 on the CPU (bench/results/decide-cpu.md) and 0.17 nats in
-bf16 on the H200 (bench/results/decide-h200.md). Where two candidates are closer than that, the batch
+log-scores only up to the kernels' reduction order (the parity line of ``typedlm bench decide``:
+:data:`DRIFT_NATS` per dtype). Where two candidates are closer than that, the batch
 shape alone could pick the winner; those fields are scored again on the one-row path
-(``packing="expand", max_rows=1``: the parity reference), so the answer no longer depends on how many
+(``packing="expand", max_rows=1``: the parity reference), so the answer does not depend on how many
 contexts or rows shared the pass.
 
 With the runner's batch-invariant mode (``typedlm/runner/invariant/``, default on for the torch runner;
 ``TYPEDLM_BATCH_INVARIANT=0`` off) a batched pass and a one-row pass give the same bits, so nothing is a
-near tie (:func:`drift` is ``-inf``) and no field is rescored: exact by construction (H200, 7B bf16:
-0.00 nats, bench/results/gpu-invariance-h200.json). The rescoring stays
+near tie (:func:`drift` is ``-inf``) and no field is rescored: exact by construction
+(``bench/gpu_check.py ARCH invariance`` checks it on CUDA). The rescoring stays
 the fallback where invariance is unavailable (the MLX runner, a model the hooks cannot take, the switch off).
 """
 
@@ -23,11 +22,11 @@ import math
 import torch
 
 from ..engine import Engine
+from .passes import ScoreStats, prefill, score_rows
 from .plan import Plan
 from .result import QuestionScore
-from .passes import ScoreStats, prefill, score_rows
 
-# nats: the measured batch-shape drift per dtype, rounded up (see the module docstring)
+# nats: the batch-shape drift per dtype, rounded up (see the module docstring)
 DRIFT_NATS = {torch.float32: 5e-5, torch.float64: 5e-5, torch.bfloat16: 0.25, torch.float16: 0.25}
 
 

@@ -84,7 +84,7 @@ def score_trie(trie: Trie, child_logprobs: list[torch.Tensor]) -> tuple[list[flo
 
     float64 throughout; the sums run on Python floats (the same IEEE double adds, in the same order, as
     float64 tensor elements), only the normalizers are torch's ``logsumexp``: a later decision scores ~30 tries
-    after its one device sync, and per-element tensor ops cost the host ~3 ms there (H200 profile, issue 25)."""
+    after its one device sync, and per-element tensor ops cost the host ~3 ms there."""
     n = len(trie.paths)
     local = [0.0] * n
     full = [0.0] * n

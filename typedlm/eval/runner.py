@@ -20,7 +20,7 @@ timeout, 5xx) leaves the case unjournaled (a resume retries it); after ``BREAKER
 run stops with ``status: circuit_open`` and the reason in run.json.
 
 ``predictions.jsonl``, one line per field decision (``PREDICTION_KEYS``, pinned by
-``tests/test_eval_run.py::test_prediction_lines_contract``; issue 10's calibrators read it):
+``tests/eval/test_run.py::test_prediction_lines_contract``; the calibrators read it):
 
 | key | meaning |
 |---|---|
@@ -33,7 +33,7 @@ run stops with ``status: circuit_open`` and the reason in run.json.
 | `latency_s`, `case_latency_s`, `permutation` | the answering call; all calls of the case for this track; shown choice order (null = schema order) |
 | `record` | parallel: how decide made the number (`score_source`, `temperature`, `calibrator`, `prior`, `constraint_changed`); else null |
 
-Decision: the committed CPU runs (``bench/eval_cpu.sh``) use ``OMP_NUM_THREADS=1``: one decide on a 202-token
+Decision: the committed CPU runs (``bench/scripts/eval_cpu.sh``) use ``OMP_NUM_THREADS=1``: one decide on a 202-token
 prompt took 3.9 s with 1 torch thread vs 40 s with 2 on the shared 2-core machine at load ~10.
 """
 
@@ -41,14 +41,14 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 import statistics
 import time
-import uuid
-from pathlib import Path
 from typing import Callable
+import uuid
 
-from ..errors import TypedLMError
 from ..decide.prior import batch_chunks
+from ..errors import TypedLMError
 from .cases import Case, check_case
 from .tracks import FieldAnswer, InfraError, choice_keys, permuted_schema
 

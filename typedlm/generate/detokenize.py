@@ -3,7 +3,7 @@
 :class:`Detokenizer` turns ids into text one id at a time with ``tokenizers.decoders.DecodeStream``
 (which holds back a partial UTF-8 character until its last byte arrives), and finds stop strings by
 searching only the new text plus the ``len(longest stop) - 1`` characters before it. Nothing
-re-decodes the whole output per step: the earlier version did, quadratic in the output length.
+re-decodes the whole output per step (that would be quadratic in the output length).
 
 :class:`StreamText` (for SSE) adds the hold-back rule: a text delta never contains the beginning of
 a possible stop string, and never anything at or after a stop string.

@@ -13,7 +13,7 @@ fill one ``[max_batch, V/32]`` host bitmask (``GrammarBatch``, rows without a gr
 skipped) that is copied once and applied by xgrammar's kernel (``apply_bitmask``); draws are exponential races, one
 ``exponential_`` per seeded row on its own generator (so a seeded row draws exactly what it draws
 alone) and one for all unseeded rows (``argmax(p / Exp(1))``: one device op; ``torch.multinomial`` ran
-free text at 12.9 tok/s vs 34 for JSON on the H200, ``bench/gpu_smoke.py``); the step ends in one host transfer
+free text at 12.9 tok/s vs 34 for JSON on the H200, ``bench/scripts/gpu_smoke.py``); the step ends in one host transfer
 (``send``: a pinned copy and an event; ``receive`` waits for that event alone, so the scheduler can queue the
 next forward on the ids still on the device first). Stages no row needs are
 skipped. User ``logits_processors`` are the opt-in slow path (a Python call per row); ``logit_bias``

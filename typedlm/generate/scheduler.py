@@ -23,16 +23,14 @@ verification is :mod:`.spec_decode`. One ``step()`` is data flow:
 fills the masks while the device runs the forward; a row that the fill then shows complete leaves with
 its share of that forward discarded. When settling could end every row (a lone row near its end, a
 batch reaching ``max_tokens`` together) the forward runs only after ``postprocess``: never a forward no
-row will use (H200, b1 JSON: the fill, accept and upload no longer add to every step; MLX CPU, b8: the
-last step's batch forward was ~5 % of a 16-token run).
+row will use, and the fill, accept and upload do not add to every step.
 
 **The device feed** (a cache with ``device_feed``: the static slots): when every row's next feed is just its
 sampled token (no forced tokens, drafts or logprobs) and some row may go on, ``run`` queues the next forward
 on the ids still on the device *before* ``collect``; the host then accepts, fills the masks and uploads them
 while that forward runs, and the next ``pick`` queues behind it: no host sync between two forwards (vLLM's and
 SGLang's async scheduling). A row that its token ends (stop id, stop string, complete grammar) leaves with its
-share of that forward unused. H200, 7B, b32: a step 5.61 -> 5.15 ms against 5.01 for the graph alone
-(``bench/results/gen-decode-h200.md``).
+share of that forward unused.
 
 ``Scheduler.start()`` runs ``step()`` in one background thread; ``run_batch`` drives it inline
 (tests, benchmarks). Events are delivered by calling ``Request.on_event`` on the engine thread.

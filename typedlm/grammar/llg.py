@@ -1,9 +1,9 @@
 """llguidance, the second grammar engine: the normalizer's core form as llguidance's JSON grammar, and a
 matcher with the methods :mod:`.controller` calls on an xgrammar matcher.
 
-Why: xgrammar precomputes a token-mask cache at compile time (MaskBench p99 4.5 s); llguidance builds a
+Why: xgrammar precomputes a token-mask cache at compile time (seconds on large schemas); llguidance builds a
 lexer and Earley parser and computes each mask when asked, so a schema compiles in milliseconds
-(``bench/results/compile-split-cpu.md``).
+(docs/benchmarks.md).
 
 What llguidance gets, and why it is exact: the normalizer stays the single front end (it decides exact /
 refused / relaxed) and llguidance reads the *core form* it emits. The core form means exactly the schema
@@ -26,7 +26,7 @@ are rewritten into keywords it reads (:mod:`.llg_objects`). Rewrites keep llguid
 Where llguidance differs it is stricter, never looser: no ``\\uXXXX`` escape of a printable character, no
 exponent on a bounded number, only the canonical first token of forced text. Checked: the suite ratchets
 ``tests/data/jsonschema_ratchet/auto`` and ``.../llguidance`` (0 false positives), the fuzzers and
-``tests/test_grammar_engines.py`` run both engines.
+``tests/grammar/test_engines.py`` run both engines.
 """
 
 from __future__ import annotations
@@ -238,7 +238,7 @@ class LLGrammar:
             raise NotForLLGuidance(f"llguidance: {warned[0]}")
         probe = self.proto.deep_copy()  # the first mask, computed now: a grammar with no JSON value fails it
         probe.compute_bitmask()
-        if probe.is_error() or probe.is_accepting():  # measured: {"$ref": "#"} fails its first mask
+        if probe.is_error() or probe.is_accepting():  # {"$ref": "#"} fails its first mask
             raise NotForLLGuidance(f"llguidance: no JSON value fits the grammar ({probe.get_error().splitlines()[0][:80]})")
         self.stop_token_ids = list(tokenizer.eos_tokens)
         self.tokenizer = tokenizer

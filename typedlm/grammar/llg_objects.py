@@ -1,7 +1,7 @@
-"""Object keywords llguidance does not read, rewritten into ones it does, exactly (issue 22 item 7).
+"""Object keywords llguidance does not read, rewritten into ones it does, exactly.
 
 Without these, ``auto`` hands the whole schema to xgrammar, whose mask precompute takes seconds on
-large schemas (``bench/results/compile-tail-cpu.md``). Each rewrite takes one core-form object node
+large schemas. Each rewrite takes one core-form object node
 whose children are already adapted (:func:`.llg._adapt`) and returns a node meaning exactly the same:
 
 - ``minProperties`` / ``maxProperties`` beside optional listed keys (llguidance counts only when every

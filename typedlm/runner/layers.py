@@ -92,9 +92,8 @@ def attend(q, k, v, visible, scaling: float) -> torch.Tensor:
 
 def _dense_attention(q, kc, vc, visible, scaling: float):
     """One query per row: q ``[b, kv_heads, group, hd]`` over ``kc``/``vc`` ``[b, kv_heads, cols, hd]`` (``visible``
-    ``[b, 1, 1, cols]``): two batched matmuls and a softmax that ``torch.compile`` fuses with the mask. On the
-    H200 (7B shapes, 256 columns) 6.5 / 12.2 us a layer at batch 1 / 32 vs 13.5 / 19.7 for one SDPA kernel
-    (``bench/decode_attention_ab.py``, ``bench/results/decode-attention-ab-h200.json``)."""
+    ``[b, 1, 1, cols]``): two batched matmuls and a softmax that ``torch.compile`` fuses with the mask (faster
+    than one SDPA kernel for a single query on CUDA: ``bench/scripts/decode_attention_ab.py``)."""
     att = torch.matmul(q, kc.transpose(-1, -2)).float() * scaling
     att = att.masked_fill(~visible, float("-inf")).softmax(-1).to(q.dtype)
     return torch.matmul(att, vc)

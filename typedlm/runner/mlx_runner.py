@@ -64,8 +64,7 @@ def blas_layout(model) -> int:
     ``x @ W.T``; on the CPU mlx hands that to the BLAS it ships (the reference netlib BLAS in the Linux
     wheel) with a transpose flag, and that BLAS's transposed loops are far slower than its plain ones
     (likely: dot products left scalar vs vectorized axpys). With this layout ``W.T`` is contiguous: no
-    flag, the same terms summed in the same order (default model: logits max diff 0.0). Measured A/B
-    in ``bench/results/mlx-cpu.md``. Only on the CPU device (Metal has its own GEMM; no Mac here)."""
+    flag, the same terms summed in the same order (default model: logits max diff 0.0). Only on the CPU device (Metal has its own GEMM; no Mac here)."""
     import mlx.nn as nn  # optional extra: mlx
 
     n = 0

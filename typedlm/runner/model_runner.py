@@ -71,7 +71,7 @@ class ModelRunner:
     def set_invariant(self, on: bool) -> bool:
         """Batch-invariant scoring on or off (benches measure both; ``load_engine(deterministic=)``,
         ``--deterministic``). Batched = one row, bit for bit (CPU fp32; CUDA bf16 with the Triton kernels). Default
-        on CUDA, where decide without rescoring is faster than with it (bench/results/decide-invariance-h200.md);
+        on CUDA, where decide without rescoring is faster than with it (``typedlm bench decide``);
         off on the CPU, where the pure-torch attention loop makes a decision ~14x slower than near-tie rescoring
         does; ``TYPEDLM_BATCH_INVARIANT=1/0`` forces it on/off. Returns whether it is on: a model the hooks cannot take stays
         off, with the reason."""

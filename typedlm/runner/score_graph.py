@@ -3,9 +3,8 @@ Qwen3): the context's uncached tokens and the plan's row tree, one replay.
 
 Why: after the first call on a schema the plan prefix (~830 tokens) comes from the prefix cache and a decision's
 one forward holds only ~170 context tokens and the ~110-token row tree; eagerly that forward's ~1,000 launches of
-the invariant kernels cost the host about as long as the GPU needs for them. Measured on the H200 (random
-Qwen2.5-7B, bf16; ``bench/results/score-graph-h200.json``): a later decision 34.4 ms p50 with the graph vs 44.8 ms
-eager, the pass itself 21.7 ms (GPU-bound now: 72 % of it the GEMMs at ~300 rows).
+the invariant kernels cost the host about as long as the GPU needs for them; one replay removes that host time
+(numbers: docs/benchmarks.md, ``bench/scripts/score_graph_check.py``).
 
 How: the pass's tokens are padded to a bucket of :data:`BUCKETS` and its keys to a power-of-two column bucket
 (>= 256) of one static buffer ``[layers, 2, 1, kv_heads, columns + 1, head_dim]``: the cached prefix is copied
@@ -20,7 +19,7 @@ construction of the invariant kernels: a row's GEMM and RMSNorm results do not d
 nor, per output element, on the weight's other columns (the fused GEMMs), a query's attention only on its own
 ordered list of allowed keys (the same columns hold the same K/V here), and the lm_head reads the same rows. Tested
 on the CPU (the torch invariant ops, run eagerly at the padded sizes) and on the H200 (``bench/gpu_check.py``,
-``bench/score_graph_check.py``: a pass's logits and K/V, graph vs eager, max |diff|).
+``bench/scripts/score_graph_check.py``: a pass's logits and K/V, graph vs eager, max |diff|).
 One graph per ``(tokens, columns)`` bucket, captured on first use; one pass at a time (a lock).
 ``TYPEDLM_SCORE_GRAPH=0`` turns it off.
 """
@@ -33,14 +32,14 @@ import threading
 
 import torch
 
-from .graphs import MIN_BUCKET, DecodeGraphs, bucket
+from .graphs import DecodeGraphs, MIN_BUCKET, bucket
 from .invariant import mode as invariant
 from .layers import fuse, out_mlp, qkv_rope
 from .tensors import device_tensor, to_device
 
 # tokens of a graphed pass: powers of two, then steps of 64 above 256 (a later decision's ~280-token pass pays 320
 # rows, not 384: the attention, the elementwise ops, and the GEMMs where the table's tiles for 257-320 rows are
-# shorter than 128; gemm_configs.json's buckets follow these, bench/gemm_sweep.py). 9 token buckets at most.
+# shorter than 128; gemm_configs.json's buckets follow these, bench/scripts/gemm_sweep.py). 9 token buckets at most.
 BUCKETS = (16, 32, 64, 128, 256, 320, 384, 448, 512)
 
 
@@ -153,8 +152,8 @@ class ScoreGraphs:
         module's own forward under the invariant hooks, one for one (the same RMSNorm, RoPE, K/V columns,
         attention, residual adds), except that q/k/v (and gate/up) are one invariant GEMM: each output element's
         reduction is the same whatever other columns the weight has (torch row tiles on the CPU; on the H200 the
-        Triton GEMM's ``BK`` 64 and 128 and cuBLAS give the same bits, ``bench/results/gemm-sweep-h200-4.json``;
-        checked per pass by ``bench/score_graph_check.py``). ``TYPEDLM_SCORE_GRAPH_FUSED=0``: the modules."""
+        Triton GEMM's ``BK`` 64 and 128 and cuBLAS give the same bits, ``bench/scripts/gemm_sweep.py``;
+        checked per pass by ``bench/scripts/score_graph_check.py``). ``TYPEDLM_SCORE_GRAPH_FUSED=0``: the modules."""
         n1, qkv_w, qkv_b, qn, kn, o_w, o_b, n2, gu_w, d_w = w
         layer = self.layers[i]
         a, b, cfg = layer.self_attn, h.shape[1], self.model.config

@@ -1,11 +1,9 @@
 """A short prefill on the static slots as a CUDA graph, one replay a row: a prompt's tail after its cached
 prefix (a chat sharing a long system prompt), or a short prompt.
 
-Why: an eager forward of a few tokens is bound by the host's kernel launches, not the GPU. Measured on the
-H200 (random Qwen2.5-7B, bf16; ``bench/results/ttft-profile-h200.json``): the eager prefill of the 17 new
-tokens after a 1,008-token cached prefix took 55 ms, more than the whole 1,025-token prompt uncached (TTFT 34-
-42 ms), so the prefix cache lost time; as a graph it took 9 ms (TTFT 17 ms), and a short prompt without
-a cached prefix went from 38 to 9 ms TTFT.
+Why: an eager forward of a few tokens is bound by the host's kernel launches, not the GPU: eagerly, the few
+new tokens after a long cached prefix can take longer than the whole prompt uncached; one graph replay a row
+removes the launches (numbers: docs/benchmarks.md, ``bench/scripts/ttft_profile.py``).
 
 How: the tokens are padded to a bucket of :data:`BUCKETS` (padding writes the slot's scratch column, as in
 a decode step) and attend over the first ``cols`` columns of the row's slot (a column bucket, as in decode)
@@ -24,7 +22,7 @@ import os
 
 import torch
 
-from .graphs import MIN_BUCKET, DecodeGraphs, bucket, column_buckets
+from .graphs import DecodeGraphs, MIN_BUCKET, bucket, column_buckets
 from .layers import out_mlp, qkv_rope
 from .tensors import device_tensor
 

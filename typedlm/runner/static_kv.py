@@ -20,10 +20,9 @@ is copied: :func:`~typedlm.runner.layers.fuse`); only attention and the cache ar
   causal SDPA over each row's earlier columns and its own new ones (right-padded; padding writes the
   scratch column).
 
-Measured on the H200 (random Qwen2.5-7B, bf16; ``bench/results/gen-h200.md``): 202 / 1,410 / 5,129
-tok/s at batch 1 / 8 / 32 vs HF ``generate`` with its static cache and compile 146 / 981 / 2,857. Eager
-layers in the graphs: 132 tok/s at b1; one compiled layer (default on CUDA; ``TYPEDLM_COMPILE_DECODE=0``
-keeps it eager): 199; the whole 28-layer step compiled: 175 and 152 s of compile.
+On CUDA each layer of the graphed step is compiled once (``TYPEDLM_COMPILE_DECODE=0`` keeps it eager); the
+whole step is not compiled (long compile, slower step). Speed against HF ``generate``: ``typedlm bench gen``
+(docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ import threading
 import torch
 
 from ..errors import TypedLMError
-from .graphs import MIN_BUCKET, DecodeGraphs, batch_buckets, bucket, column_buckets
+from .graphs import DecodeGraphs, MIN_BUCKET, batch_buckets, bucket, column_buckets
 from .layers import attend, decode_layer, fuse, invariant_decode_layer, project_qkv
 from .short_prefill import ShortPrefill
 from .slots import SlotCache, SlotPool

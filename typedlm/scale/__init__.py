@@ -13,7 +13,7 @@ does not either: ray loads when a job starts).
 | ``cli.py`` | what the ``--ray`` flags of ``decide`` / ``eval`` / ``serve`` call |
 | ``bench.py`` | ``typedlm bench scale`` |
 
-Invariants (``tests/test_scale*.py``): the corpus path gives the decisions of single-process ``decide_many`` for
+Invariants (``tests/scale/``): the corpus path gives the decisions of single-process ``decide_many`` for
 every id; a SIGKILLed actor is restarted (Ray Data's actor pools: ``max_restarts=-1``, ``max_task_retries=-1``)
 and every id is still written exactly once; a crashed driver resumes from the output (``--resume``); eval with
 ``--ray`` writes the predictions of the single-process run; Serve replicas answer chat, streams and decide.
@@ -21,8 +21,7 @@ and every id is still written exactly once; a crashed driver resumes from the ou
 Scaling model: field decisions/s ≈ actors × one actor's ``decide_many`` rate (its batch on its device), less
 Ray's per-batch overhead (serialising a batch in and its JSON lines out, the driver's fsync) and, on a shared
 CPU, the cores the actors compete for. The driver is one process that writes every line: with enough actors
-it becomes the bound (not measured here; one H200 actor on the 7B shape makes ~900 field decisions/s, i.e.
-~36 lines/s of 25 fields, ``bench/results/decide-h200.md``). Measured on the CPU: ``bench/results/scale-cpu.md``.
+it becomes the bound (a fast GPU actor writes tens of lines a second). Numbers: docs/benchmarks.md.
 GPU placement (``num_gpus`` per actor / replica) is planned in code and tested on the CPU only: the lent GPU
 machine has no Ray.
 """

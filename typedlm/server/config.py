@@ -8,14 +8,14 @@
   (``max_batch = 16``) or like the flags (``max-batch = 16``); an unknown key is an error.
 
 Every value is validated by :class:`ServeSettings` (pydantic); a bad one names its field and its source.
-``GET /v1/config`` (:mod:`typedlm.server.playground`) answers them with secrets redacted.
+``GET /v1/config`` (:mod:`typedlm.server.admin.router`) answers them with secrets redacted.
 """
 
 from __future__ import annotations
 
 import os
-import tomllib
 from pathlib import Path
+import tomllib
 from typing import Any, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError

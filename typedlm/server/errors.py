@@ -46,10 +46,8 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, e: RequestValidationError):
         errs = e.errors()
-        first = errs[0] if errs else {}
-        loc = ".".join(str(x) for x in first.get("loc", ()) if x != "body")
-        msg = f"{loc}: {first.get('msg', 'invalid request')}" if loc else first.get("msg", "invalid request")
-        return error_response(400, msg, param=loc or None)
+        msg, param = validation_message(errs[0] if errs else {})
+        return error_response(400, msg, param=param)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, e: StarletteHTTPException):
@@ -60,3 +58,19 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _unexpected(_: Request, e: Exception):
         log.exception("internal error")
         return error_response(500, f"internal error: {type(e).__name__}", type="server_error")
+
+
+def validation_message(err: dict) -> tuple[str, str | None]:
+    """(message, param) of a request body's first validation error. A body that is not JSON names its
+    position in the message and no param; an unsupported field (``ctx["field"]``: the documented fields of
+    :func:`typedlm.server.protocol.without_documented`) is the param, after the place it sits in."""
+    loc = [str(x) for x in err.get("loc", ()) if x != "body"]
+    ctx = err.get("ctx") or {}
+    if err.get("type") == "json_invalid":
+        where = f" at position {loc[-1]}" if loc else ""
+        return f"the request body is not valid JSON: {ctx.get('error', 'cannot be parsed')}{where}", None
+    if err.get("type") == "missing" and not loc:
+        return "the request body is empty: send a JSON object", None
+    msg = err.get("msg", "invalid request")
+    param = ".".join(loc + [ctx["field"]] if "field" in ctx else loc) or None
+    return (f"{'.'.join(loc)}: {msg}" if loc else msg), param

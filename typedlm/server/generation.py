@@ -75,12 +75,22 @@ def sampling_params(state: ServerState, body, budget: Budget) -> SamplingParams:
         raise APIError(400, str(e)) from e
 
 
-def check_context(engine, ids: list[int], budget: Budget) -> None:
-    """400 when an explicit output limit does not fit beside the prompt in the model's context."""
-    room = engine.max_context - len(ids)
+def check_context(state: ServerState, ids: list[int], budget: Budget, prompt_field: str) -> None:
+    """400 ``context_length_exceeded`` naming the prompt (``prompt_field``: messages, prompt, input) when it
+    leaves no room for one output token or passes the server's ``max_prompt_tokens``, else naming the
+    output limit when an explicit one does not fit beside the prompt."""
+    context, cap = state.engine.max_context, state.config.max_prompt_tokens
+    if len(ids) >= context:
+        raise APIError(400, f"{prompt_field}: the prompt has {len(ids)} tokens, but the model's context is "
+                            f"{context} tokens (the prompt and at least one output token must fit)",
+                       param=prompt_field, code="context_length_exceeded")
+    if cap is not None and len(ids) > cap:
+        raise APIError(400, f"{prompt_field}: the prompt has {len(ids)} tokens; this server accepts at most {cap}",
+                       param=prompt_field, code="context_length_exceeded")
+    room = context - len(ids)
     if budget.asked is not None and budget.asked > room:
-        raise APIError(400, f"{budget.field} is {budget.asked}, but the model's context is {engine.max_context} "
-                            f"tokens and the prompt has {len(ids)}: at most {max(room, 0)} output tokens fit",
+        raise APIError(400, f"{budget.field} is {budget.asked}, but the model's context is {context} "
+                            f"tokens and the prompt has {len(ids)}: at most {room} output tokens fit",
                        param=budget.field, code="context_length_exceeded")
 
 
@@ -193,16 +203,17 @@ def jump_forward(state: ServerState, body, logprobs) -> bool:
 
 async def submit(state: ServerState, http: HTTPRequest, *, structured: Structured, params: SamplingParams,
                  budget: Budget, encode: Callable[[str | None], Prompt], n: int, logprobs: int | None,
-                 degraded: Degraded | None = None) -> Job:
+                 prompt_field: str, degraded: Degraded | None = None) -> Job:
     """Compile (or degrade), build ``n`` sequences, queue them. Raises APIError 400 / 429.
-    ``encode(instruction)``: the prompt (with the degrade instruction, when given); ``degraded``: a
-    weakening the plan already knows of (relaxed tool schemas)."""
+    ``encode(instruction)``: the prompt (with the degrade instruction, when given), ``prompt_field`` the
+    request field it comes from (named by a 400); ``degraded``: a weakening the plan already knows of
+    (relaxed tool schemas)."""
     t0 = time.perf_counter()
     state.engine  # 503 while not loaded
     headers = {"X-TypedLM-Constraint": structured.source} if structured.source else {}
     try:
         prompt = _encode(encode, None)
-        check_context(state.engine, prompt.ids, budget)
+        check_context(state, prompt.ids, budget, prompt_field)
         seqs = await asyncio.to_thread(_build, state, prompt, params, structured.constraint, n)
     except GrammarCompileError as e:
         if not is_degradable(structured, e):
@@ -219,6 +230,7 @@ async def submit(state: ServerState, http: HTTPRequest, *, structured: Structure
         else:
             degraded = Degraded(warning_header(str(e)), {"degraded": "free_text", "reason": str(e)})
             prompt = _encode(encode, structured.instruction())
+            check_context(state, prompt.ids, budget, prompt_field)
             seqs = await asyncio.to_thread(_build, state, prompt, params, None, n)
     except TypedLMError as e:
         raise APIError(400, str(e)) from e
@@ -264,9 +276,6 @@ def _record(state: ServerState, res: GenerationResult) -> None:
 
 def _build(state: ServerState, prompt: Prompt, params: SamplingParams, constraint, n: int, compiled=None):
     engine, ids = state.engine, prompt.ids
-    cap = state.config.max_prompt_tokens
-    if cap is not None and len(ids) > cap:
-        raise TypedLMError(f"prompt has {len(ids)} tokens; this server accepts at most {cap}")
     if compiled is None and constraint is not None and constraint.lenient:  # relaxed tools: the Warning header
         compiled, _ = engine.grammars.compile(constraint, warn=False)      # names the places, no Python warning
     out = []

@@ -1,4 +1,4 @@
-"""Decide beside generation: a ``/v1/decide`` request no longer stalls the decode streams.
+"""Decide beside generation: a ``/v1/decide`` request runs without stalling the decode streams.
 
 Before, the whole decision ran as one block on the engine thread (``exclusive``): every running stream
 waited for it (10.9 s seen on the CPU). Now the decision runs on a worker thread with a
@@ -23,7 +23,7 @@ below the core count, else ``interleaved``. Measured p99 ITL of 4 streams beside
 the streams alone: H200 parallel 0.97x, interleaved 9.6x (a 2.4 ms graph step waits for each ~30 ms eager
 decide forward); quiet CPU parallel 1.03x, interleaved 2.27x; a 2-core CPU with no core free 2.6-2.7x both. Results are the same decisions in every mode: chunked prefill computes the same cache, and row
 chunking is the ``max_rows`` path whose parity with one pass is pinned by
-``test_parity_batched_vs_one_row_at_a_time``. Numbers (``typedlm bench itl``): ``bench/results/itl-*.md``.
+``test_parity_batched_vs_one_row_at_a_time``. Numbers (``typedlm bench itl``): docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -63,8 +63,7 @@ class SteppedEngine:
     Prefill chunks are sized from measurements: ``step_s`` (EMA of how long a queued forward waits for its
     step, i.e. about one decode step) and ``token_s`` (EMA of forward seconds per token); a chunk gets
     ``STEP_SHARE * step_s / token_s`` tokens (at least 1, at most ``max_chunk``), so a decode step plus one
-    decide chunk stays well under 2 decode steps (0.8 measured 2.3x p99 ITL on the CPU: the estimate lags a
-    growing cache). The first chunk, before any measurement, is ``FIRST_CHUNK``."""
+    decide chunk stays well under 2 decode steps (a larger share lets the estimate lag a growing cache). The first chunk, before any measurement, is ``FIRST_CHUNK``."""
 
     FIRST_CHUNK = 4
     STEP_SHARE = 0.5

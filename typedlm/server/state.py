@@ -1,7 +1,7 @@
 """What request handlers get from ``request.app.state.typedlm``: the Engine and a way to run model
 work without racing the decode loop.
 
-Contract (used by the generation routes and by ``typedlm.server.decide_routes``):
+Contract (used by the serving objects of every endpoint family):
   ``state.engine``                          the one Engine (503 ``APIError`` while not loaded yet)
   ``await state.run_exclusive(fn, *a, **kw)`` run blocking model work ``fn`` so that it never
                                             overlaps another forward pass; returns fn's result
@@ -91,15 +91,6 @@ class ServerState:
     def served_models(self) -> list[str]:
         names = [self.engine_or_none.name] if self.engine_or_none is not None else []
         return names + [n for n in self.config.model_names if n not in names]
-
-    def engine_for(self, model: str) -> Engine:
-        """The engine a request names: 503 while not ready, 400 ``model_not_found`` for another name."""
-        if not self.ready:
-            raise self.not_ready()
-        if model not in self.served_models:
-            raise APIError(400, f"model '{model}' is not served here; available: {', '.join(self.served_models)}",
-                           param="model", code="model_not_found")
-        return self.engine
 
     def not_ready(self) -> APIError:
         if self.load_error:

@@ -3,14 +3,18 @@
 Fields read (the highest present wins; every lower one is overridden, the winner is echoed in the
 ``X-TypedLM-Constraint`` response header):
 
-  1. ``guided_grammar``, then SGLang's ``ebnf``            EBNF/GBNF text (root rule ``root``)
+  1. ``guided_grammar``, then SGLang's ``ebnf``            EBNF/GBNF text (root rule ``root``); a
+                                                          ``guided_grammar`` with no ``name ::= ...``
+                                                          rule is Lark (start rule ``start``), as vLLM
+                                                          tells them apart (:func:`is_lark`)
   2. ``response_format: {type: json_schema}``             ``json_schema.{schema, strict, any_whitespace}``
      then ``guided_json``, then SGLang's ``json_schema``  (the same rank: "json_schema"; SGLang's is
                                                           a schema object or its JSON text)
   3. ``response_format: {type: json_object}``
   4. ``response_format: {type: structural_tag}``          xgrammar format, or vLLM's structures+triggers
   5. ``structured_outputs: {json | regex | choice | grammar | json_object | structural_tag,
-     disable_any_whitespace}``                            exactly one kind inside it
+     disable_any_whitespace}``                            exactly one kind inside it (``grammar``: EBNF
+                                                          or Lark, as ``guided_grammar``)
   6. ``guided_regex``, then SGLang's ``regex``
   7. ``guided_choice``
 
@@ -34,6 +38,7 @@ Degrade = add an instruction carrying the schema, generate unconstrained, answer
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -45,6 +50,7 @@ from ..grammar.compiler import GrammarDisabled
 from ..grammar.spec import Constraint, canonical_json, make_constraint, with_engine
 from .errors import APIError
 
+_COMMENT = re.compile(r"(#|//).*$")
 PRECEDENCE = ("guided_grammar", "ebnf", "json_schema", "json_object", "structural_tag", "structured_outputs",
               "guided_regex", "regex", "guided_choice")
 
@@ -97,10 +103,12 @@ def _pick(body: Any) -> Structured:
     if so is not None and not isinstance(so, dict):
         raise APIError(400, "structured_outputs must be an object", param="structured_outputs")
 
-    for name in ("guided_grammar", "ebnf"):
-        with _param(name):
-            if getattr(body, name) is not None:
-                return Structured(make_constraint(grammar=getattr(body, name)), name)
+    with _param("guided_grammar"):
+        if body.guided_grammar is not None:
+            return Structured(make_constraint(**grammar_kind(body.guided_grammar)), "guided_grammar")
+    with _param("ebnf"):
+        if body.ebnf is not None:
+            return Structured(make_constraint(grammar=body.ebnf), "ebnf")
     if rf_type == "json_schema":
         with _param("response_format.json_schema"):
             js = rf.get("json_schema")
@@ -168,7 +176,7 @@ def _structured_outputs(so: dict) -> Structured:
     if so.get("choice") is not None:
         kw["choice"] = so["choice"]
     if so.get("grammar") is not None:
-        kw["grammar"] = so["grammar"]
+        kw.update(grammar_kind(so["grammar"]))
     if so.get("structural_tag") is not None:
         st = so["structural_tag"]
         kw["structural_tag"] = structural_tag(st) if isinstance(st, dict) else st
@@ -177,6 +185,19 @@ def _structured_outputs(so: dict) -> Structured:
                             "or structural_tag)", param="structured_outputs")
     with _param("structured_outputs"):
         return Structured(make_constraint(any_whitespace=not dis, **kw), "structured_outputs")
+
+
+def is_lark(text) -> bool:
+    """Whether a grammar text is Lark rather than EBNF/GBNF: no line (outside ``#`` / ``//`` comments)
+    defines a rule with ``::=`` (vLLM's test; outlines' CFG and vLLM's own examples send Lark)."""
+    if not isinstance(text, str) or not text.strip():
+        return False
+    return not any("::=" in _COMMENT.sub("", line) for line in text.splitlines())
+
+
+def grammar_kind(text) -> dict:
+    """``make_constraint`` keywords of a grammar field: ``{"lark": text}`` or ``{"grammar": text}``."""
+    return {"lark": text} if is_lark(text) else {"grammar": text}
 
 
 def structural_tag(rf: dict) -> dict:

@@ -1,9 +1,7 @@
 """Pieces of the OpenAI wire shapes shared by the chat, completions and responses serving objects:
-usage, logprobs entries, the ``typedlm`` notice field, SSE framing."""
+usage, logprobs entries, the ``typedlm`` notice field."""
 
 from __future__ import annotations
-
-import json
 
 from ..generate.detokenize import token_bytes
 from ..generate.scheduler import TokenEvent
@@ -57,7 +55,3 @@ def completion_lp(engine, events: list[TokenEvent], offset: int = 0) -> dict:
             "top_logprobs": [{engine.tokenizer.decode([t]): lp for t, lp in ev.top_logprobs} for ev in events],
             "text_offset": offsets}
 
-
-def sse(obj, event: str | None = None) -> str:
-    head = f"event: {event}\n" if event else ""
-    return f"{head}data: {json.dumps(obj, ensure_ascii=False)}\n\n"

@@ -66,7 +66,7 @@ def bench_decide(
 
 def trust(
     data: str = typer.Option("tweets,bbc,bbc-multi", "--data", help="comma list of eval datasets"),
-    out: Path = typer.Option(Path("bench/results/trust"), "--out", help="folder: one run folder per dataset"),
+    out: Path = typer.Option(Path("trust-runs"), "--out", help="folder: one run folder per dataset"),
     fit_limit: str = typer.Option("60", "--fit-limit", help="calibration-split cases to fit on: N or "
                                   "dataset=N,... (per dataset)"),
     test_limit: str = typer.Option("200", "--test-limit", help="test-split cases: N or dataset=N,..."),

@@ -34,7 +34,7 @@ def jsonschema_suite(
     with user_errors():
         for d in drafts:
             if not (Path(suite) / "tests" / d).is_dir():
-                fail(f"--suite '{suite}' has no tests/{d} folder")
+                fail(f"--suite '{suite}' has no tests/{d} folder: pass a JSON-Schema-Test-Suite checkout")
         for d in drafts:
             reports[d] = run_suite(suite, draft=d, engine=grammar_engine)
     data = {d: r.to_dict() for d, r in reports.items()}
@@ -59,6 +59,7 @@ def jsonschema_suite(
 def schema_compile(
     draft: str = typer.Option("draft2020-12", "--draft", help="the suite draft whose schemas are timed"),
     corpus: Optional[Path] = typer.Option(None, "--corpus", help='JSON lines of {"schema": ...} instead'),
+    suite: Path = typer.Option(DEFAULT_SUITE, "--suite", help="JSON-Schema-Test-Suite checkout"),
     out: Optional[Path] = typer.Option(None, "--json", help="write the result here"),
 ):
     """Time the normalizer, our EBNF and xgrammar's compile apart, per schema; quantiles + slowest."""
@@ -70,8 +71,8 @@ def schema_compile(
             schemas = [json.loads(line)["schema"] for line in Path(corpus).read_text().splitlines() if line]
             registry = None
         else:
-            schemas = [c.schema for c in load_suite(DEFAULT_SUITE, draft)]
-            registry = remotes_registry(DEFAULT_SUITE, draft)
+            schemas = [c.schema for c in load_suite(suite, draft)]
+            registry = remotes_registry(suite, draft)
         result = split_times(schemas, registry)
         if out is not None:
             Path(out).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")

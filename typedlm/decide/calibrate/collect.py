@@ -5,7 +5,7 @@ log-scores are kept (:func:`collect`, written to ``scores.jsonl``). Every varian
 those scores through the same functions ``decide`` uses — :func:`typedlm.decide.prior.correct`,
 :meth:`CalibrationBundle.apply` and the one finalizer :func:`finish_decision` — so a variant's decisions
 are exactly what ``decide(..., prior=, calibration=)`` returns on those cases, without re-running the
-model (``tests/test_decide_fitting.py`` checks this against ``decide_many``).
+model (``tests/decide/test_fitting.py`` checks this against ``decide_many``).
 
 Variants: ``raw``; ``neutral`` (content-free prior); ``batch`` (the prior of each batch of
 ``BATCH`` consecutive cases, as a ``decide_many`` call of that size would compute it); and each of
@@ -14,24 +14,24 @@ them ``+cal`` (a bundle fitted on the calibration split with that prior, applied
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 import json
 import math
-import time
-from dataclasses import dataclass
 from pathlib import Path
+import time
 from typing import Any
 
 from ...engine import Engine
 from .. import prior as P
 from ..api import decide_many, plan_for, settle
-from ..scoring import score_prompts
-from .bundle import SCALAR_KINDS, CalibrationBundle
-from .fit import Example, evaluate, fit_fields
-from ..plan import Plan
-from ..prompt import PROMPT_VERSION, prompt_hash, prompt_record
 from ..logmath import log_softmax
 from ..options import DecideOptions
+from ..plan import Plan
+from ..prompt import PROMPT_VERSION, prompt_hash, prompt_record
 from ..result import Decision, QuestionScore, finish_decision
+from ..scoring import score_prompts
+from .bundle import CalibrationBundle, SCALAR_KINDS
+from .fit import Example, evaluate, fit_fields
 
 BATCH = 32  # contexts per decide_many call for prior="batch" in measurements
 CHUNK = 8  # contexts per decide_many call while collecting

@@ -6,22 +6,22 @@ emitted by ``n.emitter``; object branches are completed by ``n.builder``.
 
 from __future__ import annotations
 
-import math
 from contextlib import contextmanager
 from dataclasses import replace
 from fractions import Fraction
+import math
 
 from ...errors import GrammarCompileError
-from .branches import (KEYWORD, Array, Enum, Number, Object, Ref, Scalar, String, any_, is_any, keywords, plain,
-                       same, type_of)
-from .refusal import TYPES, Refuse
+from .branches import (Array, Enum, KEYWORD, Number, Object, Ref, Scalar, String, any_, is_any, keywords, plain, same,
+                       type_of)
+from .refusal import Refuse, TYPES
 from .subsume import prune
 
 MAX_BRANCHES = 64  # a rewrite that needs more alternatives than this is refused (size, compile time)
 MAX_CONTAINS = 3  # contains on one array (allOf): 2**n classes of items
 MAX_MEETS = 100_000  # branch pairs one normalization may meet: the real-world schemas that compile need
 # at most ~49,000 (SchemaStore's minecraft-recipe); past this a rewrite is refused by name in about a
-# second instead of running for tens (bench/results/compile-tail-cpu.md)
+# second instead of running for tens
 MAX_UNFOLD = 8  # expansions of one recursive $ref inside one intersection (two recursive sides never end)
 
 

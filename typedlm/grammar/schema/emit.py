@@ -8,13 +8,13 @@ from __future__ import annotations
 import math
 
 from .algebra import whole_match
-from .branches import NOTHING, Array, Enum, Number, Object, Ref, String, any_, is_plain, needs_escape
+from .branches import Array, Enum, NOTHING, Number, Object, Ref, String, any_, is_plain, needs_escape
 from .ebnf import contains_automaton
-from .keys import TooLarge, anything as any_key, lengths as key_lengths, meet, names as key_names
-from .keys import pattern as key_pattern, spec as key_spec
-from .refusal import TYPES, Refuse, key_regex, lookahead_split, rewrite_pattern, xgrammar_safe
 from .formats import BOUNDED_URI, PATTERNS
+from .keys import (TooLarge, anything as any_key, lengths as key_lengths, meet, names as key_names,
+                   pattern as key_pattern, spec as key_spec)
 from .numbers import range_spec
+from .refusal import Refuse, TYPES, key_regex, lookahead_split, rewrite_pattern, xgrammar_safe
 from .strings import TooLarge as LengthsTooLarge, length_spec
 
 MAX_ENUM = 256  # multipleOf between bounds: the most values it is enumerated as
@@ -209,7 +209,7 @@ class Emitter:
                 return None
         elif isinstance(b, Object):
             props, pats = b.properties, b.patterns or {}
-            # measured: xgrammar lets any extra key through beside properties and patternProperties; it
+            # xgrammar lets any extra key through beside properties and patternProperties; it
             # mishandles names that need JSON escapes; one pattern alone it enforces
             if self.automata and (len(pats) > 1 or (props and pats) or b.names is not None
                                       or any(map(needs_escape, props))
@@ -249,10 +249,10 @@ class Emitter:
         if b.not_multiple_of:
             out["not"] = {"anyOf": [{"multipleOf": n} for n in b.not_multiple_of]}
         if b.not_multiple_of or (b.multiple_of is not None and (b.lo is not None or b.hi is not None)):
-            # measured: xgrammar accepts -4 for multipleOf 3, minimum -10; and has no "not a multiple"
+            # xgrammar accepts -4 for multipleOf 3, minimum -10; and has no "not a multiple"
             return self.residues(b, out)
         if not b.integer and (b.lo is not None or b.hi is not None):
-            try:  # measured: xgrammar's own range admits at most 6 decimals (a stricter fallback)
+            try:  # xgrammar's own range admits at most 6 decimals (a stricter fallback)
                 spec = range_spec(b.lo, b.hi)
             except (TooLarge, OverflowError):
                 return out

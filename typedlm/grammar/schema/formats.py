@@ -9,7 +9,7 @@ is enforced by a whole-match regex (:data:`PATTERNS`), or by xgrammar's own form
 (:data:`XGRAMMAR`), or refused (``regex``: not regular).
 ``uri``/``uri-reference`` beside a large ``maxLength`` (Pydantic's ``HttpUrl``): :data:`BOUNDED_URI`.
 
-Exactness (``tests/test_formats.py``, hypothesis through the compiled grammar, generated strings and
+Exactness (``tests/grammar/schema/test_formats.py``, hypothesis through the compiled grammar, generated strings and
 near misses): ``date``, ``time``, ``date-time``, ``ipv4``, ``ipv6``, ``json-pointer``,
 ``relative-json-pointer``, ``uri``, ``uri-reference`` (rfc3986-validator's own regexes, converted),
 ``iri``, ``iri-reference`` (rfc3987-syntax's grammar, transcribed: it rejects ``http://[::1]/``, so
@@ -25,7 +25,7 @@ an ``@`` anywhere, UUIDs with extra dashes, longer host names): stricter, never 
 ``idn-hostname`` (the ASCII lower-case host names), ``uri-template`` (simple expressions) and ``idn-email``
 (xgrammar's email) (:data:`STRICTER`).
 
-Every pattern is written with ``{0,1}`` instead of ``(...)?``: measured, xgrammar 0.2.9 compiles
+Every pattern is written with ``{0,1}`` instead of ``(...)?``: xgrammar 0.2.9 compiles
 ``(ab+)?`` as if ``a?b*`` (the duration pattern accepted ``P1Y2M3DT4H5M6``).
 """
 
@@ -156,7 +156,7 @@ STRICTER = {"duration", "hostname", "idn-hostname", "uri-template"}  # regexes: 
 # Measured on xgrammar 0.2.9: a range above 128 in a ``pattern`` is counted lazily (~10 ms to compile;
 # the same form as EBNF takes 6 s), but misread when something follows it inside a group
 # (``a([b]{0,240}c){0,1}`` accepts ``ab``), so every large range here ends its group or stands at top
-# level. tests/test_formats.py proves the form a subset of ``uri`` (automaton inclusion), its lengths,
+# level. tests/grammar/schema/test_formats.py proves the form a subset of ``uri`` (automaton inclusion), its lengths,
 # and fuzzes the compiled grammar against ``re``.
 _PCHAR = "-A-Za-z0-9._~!$&'()*+,;=:@"
 BOUNDED_URI = (f"https{{0,1}}://[A-Za-z0-9][-A-Za-z0-9.]{{0,240}}[A-Za-z](:[1-9][0-9]{{0,3}}){{0,1}}"
@@ -164,7 +164,7 @@ BOUNDED_URI = (f"https{{0,1}}://[A-Za-z0-9][-A-Za-z0-9.]{{0,240}}[A-Za-z](:[1-9]
 BOUNDED_URI_LENGTHS = (9, 1023)  # "http://ab"; "https://" + host 242 + ":9999" + 3 × 256
 BOUNDED_URI_FORMATS = frozenset({"uri", "uri-reference"})
 # the shortest and longest string of each format (None: unbounded); a minLength/maxLength that these
-# already imply is dropped beside the format (tests/test_formats.py checks every accepted string)
+# already imply is dropped beside the format (tests/grammar/schema/test_formats.py checks every accepted string)
 LENGTHS = {"date": (10, 10), "time": (9, None), "date-time": (20, None), "duration": (3, None),
            "ipv4": (7, 15), "ipv6": (2, 45), "uuid": (36, 36), "uri": (2, None), "email": (3, None),
            "uri-reference": (0, None), "hostname": (1, 251), "idn-hostname": (1, 251)}

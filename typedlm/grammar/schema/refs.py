@@ -31,7 +31,7 @@ def dynamic_target(n, kw: str, ref, p: str):
         root = n.root_res.lookup(at_root)
     except referencing.exceptions.Unresolvable:
         root = None
-    # measured: jsonschema leaves a root without an id out of the dynamic scope, so the root rule
+    # jsonschema leaves a root without an id out of the dynamic scope, so the root rule
     # needs one (else the count below decides)
     if root is not None and isinstance(root.contents, dict) and hit(root.contents) \
             and n.draft.spec.id_of(n.root) and owner(n.root, root.contents, n.draft):

@@ -10,8 +10,8 @@ keyword is an annotation and ignored, as validators do.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+import re
 
 TYPES = ("null", "boolean", "number", "string", "array", "object")  # integer is a kind of number
 JSON_TYPES = set(TYPES) | {"integer"}
@@ -85,7 +85,7 @@ def _scan(body: str) -> tuple[str, bool, list[int]] | None:
         elif ch == ")":
             depth -= 1
             if body.startswith("?", i + 1):
-                # measured: xgrammar 0.2.9 compiles "(ab+)?" as if it were "a?b*" (accepts "b");
+                # xgrammar 0.2.9 compiles "(ab+)?" as if it were "a?b*" (accepts "b");
                 # "{0,1}" is the same quantifier and compiles right. A lazy "??" matches the same set.
                 out.append("){0,1}")
                 i += 3 if body.startswith("??", i + 1) else 2

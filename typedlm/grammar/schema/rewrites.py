@@ -10,7 +10,7 @@ with only keywords xgrammar enforces for that type (or an ``x-typedlm-*`` node, 
 or a ``$ref`` to a recursive definition.
 Every rewrite is exact (the output accepts exactly the instances the input accepts, given that
 xgrammar enforces the core keywords); where no exact rewrite exists, :class:`Refuse` names the
-keyword and its JSON pointer. The rewrites (each pinned by tests/test_schema_rewrites.py):
+keyword and its JSON pointer. The rewrites (each pinned by tests/grammar/schema/test_rewrites.py):
 
 - ``type`` split: a schema without ``type`` becomes one branch per JSON type, each carrying only its
   own keywords (``{"maximum": 3}`` accepts every non-number).

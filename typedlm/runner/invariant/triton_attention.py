@@ -12,9 +12,8 @@ pass or a packed ``decide_many`` pass, and wherever the split between cached and
 A causal pass with no mask (a prompt prefill) reads contiguous keys ``0 .. k-q+i`` (no index list), in query tiles
 (:data:`TILE_ROWS` rows of (query, head) a program, sharing each key block's loads; each row still walks its own keys
 in the same blocks from key 0, and row sums go through the MMA like the values, whose bits do not follow the tile's
-row count on the H200: ``bench/gemm_sweep.py``): a query has the same bits as with the causal mask given explicitly
-or alone (H200: ``bench/results/attention-tiles-h200.json``; 2.2-2.3x SDPA at 1,000-2,000 tokens, one query a
-program 5.3-7.6x). Any mask is compacted on the device (:func:`compact`: a cumulative count and a sorted search,
+row count on the H200: ``bench/scripts/gemm_sweep.py``): a query has the same bits as with the causal mask given explicitly
+or alone (``bench/scripts/attention_tiles.py`` checks the bits and times it on CUDA). Any mask is compacted on the device (:func:`compact`: a cumulative count and a sorted search,
 no host sync), once per mask object and reused by every layer of the forward. Each program reads only its own list, so
 masked-out keys (other contexts of a ``decide_many`` pass) cost nothing.
 """

@@ -7,11 +7,11 @@ whatever the number of rows. The GEMM computes each ``[BM, BN]`` output tile by 
 few rows give few tiles), their float32 partial sums then added in order ``((p0 + p1) + p2) ..`` by elementwise
 adds. The reduction settings :data:`REDUCTION` (``BK``, ``SPLIT``) depend on the weight shape ``(N, K)`` and the
 device only; the tile settings (``BM``, ``BN``, ``GROUP``, warps, stages) may depend on the row count M too
-(:func:`config`: :data:`GEMM`, or the table ``bench/gemm_sweep.py --write`` measured, ``gemm_configs.json``, per
+(:func:`config`: :data:`GEMM`, or the table ``bench/scripts/gemm_sweep.py --write`` measured, ``gemm_configs.json``, per
 shape a list of row-count buckets: small tiles where few rows would leave most SMs idle). Tiles only cut the output:
 on the H200 every row has the same bits under all 21 configs tried (12 tiles: BM 16-256, BN 64-256, 4/8 warps,
-3/4 stages, mma.sync and wgmma) at 1-2,048 rows, checked by the sweep before it picks
-(``bench/results/gemm-sweep-h200-4.json``). There ``BK`` 64 vs 128 and cuBLAS gave the same bits too (each
+3/4 stages, mma.sync and wgmma) at 1-2,048 rows, checked by the sweep before it picks. There ``BK`` 64 vs
+128 and cuBLAS gave the same bits too (each
 element is one chain of k16 MMAs in K order); ``BK`` stays fixed per shape all the same (the interpreter differs).
 RMSNorm reduces one row per program over a fixed-width block.
 Unlike :mod:`.ops`' fixed row tiles over cuBLAS, nothing is padded and each weight is read once per pass.
@@ -33,7 +33,7 @@ except ImportError:  # pragma: no cover
     triton = None
 
 # any weight shape the table does not name: the best single config of the first H200 sweep (7 shapes x 14 configs,
-# M 128 / 1,024 / 2,048; bench/results/gemm-sweep-h200.json)
+# M 128 / 1,024 / 2,048; bench/scripts/gemm_sweep.py)
 GEMM = {"BM": 128, "BN": 128, "BK": 64, "GROUP": 8, "num_warps": 8, "num_stages": 3, "SPLIT": 1}
 REDUCTION = ("BK", "SPLIT")  # what fixes a row's reduction order: per weight shape, never per row count
 TABLE = Path(__file__).with_name("gemm_configs.json")

@@ -1,0 +1,206 @@
+"""Pydantic v2's standard types: each model's schema compiles (no refusal), and what the tiny
+random-weight model samples under it validates with ``Model.model_validate_json`` (six seeds; a
+random model may run a free string to ``max_tokens``, so at least one seed must finish and every
+finished output must validate).
+
+``LAXER``: rows whose Pydantic JSON Schema accepts more than Pydantic does (the grammar enforces the
+schema exactly, so there the output is checked against the schema only). The README lists this table.
+``RELAXED``: ``set[str]`` (uniqueItems over strings: not context-free) is refused by default, and with
+``lenient=True`` (opt-in) compiles as a superset with a ``RelaxedSchemaWarning``; the output is then
+validated against the original schema (``schema_valid``). ``HttpUrl`` (``maxLength: 2083`` beside
+``format: uri``) compiles to the stricter-but-sound ``formats.BOUNDED_URI``.
+``test_default_model_table``: the issue's table on the default model (its outputs validate).
+"""
+
+import datetime
+import decimal
+import enum
+import ipaddress
+import json
+import uuid
+from typing import Annotated, Literal, Optional, Union
+
+import pytest
+import jsonschema
+from pydantic import AnyHttpUrl, AnyUrl, BaseModel, EmailStr, Field, HttpUrl, conint, conlist, constr, confloat
+
+from typedlm.errors import GrammarCompileError
+from typedlm.generate import generate
+from typedlm.grammar.schema import find_refusals
+
+SEEDS = range(6)
+LAXER = {
+    "Decimal": "the schema is number | any string",
+    "timedelta": "format duration has no size limit; Pydantic rejects huge components",
+}
+# a free URI never ends under a random-weight model: this row checks a written instance through the
+# compiled grammar instead of sampling
+NOT_SAMPLED = {"AnyUrl": '{"v":"https://example.com/a?b=1#c"}', "AnyHttpUrl": '{"v":"http://example.com/x"}',
+               "HttpUrl": '{"v":"https://example.com/a?b=1#c"}', "EmailStr": '{"v":"joe.bloggs@example.com"}'}
+
+
+class Color(enum.Enum):
+    red = "red"
+    green = "green"
+
+
+class Level(enum.IntEnum):
+    low = 1
+    high = 2
+
+
+class Inner(BaseModel):
+    a: int
+    b: Optional[str] = None
+
+
+class Cat(BaseModel):
+    kind: Literal["cat"]
+    lives: conint(ge=1, le=9)
+
+
+class Dog(BaseModel):
+    kind: Literal["dog"]
+    good: bool
+
+
+TABLE = {
+    "datetime": datetime.datetime, "date": datetime.date, "time": datetime.time,
+    "timedelta": datetime.timedelta, "UUID": uuid.UUID, "Decimal": decimal.Decimal, "AnyUrl": AnyUrl,
+    "IPv4Address": ipaddress.IPv4Address, "IPv6Address": ipaddress.IPv6Address,
+    "set[Enum]": set[Color], "frozenset[IntEnum]": frozenset[Level], "bytes": bytes,
+    "Enum": Color, "IntEnum": Level, "Literal": Literal["a", "b", 3], "Optional[int]": Optional[int],
+    "nested model": Inner, "list[model]": conlist(Inner, max_length=2),
+    "discriminated union": Annotated[Union[Cat, Dog], Field(discriminator="kind")],
+    "constr": constr(min_length=2, max_length=5), "constr(pattern)": constr(pattern=r"^[a-z]{1,8}$"),
+    "constr(pattern, lengths)": constr(pattern=r"^[a-z]+$", min_length=2, max_length=6), "AnyHttpUrl": AnyHttpUrl,
+    "HttpUrl": HttpUrl, "EmailStr": EmailStr,
+    "conint": conint(ge=0, le=10), "conint(multiple_of)": conint(multiple_of=5, ge=0, le=100),
+    "conint(multiple_of, ge)": conint(multiple_of=5, ge=3),
+    "confloat": confloat(gt=0, lt=1), "list length bounds": conlist(int, min_length=1, max_length=3),
+    "dict[str, int]": dict[str, int], "tuple[int, str]": tuple[int, constr(max_length=4)], "tuple[bool, ...]": tuple[bool, ...],
+}
+RELAXED = {"set[str]": (set[str], "uniqueItems")}
+
+
+def _model(t):
+    return type("M", (BaseModel,), {"__annotations__": {"v": t}})
+
+
+@pytest.mark.parametrize("name", sorted(TABLE))
+def test_standard_type_compiles_and_samples_validate(tiny, name):
+    model = _model(TABLE[name])
+    assert find_refusals(model.model_json_schema()) == []
+    if name in NOT_SAMPLED:
+        from tests.support.grammar import accepts
+        from typedlm.grammar.spec import make_constraint
+
+        compiled, _ = tiny.grammars.compile(make_constraint(json_schema=model, any_whitespace=False))
+        assert accepts(compiled, NOT_SAMPLED[name])
+        model.model_validate_json(NOT_SAMPLED[name])
+        return
+    finished = 0
+    for seed in SEEDS:
+        r = generate("x", engine=tiny, json_schema=model, seed=seed, max_tokens=96)
+        if r.finish_reason == "length":
+            continue
+        finished += 1
+        assert r.finish_reason == "stop", (name, seed, r.text[-80:])
+        assert r.schema_valid, (name, seed, r.text, r.schema_errors)
+        if name not in LAXER:
+            model.model_validate_json(r.text)  # raises on anything Pydantic rejects
+        if finished == 2:
+            break
+    assert finished, f"{name}: no seed finished within max_tokens"
+
+
+@pytest.mark.parametrize("name", sorted(RELAXED))
+def test_unenforceable_standard_types_are_refused_by_keyword(tiny, name):
+    t, keyword = RELAXED[name]
+    with pytest.raises(GrammarCompileError) as e:
+        generate("x", engine=tiny, json_schema=_model(t), max_tokens=4)
+    assert e.value.keyword == keyword
+
+
+@pytest.mark.parametrize("name,good,superset", [("set[str]", '{"v":["a","b"]}', '{"v":["a","a"]}')])
+def test_unenforceable_standard_types_relax_on_request(tiny, name, good, superset):
+    """lenient=True: a superset grammar (the refused keyword dropped, named in the warning)."""
+    from tests.support.grammar import accepts
+    from typedlm.grammar.relax import RelaxedSchemaWarning
+    from typedlm.grammar.spec import make_constraint
+
+    t, keyword = RELAXED[name]
+    model = _model(t)
+    with pytest.warns(RelaxedSchemaWarning, match=keyword):
+        compiled, _ = tiny.grammars.compile(make_constraint(json_schema=model, lenient=True, any_whitespace=False))
+    assert accepts(compiled, good)
+    model.model_validate_json(good)
+    if superset is not None:
+        assert accepts(compiled, superset)
+        assert not jsonschema.Draft202012Validator(model.model_json_schema()).is_valid(json.loads(superset))
+
+
+def test_relaxed_outputs_are_validated_against_the_original_schema(tiny):
+    """A set of short strings, relaxed: each finished output's ``schema_valid`` is jsonschema's verdict
+    on the original schema (duplicates: False), and Pydantic reads every one."""
+    from typedlm.grammar.relax import RelaxedSchemaWarning
+
+    model = _model(Annotated[set[constr(max_length=2)], Field(max_length=3)])
+    schema = model.model_json_schema()
+    finished = 0
+    for seed in SEEDS:
+        with pytest.warns(RelaxedSchemaWarning, match="uniqueItems"):
+            r = generate("x", engine=tiny, json_schema=model, lenient=True, seed=seed, max_tokens=48,
+                         any_whitespace=False)
+        if r.finish_reason != "stop":
+            continue
+        finished += 1
+        assert r.schema_valid == jsonschema.Draft202012Validator(schema).is_valid(json.loads(r.text))
+        model.model_validate_json(r.text)
+    assert finished, "no seed finished within max_tokens"
+
+
+class Site(BaseModel):
+    url: HttpUrl
+
+
+class Homepage(BaseModel):
+    homepage: AnyHttpUrl
+
+
+class Contact(BaseModel):
+    email: EmailStr
+
+
+class Tags(BaseModel):
+    tags: set[str] = Field(max_length=3)
+
+
+class Code(BaseModel):
+    code: constr(pattern=r"^[A-Z]{2}[0-9]+$", min_length=3, max_length=6)
+
+
+DEFAULT_MODEL_TABLE = {  # the issue's Pydantic table: model, prompt, lenient
+    "HttpUrl": (Site, "The website of the Python programming language, as JSON.", False),
+    "AnyHttpUrl": (Homepage, "The homepage of Wikipedia, as JSON.", False),
+    "EmailStr": (Contact, "An email address for John at example.com, as JSON.", False),
+    "set[str]": (Tags, "Three tags for a blog post about cooking pasta, as JSON.", True),
+    "constr(pattern, lengths)": (Code, "A product code: two capital letters then digits, as JSON.", False),
+}
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("name", sorted(DEFAULT_MODEL_TABLE))
+def test_default_model_table(real, name):
+    """Each row compiles (``set[str]`` opting in to ``lenient``) and the default model's greedy output
+    finishes and validates with ``Model.model_validate_json``."""
+    import warnings
+
+    model, prompt, lenient = DEFAULT_MODEL_TABLE[name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = generate(messages=[{"role": "user", "content": prompt}], engine=real, json_schema=model, lenient=lenient,
+                     temperature=0, max_tokens=64, any_whitespace=False)
+    assert r.finish_reason == "stop", r.text
+    assert r.schema_valid, (r.text, r.schema_errors)
+    model.model_validate_json(r.text)

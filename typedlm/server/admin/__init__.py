@@ -1,0 +1,1 @@
+"""/health, /ready, /metrics, /v1/config."""

@@ -1,0 +1,1 @@
+"""/v1/completions: router, serving object, request body."""

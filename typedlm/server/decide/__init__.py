@@ -1,0 +1,1 @@
+"""/v1/decide and /v1/systemone: router, serving object, request bodies."""

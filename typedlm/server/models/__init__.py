@@ -1,0 +1,1 @@
+"""/v1/models: router and the serving object that checks the model a request names."""

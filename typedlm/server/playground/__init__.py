@@ -1,0 +1,1 @@
+"""The browser playground: the page and its static files, and the routes it uses."""
