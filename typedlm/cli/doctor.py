@@ -16,7 +16,7 @@ def doctor(as_json: bool = typer.Option(False, "--json")):
     import torch  # lazy: CLI start-up
 
     from .. import models  # lazy: CLI start-up
-    from ..engine import grammar_options  # lazy: CLI start-up
+    from ..grammar.compiler import grammar_enabled  # lazy: CLI start-up
 
     def ver(pkg):
         try:
@@ -38,7 +38,7 @@ def doctor(as_json: bool = typer.Option(False, "--json")):
                           "converted": bool(resolved and resolved.is_converted),
                           "dir": str(resolved.converted_dir) if resolved else None},
         "cache_dir": str(models.cache_dir()),
-        "grammar_enabled": grammar_options()["enabled"],
+        "grammar_enabled": grammar_enabled(),
     }
     if as_json:
         print_json(info)
