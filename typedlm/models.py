@@ -9,13 +9,16 @@ References:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 import hashlib
 import importlib.util
 import json
 import os
-import shutil
-from dataclasses import dataclass
 from pathlib import Path
+import shutil
+
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from . import config
 from .errors import ModelLoadError
@@ -104,8 +107,6 @@ def convert_gguf(resolved: ResolvedModel, *, progress: bool = True) -> Path:
     out = resolved.converted_dir
     if resolved.is_converted:
         return out
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf = Path(resolved.path)
     tmp = out.with_name(out.name + ".tmp")

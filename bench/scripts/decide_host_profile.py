@@ -21,8 +21,8 @@ import time
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from typedlm.bench.decide import contexts
-from typedlm.bench.models import ARCHS, qwen_tokenizer
+from typedlm.testing.contexts import contexts
+from typedlm.testing.archs import ARCHS, qwen_tokenizer
 from typedlm.decide import decide, presets
 from typedlm.engine import engine_from_model
 
@@ -46,7 +46,7 @@ stub = "stub" in sys.argv[2:]
 marks: list[float] = []
 pr = cProfile.Profile()
 if stub:  # what the GPU would run: the graph's layers, the lm_head, the log-softmax over the vocabulary
-    import typedlm.decide.score as score_mod
+    import typedlm.decide.passes as score_mod
 
     zeros = torch.zeros(512, cfg.hidden_size)
     logits = torch.zeros(512, cfg.vocab_size)

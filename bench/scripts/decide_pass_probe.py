@@ -1,5 +1,5 @@
 """Probe: ``decide_many`` throughput vs the query tokens of one shared-prefix pass
-(``typedlm.decide.score.MAX_PASS_TOKENS``). The block mask is dense, so a bigger pass wastes more
+(``typedlm.decide.passes.MAX_PASS_TOKENS``). The block mask is dense, so a bigger pass wastes more
 attention on masked pairs while a smaller one runs smaller GEMMs. Near-tie rescoring off (scoring alone).
 Random-weight architecture, bf16, ~400-token contexts, preset support_triage. Prints JSON.
 
@@ -12,9 +12,9 @@ import time
 
 import torch
 
-from typedlm.bench.decide import contexts
-from typedlm.bench.models import random_engine
-from typedlm.decide import decide_many, presets, score, ties
+from typedlm.testing.contexts import contexts
+from typedlm.testing.archs import random_engine
+from typedlm.decide import decide_many, presets, passes as score, ties
 
 arch = sys.argv[1] if len(sys.argv) > 1 else "qwen2.5-7b"
 n = int(sys.argv[2]) if len(sys.argv) > 2 else 64

@@ -14,8 +14,8 @@ import sys
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from typedlm.bench.decide import contexts
-from typedlm.bench.models import random_engine
+from typedlm.testing.contexts import contexts
+from typedlm.testing.archs import random_engine
 from typedlm.bench.timing import cuda_ms
 from typedlm.decide import decide, decide_many, presets
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from typedlm.engine import load_engine
-from typedlm.eval.cli import load_cases
+from typedlm.eval.datasets import load_cases
 from typedlm.eval.cases import select
 from typedlm.eval.select import PRIORS, Scored, Variant, decide_variant
 

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 from typedlm.bench.gen import PROMPT, SCHEMA, run_typedlm
-from typedlm.bench.models import random_engine
+from typedlm.testing.archs import random_engine
 from typedlm.grammar import make_constraint
 
 out_dir = sys.argv[1]

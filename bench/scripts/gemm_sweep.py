@@ -28,7 +28,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from typedlm.bench.models import ARCHS
+from typedlm.testing.archs import ARCHS
 from typedlm.runner.invariant import triton_ops
 
 arch = sys.argv[1] if len(sys.argv) > 1 else "qwen2.5-7b"

@@ -15,7 +15,7 @@ os.environ["TYPEDLM_COMPILE_DECODE"] = "0" if mode == "eager" else "1"
 import torch  # noqa: E402
 
 from typedlm.bench.gen import PROMPT, SCHEMA, run_typedlm  # noqa: E402
-from typedlm.bench.models import random_engine  # noqa: E402
+from typedlm.testing.archs import random_engine  # noqa: E402
 from typedlm.grammar import make_constraint  # noqa: E402
 
 engine = random_engine("qwen2.5-7b", device="cuda")

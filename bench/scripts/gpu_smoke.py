@@ -9,7 +9,7 @@ import time
 import torch
 
 from typedlm.generate import generate
-from typedlm.bench.models import random_engine
+from typedlm.testing.archs import random_engine
 
 arch = sys.argv[1] if len(sys.argv) > 1 else "qwen2.5-0.5b"
 t0 = time.perf_counter()

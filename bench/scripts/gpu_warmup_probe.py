@@ -1,7 +1,7 @@
 """Diagnostic: per-forward time of the first and later generations in one process (cuDNN SDPA plan cost)."""
 import time, torch
 from typedlm.generate import generate
-from typedlm.bench.models import random_engine
+from typedlm.testing.archs import random_engine
 from typedlm.generate import sequence as seqmod
 from typedlm.engine import Engine
 e = random_engine("qwen2.5-0.5b", device="cuda")

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 os.environ.setdefault("TYPEDLM_PREFIX_CACHE_GB", "0")  # every prefill computed, none read back
-from typedlm.bench.models import random_engine  # noqa: E402
+from typedlm.testing.archs import random_engine  # noqa: E402
 from typedlm.bench.timing import cuda_ms as p50  # noqa: E402
 from typedlm.runner.invariant import mode, ops, triton_attention, triton_ops  # noqa: E402
 

@@ -30,7 +30,7 @@ def tokenizer_info(vocab: str):
     import xgrammar as xgr
 
     if vocab == "qwen":
-        from typedlm.bench.models import ARCHS, qwen_tokenizer
+        from typedlm.testing.archs import ARCHS, qwen_tokenizer
 
         tok, size, stops = qwen_tokenizer(), ARCHS["qwen2.5-7b"]["vocab_size"], [151645, 151643]
     else:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from typedlm.decide import fitting
+from typedlm.decide.calibrate import collect as fitting
 from typedlm.decide.api import plan_for
 from typedlm.engine import load_engine
 from typedlm.eval.datasets import MULTI_SCHEMA, TOPICS

@@ -17,8 +17,8 @@ import time
 
 import torch
 
-from typedlm.bench.decide import contexts
-from typedlm.bench.models import random_engine
+from typedlm.testing.contexts import contexts
+from typedlm.testing.archs import random_engine
 from typedlm.decide import decide, presets
 
 arch = sys.argv[1] if len(sys.argv) > 1 else "qwen2.5-7b"

@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from typedlm.bench.models import bench_engine
+from typedlm.testing.archs import bench_engine
 from typedlm.bench.prefix_cache import stream_ttft, system_prompt
 from typedlm.generate.scheduler import Scheduler
 from typedlm.runner import prefix_cache, short_prefill, static_forwards

@@ -1,7 +1,8 @@
 """``typedlm bench decide`` on the tiny model: one decision against the naive baseline, and ``decide_many`` over
 shared-prefix contexts, with the parity checks the bench reports."""
 
-from typedlm.bench.decide import contexts, run_bench, run_many, to_markdown
+from typedlm.bench.decide import run_bench, run_many, to_markdown
+from typedlm.testing.contexts import contexts
 from typedlm.decide import TOLERANCE
 
 

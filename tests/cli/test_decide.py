@@ -86,7 +86,7 @@ TRUST = {"fields": {
 
 def test_decide_cli_constraints_dependencies_abstention(tiny, tiny_dir, tmp_path):
     """The CLI (one context and --input) carries constraints, depends_on, abstention, prior and calibration."""
-    from typedlm.decide.calibration import CalibrationBundle, FieldCalibration
+    from typedlm.decide.calibrate.bundle import CalibrationBundle, FieldCalibration
     from typedlm.decide.prior import fingerprint
     from typedlm.decide.prompt import PROMPT_VERSION
 

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from typedlm import __version__
 from typedlm.cli import app
-from typedlm.cliutil import EXIT_BAD_INPUT, EXIT_INCOMPLETE
+from typedlm.cli.util import EXIT_BAD_INPUT, EXIT_INCOMPLETE
 
 runner = CliRunner()
 HEAVY = ("torch", "transformers", "xgrammar")

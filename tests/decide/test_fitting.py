@@ -7,9 +7,9 @@ import pytest
 from typer.testing import CliRunner
 
 from typedlm.cli import app
-from typedlm.decide import fitting
+from typedlm.decide.calibrate import collect as fitting
 from typedlm.decide.api import decide_many, plan_for
-from typedlm.decide.calibration import CalibrationBundle, FieldCalibration
+from typedlm.decide.calibrate.bundle import CalibrationBundle, FieldCalibration
 from typedlm.decide.prior import fingerprint
 from typedlm.decide.prompt import PROMPT_VERSION
 

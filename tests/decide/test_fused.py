@@ -3,7 +3,7 @@
 import pytest
 
 from typedlm.decide import TOLERANCE, decide, decide_many, presets
-from typedlm.decide.score import resolve_packing
+from typedlm.decide.passes import resolve_packing
 from typedlm.errors import TypedLMError
 
 

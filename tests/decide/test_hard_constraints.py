@@ -10,9 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, Field
 
-from typedlm.decide import solver as S
-from typedlm.decide import terms as C
-from typedlm.decide.constraints import constrained_fields
+from typedlm.decide.constraints import solve as S
+from typedlm.decide.constraints import terms as C
+from typedlm.decide.constraints.parse import constrained_fields
 from typedlm.decide import decide, decide_many
 from typedlm.decide.api import plan_for, settle
 from typedlm.decide.options import DecideOptions

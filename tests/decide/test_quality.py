@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 from typedlm.cli import app
 from typedlm.decide import prior as P
 from typedlm.decide.api import decide_many, plan_for, prepare, settle
-from typedlm.decide.calibration import CalibrationBundle, FieldCalibration
-from typedlm.decide.calibrators import Example, fit_threshold
+from typedlm.decide.calibrate.bundle import CalibrationBundle, FieldCalibration
+from typedlm.decide.calibrate.fit import Example, fit_threshold
 from typedlm.decide.options import DecideOptions, OptionsError
 from typedlm.decide.prompt import PROMPT_VERSION
 from typedlm.decide.result import QuestionScore

@@ -190,7 +190,7 @@ def test_nonce_fence_cannot_be_closed_from_inside():
 
 
 def test_row_tree_is_built_once_per_plan_and_is_the_tree_of_its_rows(tok):
-    from typedlm.decide.score import _tree, row_tree
+    from typedlm.decide.passes import _tree, row_tree
 
     plan = compile_plan(tok, DecisionSchema.from_dict(GOOD), "labels")
     tree = row_tree(plan)

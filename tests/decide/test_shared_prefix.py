@@ -8,7 +8,7 @@ import pytest
 from typedlm.decide import TOLERANCE, decide, decide_many, presets
 from typedlm.decide.api import plan_for
 from typedlm.decide.prompt import nonce_for, prompt_ids
-from typedlm.decide.score import shared_prefix
+from typedlm.decide.passes import shared_prefix
 from typedlm.engine import Engine
 
 CONTEXTS = ["My card was charged twice this month and I want my money back.",

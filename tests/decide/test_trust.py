@@ -5,11 +5,11 @@ import random
 
 import pytest
 
-from typedlm.decide import calibration as cal
-from typedlm.decide import calibrators as fit
+from typedlm.decide.calibrate import bundle as cal
+from typedlm.decide.calibrate import fit
 from typedlm.decide import prior as pr
 from typedlm.decide.api import decide, decide_many, plan_for
-from typedlm.decide.batches import score_prompts
+from typedlm.decide.scoring import score_prompts
 from typedlm.decide.prompt import PROMPT_VERSION, content_free_ids, prompt_ids
 from typedlm.decide.result import FIELD_KEYS
 from typedlm.decide.schema import DecisionSchema
@@ -210,7 +210,7 @@ def test_dependency_waves(tiny):
         "urgent": {"type": "boolean", "description": "Urgent?", "depends_on": ["sub"]},
         "spam": {"type": "boolean", "description": "Spam?"}}}
     ds = decide_many(spec, CTXS[:2], engine=tiny, prior="none")
-    from typedlm.decide import depends
+    from typedlm.decide.constraints import depends
 
     assert depends.waves(DecisionSchema.from_dict(spec)) == [("topic", "spam"), ("sub",), ("urgent",)]
     flat = decide({"fields": {k: {kk: vv for kk, vv in v.items() if kk != "depends_on"}

@@ -483,7 +483,7 @@ def test_torch_only_uses_of_the_model_refuse_or_work_on_mlx(mlx_tiny, tiny, tmp_
     """``save_tiny`` and the HF generate baseline refuse an MLX engine by name; eval's model hash works on both
     backends (and differs between them: dtype names are the framework's)."""
     from typedlm.bench.gen import run_hf
-    from typedlm.eval.cli import model_sha256
+    from typedlm.eval.provenance import model_sha256
     from typedlm.testing import save_tiny
 
     with pytest.raises(TypedLMError, match="runs on mlx"):

@@ -48,7 +48,7 @@ def test_every_serve_flag_is_a_setting():
     """The config file / env cover exactly the flags (no flag without a key, no key without a flag)."""
     import typer.main
 
-    from typedlm.scale.cli import SERVE_FLAGS
+    from typedlm.cli.ray import SERVE_FLAGS
 
     cmd = typer.main.get_command(app).commands["serve"]
     flags = {p.name for p in cmd.params} - {"config", *SERVE_FLAGS}  # --ray flags: typedlm.scale, not settings

@@ -119,7 +119,7 @@ def test_systemone_real_model(real):
 
 
 def test_decide_route_constraints_prior_calibration(base, tiny):
-    from typedlm.decide.calibration import CalibrationBundle, FieldCalibration
+    from typedlm.decide.calibrate.bundle import CalibrationBundle, FieldCalibration
     from typedlm.decide.prior import fingerprint
     from typedlm.decide.prompt import PROMPT_VERSION
 

@@ -9,15 +9,21 @@ GPU (random 7B-class): typedlm bench decide --arch qwen2.5-7b --device cuda --ma
 from __future__ import annotations
 
 import json
+import math
+import os
 import platform
 import statistics
 import time
-from pathlib import Path
-from typing import Optional
 
-import typer
+import torch
 
-from ..cliutil import backend_option
+from ..decide import presets, ties
+from ..decide.api import decide, decide_many, plan_for
+from ..decide.naive import naive_generate
+from ..decide.passes import prefill
+from ..decide.prompt import prompt_ids
+from ..decide.result import TOLERANCE
+from ..testing.contexts import contexts
 
 
 def _p50(xs: list[float]) -> float:
@@ -25,38 +31,15 @@ def _p50(xs: list[float]) -> float:
 
 
 def _machine(engine) -> str:
-    import torch
-
     if engine.device.type == "cuda":
         return f"{torch.cuda.get_device_name(engine.device)} GPU"
-    import os
 
     return f"{os.cpu_count()}-core {platform.machine()} CPU, no GPU"
-
-
-def contexts(engine, n: int, tokens: int = 400, seed: int = 0) -> list[str]:
-    """``n`` distinct contexts of about ``tokens`` tokens: seeded draws of the bundled presets' sentences."""
-    import random
-    import re
-
-    from ..decide import presets
-
-    pool = [s for name in presets.names() for e in presets.load(name)["examples"]
-            for s in re.split(r"(?<=[.!?])\s+", e.replace("\n", " ")) if s.strip()]
-    out = []
-    for i in range(n):
-        rng, text = random.Random(seed * 100_003 + i), f"Ticket {i}."
-        while len(engine.tokenizer.encode(text)) < tokens:
-            text += " " + rng.choice(pool)
-        out.append(text)
-    return out
 
 
 def _gap(f) -> float:
     """A field's smallest top-2 gap in nats (scalar: its log-scores; multi: each option's yes vs no)."""
     if f.type == "multi":
-        import math
-
         return min((abs(math.log(max(p, 1e-300)) - math.log(max(1 - p, 1e-300))) for p in f.probabilities.values()),
                    default=math.inf)
     top = sorted(f.log_scores.values(), reverse=True)
@@ -67,11 +50,6 @@ def run_many(engine, *, preset: str, sizes, runs: int, tokens: int = 400, parity
              progress=print) -> dict:
     """decide_many throughput per batch size: p50 wall time, field decisions/s, the shared-prefix hit;
     and its parity (max |Δ log-score| vs one row per forward) on the first contexts of the largest batch."""
-    from ..decide import presets
-    from ..decide.api import decide, decide_many
-
-    from ..decide import ties
-
     schema = presets.load(preset)["schema"]
     fields = len(schema.fields)
     drift = ties.drift(engine)
@@ -124,9 +102,6 @@ def run_many(engine, *, preset: str, sizes, runs: int, tokens: int = 400, parity
 
 def run_bench(engine, *, preset: str = "support_triage", example: int = 0, runs: int = 5, naive_runs: int = 2,
               warmup: int = 1, packings=("packed", "fused", "expand"), scorings=("labels", "slots"), progress=print) -> dict:
-    from ..decide import presets
-    from ..decide.result import TOLERANCE
-
     p = presets.load(preset)
     schema, context = p["schema"], p["examples"][example]
     out: dict = {"model": engine.name, "device": str(engine.device), "dtype": str(engine.dtype).replace("torch.", ""),
@@ -149,12 +124,6 @@ def run_bench(engine, *, preset: str = "support_triage", example: int = 0, runs:
 
 
 def _single_rounds(engine, schema, context, out, runs, naive_runs, warmup, packings, scorings, progress) -> None:
-    from ..decide.api import decide, plan_for
-    from ..decide.naive import naive_generate
-    from ..decide.prompt import prompt_ids
-    from ..decide.result import TOLERANCE
-    from ..decide.score import prefill
-
     # Round-robin: every round runs each measurement once, so load changes on a shared machine hit
     # every configuration alike (p50 over rounds).
     ids = {sc: prompt_ids(engine, plan_for(schema, engine, sc), context) for sc in scorings}
@@ -289,8 +258,6 @@ def _result_lines(r: dict) -> list[str]:
 
 def _one_setting(engine, preset, skip_single, runs, naive_runs, sizes, many_runs, say) -> dict:
     if skip_single:
-        from ..decide import presets
-
         r = {"model": engine.name, "device": str(engine.device), "machine": _machine(engine),
              "dtype": str(engine.dtype).replace("torch.", ""), "preset": preset,
              "fields": len(presets.load(preset)["schema"].fields),
@@ -300,60 +267,3 @@ def _one_setting(engine, preset, skip_single, runs, naive_runs, sizes, many_runs
     if sizes:
         r["many"] = run_many(engine, preset=preset, sizes=sizes, runs=many_runs, progress=say)
     return r
-
-
-def register(app: typer.Typer, bench_app: typer.Typer) -> None:
-    @bench_app.command("decide")
-    def bench_decide(
-        model: str = typer.Option("default", "--model", "-m", help="model reference (ignored with --arch)"),
-        arch: Optional[str] = typer.Option(None, "--arch", help="random-weight real architecture, e.g. qwen2.5-7b"),
-        device: str = typer.Option("auto", "--device"),
-        backend: Optional[str] = backend_option(),
-        preset: str = typer.Option("support_triage", "--preset"),
-        runs: int = typer.Option(5, "--runs"),
-        naive_runs: int = typer.Option(2, "--naive-runs"),
-        many: str = typer.Option("1,16,64", "--many", help="decide_many batch sizes (comma list; empty: skip)"),
-        many_runs: int = typer.Option(3, "--many-runs"),
-        skip_single: bool = typer.Option(False, "--skip-single", help="only the decide_many part"),
-        out: Optional[Path] = typer.Option(None, "--out", help="write JSON here (and .md beside it)"),
-        machine: Optional[str] = typer.Option(None, "--machine", help="machine description for the report"),
-        invariance: str = typer.Option("", "--invariant", help="batch-invariant scoring: on, off, or on,off (both, "
-                                       "one run); empty: the runner's default"),
-    ):
-        """p50 latency: decide (labels/slots x packed/expand) vs naive JSON generation vs bare prefill."""
-        import sys
-
-        from ..cliutil import print_json, user_errors
-        from .models import bench_engine
-
-        with user_errors():
-            engine = bench_engine(arch, model, device=device, backend=backend)
-            sizes = [int(x) for x in many.split(",") if x.strip()]
-            if any(n < 1 for n in sizes):
-                raise ValueError(f"--many takes positive batch sizes, got {many!r}")
-            say = lambda m: typer.echo(m, err=True)  # noqa: E731
-            settings = [x.strip() for x in invariance.split(",") if x.strip()]
-            if any(x not in ("on", "off") for x in settings):
-                raise ValueError(f"--invariant takes on, off or on,off; got {invariance!r}")
-            parts = {}
-            for setting in settings or [None]:
-                if setting is not None:
-                    engine.runner.set_invariant(setting == "on")
-                parts[setting] = _one_setting(engine, preset, skip_single, runs, naive_runs, sizes, many_runs, say)
-            r = parts[None] if None in parts else {**{k: v for k, v in next(iter(parts.values())).items()
-                                                     if k in ("model", "device", "machine", "dtype", "preset",
-                                                              "fields")}, "invariance": parts}
-        if machine:
-            r["machine"] = machine
-        import shlex
-
-        command = "typedlm bench decide " + shlex.join(sys.argv[sys.argv.index("decide") + 1:]
-                                                       if "decide" in sys.argv else [])
-        r["command"] = command.strip()
-        print_json(r)
-        md = to_markdown(r, r["command"])
-        typer.echo(md, err=True)
-        if out:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps(r, indent=2, ensure_ascii=False) + "\n")
-            out.with_suffix(".md").write_text(md)

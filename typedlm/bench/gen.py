@@ -2,7 +2,7 @@
 Schema, batch 1 and N, next to Hugging Face ``generate`` on the same model in the same run.
 
 Subject: a random-weight model of a real architecture with its real vocabulary
-(``typedlm.bench.models.random_engine``; speed does not depend on weight values), or ``--arch tiny``
+(``typedlm.testing.archs.random_engine``; speed does not depend on weight values), or ``--arch tiny``
 (the 2-layer test model) for a CPU smoke run. Greedy decoding everywhere so both paths do the same
 work; every row of a batch gets the same prompt. ``HF generate + xgrammar`` uses xgrammar's own
 ``contrib.hf.LogitsProcessor`` (one matcher per row). Tokens/s counts the tokens actually emitted.
@@ -10,15 +10,22 @@ work; every row of a batch gets the same prompt. ``HF generate + xgrammar`` uses
 
 from __future__ import annotations
 
-import json
+import importlib.metadata as md
 import platform
 import time
-from pathlib import Path
-from typing import Optional
 
-import typer
+from rich.console import Console
+from rich.table import Table
+import torch
+import xgrammar.contrib.hf as xhf
 
-from ..cliutil import fail, print_json, user_errors
+from ..engine import engine_from_model, pick_device, pick_dtype
+from ..generate import SamplingParams, build_sequence
+from ..generate.scheduler import run_batch
+from ..grammar import make_constraint
+from ..testing import default_tokenizer, tiny_llama
+from ..testing.archs import ARCHS, random_engine
+
 
 PROMPT = ("You are a careful assistant. Read the order below and answer with a JSON record of every item, "
           "its quantity and price.\nOrder: two notebooks at 3.50 each, one pen at 1.20, a stapler at 7.99 "
@@ -35,28 +42,18 @@ SCHEMA = {"type": "object",
 
 
 def load_subject(arch: str, device: str, dtype: str | None):
-    from ..engine import pick_device, pick_dtype
-
     dev = pick_device(device)
     dt = pick_dtype(dtype, dev)
     if arch == "tiny":
-        from ..engine import engine_from_model
-        from ..testing import default_tokenizer, tiny_llama
-
         tok = default_tokenizer()
         return engine_from_model(tiny_llama(tok), tok, name="tiny-random-llama", device=dev, dtype=dt)
-    from .models import ARCHS, random_engine
 
     if arch not in ARCHS:
         raise ValueError(f"unknown arch {arch!r}: choose tiny or one of {sorted(ARCHS)}")
     return random_engine(arch, device=str(dev), dtype=dt)
 
 
-
 def run_typedlm(engine, ids: list[int], batch: int, max_tokens: int, constraint) -> dict:
-    from ..generate import SamplingParams, build_sequence
-    from ..generate.scheduler import run_batch
-
     params = SamplingParams(max_tokens=max_tokens, temperature=0)
     seqs = [build_sequence(engine, ids, params, constraint) for _ in range(batch)]
     engine.sync()
@@ -87,8 +84,6 @@ def run_hf_static(engine, ids: list[int], batch: int, max_tokens: int, constrain
 
 
 def run_hf(engine, ids: list[int], batch: int, max_tokens: int, constraint, **extra) -> dict:
-    import torch
-
     if engine.backend != "torch":
         return {"error": f"HF generate baselines need the torch backend (this engine runs on {engine.backend})"}
     model = engine.model
@@ -97,8 +92,6 @@ def run_hf(engine, ids: list[int], batch: int, max_tokens: int, constraint, **ex
                   if engine.tokenizer.pad_token_id is not None else sorted(engine.stop_ids)[0],
                   attention_mask=torch.ones_like(input_ids), **extra)
     if constraint is not None:
-        import xgrammar.contrib.hf as xhf
-
         compiled, _ = engine.grammars.compile(constraint)
         kwargs["logits_processor"] = [xhf.LogitsProcessor(compiled)]
     try:
@@ -122,8 +115,6 @@ def run_hf(engine, ids: list[int], batch: int, max_tokens: int, constraint, **ex
 
 def _measured(fn, engine, *args) -> dict:
     """One run with the peak device memory it reached (GiB; CUDA only)."""
-    import torch
-
     cuda = engine.device.type == "cuda"
     if cuda:
         torch.cuda.reset_peak_memory_stats(engine.device)
@@ -135,10 +126,6 @@ def _measured(fn, engine, *args) -> dict:
 
 def bench_gen(engine, *, batches=(1, 8, 32), max_tokens: int = 256, hf: bool = True, hf_static: bool = True,
               progress=None) -> dict:
-    import torch
-
-    from ..grammar import make_constraint
-
     ids = engine.encode_prompt(messages=[{"role": "user", "content": PROMPT}]) if engine.chat.has_template \
         else engine.encode_prompt(prompt=PROMPT)
     modes = {"free": None, "json_schema": make_constraint(json_schema=SCHEMA, any_whitespace=False)}
@@ -193,8 +180,6 @@ def bench_gen(engine, *, batches=(1, 8, 32), max_tokens: int = 256, hf: bool = T
 
 
 def _version(pkg: str) -> str | None:
-    import importlib.metadata as md
-
     try:
         return md.version(pkg)
     except md.PackageNotFoundError:
@@ -202,9 +187,6 @@ def _version(pkg: str) -> str | None:
 
 
 def print_table(res: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     t = Table(title=f"bench gen: {res['model']} on {res['device_name']} ({res['dtype']}), "
                     f"{res['prompt_tokens']}-token prompt, max {res['max_tokens']} new tokens")
     for col in ("engine", "batch", "mode", "tokens", "wall s", "tok/s", "tok/s/row", "peak GiB", "finish / error"):
@@ -220,49 +202,3 @@ def print_table(res: dict) -> None:
     con.print(t)
     con.print(f"typedlm KV: {res['kv']}, warm-up + CUDA graph capture {res['warmup_capture_s']} s "
               f"({res['cuda_graphs']} graphs); JSON/free: {res['json_over_free']}")
-
-
-def register(app: typer.Typer, bench_app: typer.Typer) -> None:
-    @bench_app.command("gen")
-    def gen(
-        arch: str = typer.Option("qwen2.5-7b", "--arch", help="qwen2.5-7b | qwen2.5-0.5b | tiny"),
-        device: str = typer.Option("auto", "--device"),
-        dtype: Optional[str] = typer.Option(None, "--dtype", help="default: bf16 on cuda, fp32 on cpu"),
-        batch: Optional[list[int]] = typer.Option(None, "--batch", help="batch sizes (repeatable; default 1, 8, 32)"),
-        max_tokens: int = typer.Option(256, "--max-tokens"),
-        hf: bool = typer.Option(True, "--hf/--no-hf", help="also time HF generate on the same model"),
-        hf_static: bool = typer.Option(True, "--hf-static/--no-hf-static",
-                                       help="also time HF generate with its static cache (compiled; CUDA only)"),
-        out: Optional[Path] = typer.Option(None, "--json", help="write the results JSON here"),
-        deterministic: bool = typer.Option(False, "--deterministic",
-                                           help="typedlm rows on the batch-invariant kernels (decode uncompiled)"),
-    ):
-        """Throughput: typedlm continuous batching vs HF generate, free vs JSON Schema."""
-        batches = tuple(batch or (1, 8, 32))
-        if any(b < 1 for b in batches) or max_tokens < 1:
-            fail("--batch and --max-tokens must be >= 1")
-        with user_errors():
-            t0 = time.perf_counter()
-            engine = load_subject(arch, device, dtype)
-            if deterministic:
-                from ..engine import set_deterministic
-
-                set_deterministic(engine, True)
-            init_s = time.perf_counter() - t0
-            res = bench_gen(engine, batches=batches, max_tokens=max_tokens, hf=hf,
-                            hf_static=hf_static and engine.device.type == "cuda",
-                            progress=lambda m: typer.echo(f"... {m}", err=True))
-        res["model_init_s"] = round(init_s, 2)
-        res["command"] = "typedlm bench gen " + " ".join(
-            [f"--arch {arch}", f"--device {device}"] + ([f"--dtype {dtype}"] if dtype else [])
-            + [f"--batch {b}" for b in batches] + [f"--max-tokens {max_tokens}"] + ([] if hf else ["--no-hf"])
-            + ([] if hf_static else ["--no-hf-static"]) + (["--deterministic"] if deterministic else []))
-        res["deterministic"] = deterministic
-        print_json(res)
-        print_table(res)
-        if out:
-            try:
-                Path(out).parent.mkdir(parents=True, exist_ok=True)
-                Path(out).write_text(json.dumps(res, indent=2) + "\n", encoding="utf-8")
-            except OSError as e:
-                fail(f"cannot write '{out}': {e.strerror or e}")

@@ -11,10 +11,17 @@ import json
 import platform
 import statistics
 import time
-from pathlib import Path
-from typing import Optional
 
-import typer
+from rich.console import Console
+from rich.table import Table
+import xgrammar as xgr
+
+from ..grammar.compiler import Grammars
+from ..grammar.controller import GrammarRow
+from ..grammar.spec import make_constraint
+from ..testing import default_tokenizer
+from ..testing.archs import qwen_tokenizer
+
 
 # Realistic schemas with a valid instance each (property order = schema order, as the grammar emits).
 CASES = [
@@ -61,15 +68,11 @@ CASES = [
 
 
 def _tokenizers(which: str):
-    from ..testing import default_tokenizer
-
     out = []
     if which in ("default", "both"):
         tok = default_tokenizer()
         out.append(("smollm2-49k", tok, len(tok)))
     if which in ("qwen2.5", "both"):
-        from .models import qwen_tokenizer
-
         tok = qwen_tokenizer()
         out.append(("qwen2.5-151k", tok, 152064))
     return out
@@ -81,12 +84,6 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 def bench_tokenizer(name: str, tok, model_vocab: int, *, repeats: int = 5, engine: str = "xgrammar") -> dict:
-    import xgrammar as xgr
-
-    from ..grammar.compiler import Grammars
-    from ..grammar.controller import GrammarRow
-    from ..grammar.spec import make_constraint
-
     stop = [tok.eos_token_id]
     info = xgr.TokenizerInfo.from_huggingface(tok, vocab_size=model_vocab, stop_token_ids=stop)
     Grammars(info, engine=engine)  # llguidance: its tokenizer is built once per vocabulary, before any timing
@@ -143,9 +140,6 @@ def run(which: str = "both", repeats: int = 5, engine: str = "xgrammar") -> dict
 
 
 def print_table(res: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     t = Table(title=f"typedlm bench grammar ({res['engine']})")
     for col in ("tokenizer", "mask p50 µs", "mask p99 µs", "mask max µs", "compile cold p50 ms",
                 "cache hit p50 µs"):
@@ -155,24 +149,3 @@ def print_table(res: dict) -> None:
         t.add_row(r["tokenizer"], f"{m['p50']:.1f}", f"{m['p99']:.1f}", f"{m['max']:.1f}", f"{c['p50']:.2f}",
                   f"{h['p50']:.1f}")
     Console(stderr=True, width=140).print(t)
-
-
-def register(app: typer.Typer, bench: typer.Typer) -> None:
-    @bench.command("grammar")
-    def grammar_cmd(tokenizer: str = typer.Option("both", help="default | qwen2.5 | both"),
-                    repeats: int = typer.Option(5, min=1),
-                    grammar_engine: str = typer.Option("xgrammar", "--grammar-engine",
-                                                       help="xgrammar | llguidance | auto (JSON Schemas)"),
-                    json_out: Optional[Path] = typer.Option(None, "--json", help="also write results here")):
-        """Mask-fill time per token (p50/p99/max) and compile time cold vs cached."""
-        from ..cliutil import fail, print_json
-
-        if tokenizer not in ("default", "qwen2.5", "both"):
-            fail(f"--tokenizer must be default, qwen2.5 or both, not {tokenizer!r}")
-        if grammar_engine not in ("xgrammar", "llguidance", "auto"):
-            fail(f"--grammar-engine must be xgrammar, llguidance or auto, not {grammar_engine!r}")
-        res = run(tokenizer, repeats, grammar_engine)
-        print_json(res)
-        print_table(res)
-        if json_out:
-            Path(json_out).write_text(json.dumps(res, indent=2))

@@ -28,13 +28,16 @@ import os
 import platform
 import threading
 import time
-from pathlib import Path
-from typing import Optional
 
-import typer
+from rich.console import Console
+from rich.table import Table
+import torch
 
-from ..cliutil import backend_option
-
+from ..decide import presets
+from ..server.app import create_app
+from ..server.interleave import resolve_decide_mode
+from ..server.state import ServerConfig
+from ..server.testing import live_server
 from .grammar import _pct
 
 MODES = ("alone", "decide-alone", "interleaved", "parallel", "sliced", "exclusive")
@@ -42,7 +45,7 @@ TARGETS = {"p99_vs_alone": 1.2, "decide_p50_vs_alone": 2.0}  # issue 20, item 5
 
 
 def _stream(url: str, bodies: list[dict], arrivals: list[list[float]]) -> None:
-    import httpx
+    import httpx  # optional extra: server
 
     for body in bodies:  # one request after another: each its own list of arrivals
         got = []
@@ -56,7 +59,7 @@ def _stream(url: str, bodies: list[dict], arrivals: list[list[float]]) -> None:
 
 
 def _decider(url: str, body: dict, stop: threading.Event, spans: list[tuple[float, float]]) -> None:
-    import httpx
+    import httpx  # optional extra: server
 
     while not stop.is_set():
         t0 = time.perf_counter()
@@ -137,14 +140,7 @@ def _configure(state, mode: str) -> str:
 def bench_itl(engine, *, modes=MODES, streams: int = 4, rounds: int = 1, max_tokens: int = 64, decide_clients: int = 1,
               decisions: int = 20, preset: str = "support_triage", chunk_tokens: int = 256, chunk_rows: int = 1,
               progress=None) -> dict:
-    import httpx
-    import torch
-
-    from ..decide import presets
-    from ..server.app import create_app
-    from ..server.interleave import resolve_decide_mode
-    from ..server.state import ServerConfig
-    from ..server.testing import live_server
+    import httpx  # optional extra: server
 
     raw = presets.raw(preset)
     decide_body = {"schema": raw["schema"], "context": raw["examples"][0]}
@@ -199,9 +195,6 @@ def _row(r: dict) -> list[str]:
 
 
 def print_table(res: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     t = Table(title=f"ITL of {res['streams']} streams, {res['model']} on {res['device']} "
                     f"({res['torch_threads']} torch threads)")
     for col in COLUMNS:
@@ -248,63 +241,3 @@ def _check_modes(modes: tuple[str, ...]) -> str | None:
         except ValueError:
             return f"--mode {m!r}: the share after @ must be a number > 0"
     return None
-
-
-def register(app: typer.Typer, bench_app: typer.Typer) -> None:
-    @bench_app.command("itl")
-    def itl(
-        model: str = typer.Option("tiny", "--model", "-m", help="tiny (random-weight test model) | default | HF dir"),
-        arch: Optional[str] = typer.Option(None, "--arch", help="random-weight real architecture, e.g. qwen2.5-0.5b"),
-        device: str = typer.Option("cpu", "--device"),
-        backend: Optional[str] = backend_option(),
-        streams: int = typer.Option(4, "--streams"),
-        rounds: int = typer.Option(1, "--rounds", help="requests per stream client, one after another"),
-        max_tokens: int = typer.Option(64, "--max-tokens"),
-        decide_clients: int = typer.Option(1, "--decide-clients"),
-        decisions: int = typer.Option(20, "--decisions", help="decisions the decide-alone run measures"),
-        preset: str = typer.Option("support_triage", "--preset"),
-        chunk_tokens: int = typer.Option(256, "--chunk-tokens", help="interleaved: at most this many decide prefill "
-                                                                     "tokens per forward"),
-        chunk_rows: int = typer.Option(1, "--chunk-rows", help="interleaved: decision rows per scoring pass"),
-        threads: Optional[int] = typer.Option(None, "--threads", help="torch intra-op threads"),
-        mode: Optional[list[str]] = typer.Option(None, "--mode", help="alone | decide-alone | interleaved | parallel | "
-                                                 "sliced[@SHARE] | exclusive (repeatable)"),
-        out: Optional[Path] = typer.Option(None, "--json", help="write the results JSON here"),
-    ):
-        """p50/p99 inter-token latency of streaming requests and decide latency, alone and together."""
-        import shlex
-        import sys
-
-        from ..cliutil import fail, print_json, user_errors
-
-        modes = tuple(mode or MODES)
-        if (bad := _check_modes(modes)) is not None:
-            fail(bad)
-        if min(streams, rounds, chunk_tokens, chunk_rows, decisions) < 1 or max_tokens < 2 or decide_clients < 0:
-            fail("--streams, --rounds, --decisions, --chunk-tokens, --chunk-rows >= 1; --max-tokens >= 2; "
-                 "--decide-clients >= 0")
-        import torch
-
-        if threads:
-            torch.set_num_threads(threads)
-        with user_errors():
-            if model == "tiny" and not arch:
-                from ..testing import tiny_engine
-
-                engine = tiny_engine()
-            else:
-                from .models import bench_engine
-
-                engine = bench_engine(arch, model, device=device, backend=backend)
-            res = bench_itl(engine, modes=modes, streams=streams, rounds=rounds, max_tokens=max_tokens,
-                            decide_clients=decide_clients, decisions=decisions, preset=preset,
-                            chunk_tokens=chunk_tokens, chunk_rows=chunk_rows,
-                            progress=lambda m: typer.echo(f"... {m}", err=True))
-        res["command"] = "typedlm bench itl " + shlex.join(sys.argv[sys.argv.index("itl") + 1:]
-                                                           if "itl" in sys.argv else [])
-        print_json(res)
-        print_table(res)
-        if out:
-            Path(out).parent.mkdir(parents=True, exist_ok=True)
-            Path(out).write_text(json.dumps(res, indent=2) + "\n", encoding="utf-8")
-            Path(out).with_suffix(".md").write_text(to_markdown(res), encoding="utf-8")

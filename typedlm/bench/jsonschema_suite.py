@@ -23,19 +23,29 @@ and wrong for a valid one (``false_negative``).
 
 from __future__ import annotations
 
-import json
-import time
 from dataclasses import dataclass, field
+import json
 from pathlib import Path
-from typing import Any, Iterator, Optional
+import time
+from typing import Any, Iterator
 
+import referencing
+from rich.console import Console
+from rich.table import Table
+
+from .. import config
+from ..engine import grammar_options
+from ..errors import EmptySchemaError, GrammarCompileError
+from ..grammar.compiler import Grammars
+from ..grammar.controller import accepts_text
 from ..grammar.renderings import renderings
+from ..grammar.schema import prepare_schema
+from ..grammar.schema.drafts import DRAFTS as KNOWN
+from ..grammar.spec import make_constraint
+from ..testing import default_tokenizer
+from .suite_files import DEFAULT_SUITE, DRAFTS, GROUPS
 
 OUTCOMES = ("pass", "false_negative", "false_positive", "refused", "compile_error")
-GROUPS = ("required", "optional")
-# The repository's copy (test data, not in the wheel); elsewhere pass a checkout of the suite (``--suite``).
-DEFAULT_SUITE = Path(__file__).resolve().parents[2] / "tests" / "data" / "json-schema-test-suite"
-DRAFTS = ("draft4", "draft6", "draft7", "draft2019-09", "draft2020-12")
 
 
 # ---------------------------------------------------------------- suite files
@@ -51,8 +61,6 @@ class Case:
 
 
 def _with_draft(schema: Any, draft: str) -> Any:
-    from ..grammar.schema.drafts import DRAFTS as KNOWN
-
     if isinstance(schema, dict) and "$schema" not in schema:
         return {"$schema": KNOWN[draft].validator.META_SCHEMA["$schema"], **schema}
     return schema
@@ -124,10 +132,6 @@ REMOTE_BASE = "http://localhost:1234/"  # where the suite's remote $refs point
 def remotes_registry(suite: Path = DEFAULT_SUITE, draft: str = "draft2020-12"):
     """The suite's ``remotes/`` folder as a ``referencing.Registry`` (never the network); a document
     without a ``$schema`` is read as the draft of its folder (``remotes/draft7/``), else as ``draft``."""
-    import referencing
-
-    from ..grammar.schema.drafts import DRAFTS as KNOWN
-
     resources = []
     root = Path(suite) / "remotes"
     for path in sorted(root.rglob("*.json")) if root.is_dir() else []:
@@ -145,11 +149,6 @@ def remotes_registry(suite: Path = DEFAULT_SUITE, draft: str = "draft2020-12"):
 
 def default_grammars(suite: Path = DEFAULT_SUITE, draft: str = "draft2020-12", engine: str | None = None):
     """The default model's tokenizer; ``engine``: the grammar engine (None: the configured one)."""
-    from .. import config
-    from ..engine import grammar_options
-    from ..grammar.compiler import Grammars
-    from ..testing import default_tokenizer
-
     tok = default_tokenizer()
     options = {**grammar_options(config.settings()), **({"engine": engine} if engine else {})}
     return Grammars.for_tokenizer(tok, model_vocab_size=len(tok), stop_ids=[tok.eos_token_id],
@@ -159,16 +158,10 @@ def default_grammars(suite: Path = DEFAULT_SUITE, draft: str = "draft2020-12", e
 def accepts(compiled, text: str) -> bool:
     """Whether the grammar accepts the whole ``text`` and may stop right after it (the matcher stays in
     the grammar package: :func:`typedlm.grammar.controller.accepts_text`)."""
-    from ..grammar.controller import accepts_text
-
     return accepts_text(compiled, text)
 
 
 def run_case(case: Case, grammars) -> Iterator[TestResult]:
-    from ..errors import EmptySchemaError, GrammarCompileError
-    from ..grammar.schema import prepare_schema
-    from ..grammar.spec import make_constraint
-
     compiled, outcome, detail, keyword, empty = None, None, "", None, False
     try:
         c = make_constraint(json_schema=case.schema, strict=False, any_whitespace=False)
@@ -231,9 +224,6 @@ def ratchet_problems(report: SuiteReport, ratchet: dict) -> list[str]:
 # ---------------------------------------------------------------- CLI
 
 def _table(report: SuiteReport, draft: str) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     table = Table(title=f"JSON-Schema-Test-Suite {draft} through typedlm")
     table.add_column("file")
     for col in ("total", *OUTCOMES):
@@ -248,51 +238,3 @@ def _table(report: SuiteReport, draft: str) -> None:
         pct = 100.0 * t["pass"] / t["total"] if t["total"] else 0.0
         table.add_row(f"[bold]{g}[/bold] ({pct:.1f} % pass)", *(str(t[c]) for c in ("total", *OUTCOMES)))
     Console(stderr=True, width=140).print(table)
-
-
-def register(app, bench_app) -> None:
-    import typer
-
-    from ..cliutil import fail, print_json, user_errors
-
-    @bench_app.command("jsonschema-suite")
-    def jsonschema_suite(
-        suite: Path = typer.Option(DEFAULT_SUITE, "--suite", help="JSON-Schema-Test-Suite checkout"),
-        draft: str = typer.Option("all", "--draft", help=f"one of {', '.join(DRAFTS)}, or all"),
-        out: Optional[Path] = typer.Option(None, "--json", help="write the totals and per-file counts here"),
-        write_ratchet: Optional[Path] = typer.Option(
-            None, "--write-ratchet", help="write the per-file counts to <this folder>/<draft>.json "
-                                          "(the repo's ratchets: tests/data/jsonschema_ratchet/)"),
-        tables: bool = typer.Option(True, "--table/--no-table", help="print a per-file table per draft"),
-        grammar_engine: Optional[str] = typer.Option(
-            None, "--grammar-engine", help="xgrammar | llguidance | auto (default: TYPEDLM_GRAMMAR_ENGINE, else "
-                                           "xgrammar); ratchets per engine: tests/data/jsonschema_ratchet/<engine>/"),
-    ):
-        """Run the official JSON Schema suite through the grammar path, per draft; table + JSON."""
-        drafts = DRAFTS if draft == "all" else (draft,)
-        if draft != "all" and draft not in DRAFTS:
-            fail(f"--draft must be one of {', '.join(DRAFTS)} or all, not {draft!r}")
-        reports = {}
-        with user_errors():
-            for d in drafts:
-                if not (Path(suite) / "tests" / d).is_dir():
-                    fail(f"--suite '{suite}' has no tests/{d} folder: pass a JSON-Schema-Test-Suite checkout")
-            for d in drafts:
-                reports[d] = run_suite(suite, draft=d, engine=grammar_engine)
-        data = {d: r.to_dict() for d, r in reports.items()}
-        for d, r in reports.items():
-            if tables:
-                _table(r, d)
-        if out is not None:
-            with user_errors():
-                Path(out).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-        if write_ratchet is not None:
-            fps = {d: sum(r.totals(g)["false_positive"] for g in GROUPS) for d, r in reports.items()}
-            if any(fps.values()):
-                fail(f"false positives {fps}: a ratchet never records a false positive")
-            with user_errors():
-                Path(write_ratchet).mkdir(parents=True, exist_ok=True)
-                for d, r in reports.items():
-                    (Path(write_ratchet) / f"{d}.json").write_text(json.dumps(ratchet_of(r, d), indent=1) + "\n",
-                                                                   encoding="utf-8")
-        print_json({d: {g: data[d][g] for g in GROUPS} | {"seconds": data[d]["seconds"]} for d in data})

@@ -15,15 +15,18 @@ vocabulary (``--arch qwen2.5-0.5b`` / ``qwen2.5-7b``, ``--device cuda``), or ``-
 
 from __future__ import annotations
 
-import json
 import platform
 import time
-from pathlib import Path
-from typing import Optional
 
-import typer
+from rich.console import Console
+from rich.table import Table
+import torch
 
-from ..cliutil import backend_option, fail, print_json, user_errors
+from ..generate import SamplingParams, build_sequence
+from ..generate.requests import Request
+from ..generate.scheduler import Scheduler
+from ..grammar import make_constraint
+
 
 PROMPT = "Fill in the customer record for Ada Lovelace, London, as JSON."
 _ADDRESS = {"type": "object", "properties": {
@@ -54,10 +57,6 @@ SCHEMAS = {
 
 
 def run(engine, ids, constraint, batch: int, jump: bool, max_tokens: int) -> tuple[dict, list]:
-    from ..generate import SamplingParams, build_sequence
-    from ..generate.requests import Request
-    from ..generate.scheduler import Scheduler
-
     params = SamplingParams(max_tokens=max_tokens, temperature=0)
     seqs = [build_sequence(engine, ids, params, constraint, jump_forward=jump) for _ in range(batch)]
     sched = Scheduler(engine, max_batch=batch, max_queue=batch)
@@ -79,10 +78,6 @@ def run(engine, ids, constraint, batch: int, jump: bool, max_tokens: int) -> tup
 
 
 def bench(engine, *, batches=(1,), max_tokens: int = 400, repeats: int = 3, progress=None) -> dict:
-    import torch
-
-    from ..grammar import make_constraint
-
     ids = engine.encode_prompt(messages=[{"role": "user", "content": PROMPT}]) if engine.chat.has_template \
         else engine.encode_prompt(prompt=PROMPT)
     rows = []
@@ -109,9 +104,6 @@ def bench(engine, *, batches=(1,), max_tokens: int = 400, repeats: int = 3, prog
 
 
 def print_table(res: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     t = Table(title=f"bench jump-forward: {res['model']} on {res['device_name']} ({res['dtype']}), greedy, "
                     f"best of {res['repeats']}")
     for col in ("schema", "batch", "tokens", "forced/drafted", "steps off→on", "wall s off→on", "tok/s off→on",
@@ -124,43 +116,3 @@ def print_table(res: dict) -> None:
                   f"{off['tok_s']:.1f}→{on['tok_s']:.1f}", f"{r['speedup']:.2f}x", f"{r['same_text']}/{r['batch']}",
                   f"{off['schema_valid']}/{on['schema_valid']}")
     Console(stderr=True, width=150).print(t)
-
-
-def register(app: typer.Typer, bench_app: typer.Typer) -> None:
-    @bench_app.command("jump-forward")
-    def jump_forward(
-        arch: str = typer.Option("tiny", "--arch", help="tiny | qwen2.5-0.5b | qwen2.5-7b | default (SmolLM2)"),
-        device: str = typer.Option("auto", "--device"),
-        backend: Optional[str] = backend_option(),
-        dtype: Optional[str] = typer.Option(None, "--dtype", help="default: bf16 on cuda, fp32 on cpu"),
-        batch: Optional[list[int]] = typer.Option(None, "--batch", help="batch sizes (repeatable; default 1)"),
-        max_tokens: int = typer.Option(400, "--max-tokens"),
-        repeats: int = typer.Option(3, "--repeats", help="runs per configuration; the fastest is reported"),
-        out: Optional[Path] = typer.Option(None, "--json", help="write the results JSON here"),
-    ):
-        """Jump-forward on vs off on JSON-heavy schemas: steps, tokens/s, speed-up, same text."""
-        from .gen import load_subject
-
-        batches = tuple(batch or (1,))
-        if any(b < 1 for b in batches) or max_tokens < 1 or repeats < 1:
-            fail("--batch, --max-tokens and --repeats must be >= 1")
-        with user_errors():
-            if arch == "default":
-                from ..engine import load_engine
-
-                engine = load_engine("default", device=device, dtype=dtype, backend=backend, progress=False)
-            else:
-                engine = load_subject(arch, device, dtype)
-            res = bench(engine, batches=batches, max_tokens=max_tokens, repeats=repeats,
-                        progress=lambda m: typer.echo(f"... {m}", err=True))
-        res["command"] = "typedlm bench jump-forward " + " ".join(
-            [f"--arch {arch}", f"--device {device}"] + ([f"--dtype {dtype}"] if dtype else [])
-            + [f"--batch {b}" for b in batches] + [f"--max-tokens {max_tokens}", f"--repeats {repeats}"])
-        print_json(res)
-        print_table(res)
-        if out:
-            try:
-                Path(out).parent.mkdir(parents=True, exist_ok=True)
-                Path(out).write_text(json.dumps(res, indent=2) + "\n", encoding="utf-8")
-            except OSError as e:
-                fail(f"cannot write '{out}': {e.strerror or e}")

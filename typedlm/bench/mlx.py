@@ -17,12 +17,13 @@ import os
 import platform
 import statistics
 import time
-from pathlib import Path
-from typing import Optional
 
-import typer
+from ..decide import decide
+from ..engine import load_engine
+from ..generate import SamplingParams, build_sequence
+from ..generate.scheduler import run_batch
+from ..grammar import make_constraint
 
-from ..cliutil import fail, user_errors
 
 PROMPT = "Write a long story about a robot who learns to paint."
 SCHEMA = {"type": "object", "properties": {
@@ -44,10 +45,6 @@ def _timed(fn) -> tuple[float, object]:
 
 
 def run_typedlm(engine, ids: list[int], batch: int, max_tokens: int, schema=None) -> dict:
-    from ..generate import SamplingParams, build_sequence
-    from ..generate.scheduler import run_batch
-    from ..grammar import make_constraint
-
     c = make_constraint(json_schema=schema, any_whitespace=False) if schema else None
     params = SamplingParams(max_tokens=max_tokens, temperature=0)
     seqs = [build_sequence(engine, ids, params, c) for _ in range(batch)]
@@ -57,7 +54,7 @@ def run_typedlm(engine, ids: list[int], batch: int, max_tokens: int, schema=None
 
 
 def run_mlx_lm(model, tokenizer, ids: list[int], batch: int, max_tokens: int) -> dict:
-    from mlx_lm import batch_generate, stream_generate
+    from mlx_lm import batch_generate, stream_generate  # optional extra: mlx
 
     if batch == 1:
         wall, out = _timed(lambda: list(stream_generate(model, tokenizer, ids, max_tokens=max_tokens)))
@@ -71,10 +68,7 @@ def run_mlx_lm(model, tokenizer, ids: list[int], batch: int, max_tokens: int) ->
 
 def bench_mlx(model: str, batches: tuple[int, ...], max_tokens: int, torch_too: bool, progress,
               repeat: int = 1) -> dict:
-    from mlx_lm import load as mlx_load
-
-    from ..decide import decide
-    from ..engine import load_engine
+    from mlx_lm import load as mlx_load  # optional extra: mlx
 
     eng = load_engine(model, backend="mlx", progress=False)
     ref_model, ref_tok = mlx_load(eng.source)
@@ -105,8 +99,8 @@ def bench_mlx(model: str, batches: tuple[int, ...], max_tokens: int, torch_too: 
         ratios[f"mlx_over_mlx_lm_b{b}"] = round(statistics.median(f / ref for f, ref, _ in pairs), 3)
         ratios[f"json_over_free_b{b}"] = round(statistics.median(j / f for f, _, j in pairs), 3)
     ratios["decide_over_prefill"] = round(wall / d.timings["prefill"], 3)
-    import mlx.core as mx
-    import mlx_lm
+    import mlx.core as mx  # optional extra: mlx
+    import mlx_lm  # optional extra: mlx
 
     return {"bench": "mlx", "model": eng.name, "dtype": str(eng.dtype).replace("torch.", ""),
             "machine": f"{os.cpu_count()}-core {platform.machine()} CPU ({platform.system()}), mlx[cpu] {mx.__version__}, "
@@ -116,28 +110,3 @@ def bench_mlx(model: str, batches: tuple[int, ...], max_tokens: int, torch_too: 
                        "prompt_tokens": d.usage.get("prompt_tokens")},
             "ratios": ratios, "targets": {"mlx_over_mlx_lm_b1": ">= 0.95", "mlx_over_mlx_lm_b8": ">= 1.0",
                                           "json_over_free": ">= 0.9", "decide_over_prefill": "<= 1.5"}}
-
-
-def register(app: typer.Typer, bench_app: typer.Typer) -> None:
-    @bench_app.command("mlx")
-    def mlx(
-        model: str = typer.Option("default", "--model", "-m"),
-        batch: Optional[list[int]] = typer.Option(None, "--batch", help="batch sizes (repeatable; default 1, 8)"),
-        max_tokens: int = typer.Option(64, "--max-tokens"),
-        torch_too: bool = typer.Option(True, "--torch/--no-torch", help="also the torch backend on the same model"),
-        repeat: int = typer.Option(1, "--repeat", help="runs per batch size, mlx-lm and typedlm in turn (ratios: median of pairs)"),
-        out: Optional[Path] = typer.Option(None, "--json", help="write the results JSON here"),
-    ):
-        """The MLX backend vs mlx-lm's own generate / batch_generate vs the torch backend (one run)."""
-        batches = tuple(batch or (1, 8))
-        if any(b < 1 for b in batches) or max_tokens < 1 or repeat < 1:
-            fail("--batch, --max-tokens and --repeat must be >= 1")
-        with user_errors():
-            res = bench_mlx(model, batches, max_tokens, torch_too, lambda m: typer.echo(f"... {m}", err=True), repeat)
-        res["command"] = "typedlm bench mlx " + " ".join(
-            [f"--model {model}"] + [f"--batch {b}" for b in batches] + [f"--max-tokens {max_tokens}", f"--repeat {repeat}"]
-            + ([] if torch_too else ["--no-torch"]))
-        text = json.dumps(res, indent=2)
-        if out:
-            out.write_text(text + "\n")
-        typer.echo(text)

@@ -21,15 +21,15 @@ GPU (random 7B-class): typedlm bench prefix-cache --arch qwen2.5-7b --device cud
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
-from pathlib import Path
-from typing import Optional
 
-import typer
-
-from ..cliutil import backend_option
+from ..decide import decide, decide_many, presets
+from ..generate.api import build_sequence
+from ..generate.sampling import SamplingParams
+from ..generate.requests import Request, TokenEvent
+from ..generate.scheduler import Scheduler
+from ..testing.contexts import contexts
 
 
 def _timed(engine, fn):
@@ -42,8 +42,6 @@ def _timed(engine, fn):
 
 def system_prompt(engine, tokens: int) -> str:
     """A system prompt of about ``tokens`` tokens (the bundled presets' example texts, repeated)."""
-    from ..decide import presets
-
     pool = " ".join(e.replace("\n", " ") for name in presets.names() for e in presets.load(name)["examples"])
     text = "You are the support assistant of a bank. Policies and past cases follow.\n"
     while len(engine.tokenizer.encode(text)) < tokens:
@@ -54,10 +52,6 @@ def system_prompt(engine, tokens: int) -> str:
 
 def stream_ttft(engine, sched, messages: list[dict]) -> tuple[float, int]:
     """(seconds from the request to its first streamed token, prompt tokens read from the prefix cache)."""
-    from ..generate.api import build_sequence
-    from ..generate.sampling import SamplingParams
-    from ..generate.requests import Request, TokenEvent
-
     first: list[float] = []
     t0 = time.perf_counter()
     seq = build_sequence(engine, engine.encode_prompt(messages=messages), SamplingParams(max_tokens=1, temperature=0.0),
@@ -69,10 +63,6 @@ def stream_ttft(engine, sched, messages: list[dict]) -> tuple[float, int]:
 
 
 def run_bench(engine, *, preset: str, runs: int, many: int, system_tokens: int, progress=lambda m: None) -> dict:
-    from ..decide import decide, decide_many, presets
-    from ..generate.scheduler import Scheduler
-    from .decide import contexts
-
     cache = engine.runner.prefix_cache
     limit = cache.limit_bytes or (1 << 30)
     schema = presets.load(preset)["schema"]
@@ -155,58 +145,3 @@ def to_markdown(r: dict) -> str:
         f"| decide_many x{r['many']}, field decisions/s | {s['many_field_decisions_per_s_off']:.1f} "
         f"| {s['many_field_decisions_per_s_on']:.1f} (warm) "
         f"| {s['many_field_decisions_per_s_on'] / s['many_field_decisions_per_s_off']:.2f}x | |", ""])
-
-
-def register(app: typer.Typer, bench_app: typer.Typer) -> None:
-    @bench_app.command("prefix-cache")
-    def bench_prefix_cache(
-        model: str = typer.Option("default", "--model", "-m", help="model reference (ignored with --arch)"),
-        arch: Optional[str] = typer.Option(None, "--arch", help="random-weight real architecture, e.g. qwen2.5-7b"),
-        device: str = typer.Option("auto", "--device"),
-        backend: Optional[str] = backend_option(),
-        preset: str = typer.Option("support_triage", "--preset"),
-        runs: int = typer.Option(3, "--runs", help="repetitions (each: off, then on)"),
-        many: int = typer.Option(16, "--many", help="contexts per decide_many call"),
-        system_tokens: int = typer.Option(1000, "--system-tokens", help="shared chat system prompt, tokens"),
-        prefix_cache_gb: Optional[float] = typer.Option(None, "--prefix-cache-gb", help="cache size when on"),
-        out: Optional[Path] = typer.Option(None, "--out", help="write JSON here (and .md beside it)"),
-        machine: Optional[str] = typer.Option(None, "--machine", help="machine description for the report"),
-        invariant: str = typer.Option("default", "--invariant",
-                                      help="batch-invariant scoring: default, on, off, or on,off (once per mode)"),
-    ):
-        """The prefix cache on vs off: decide first vs later calls, chat TTFT with a shared system prompt,
-        decide_many throughput warm."""
-        import shlex
-        import sys
-
-        from ..cliutil import print_json, user_errors
-        from .models import bench_engine
-        from ..runner.prefix_cache import configure
-        from .decide import _machine
-
-        with user_errors():
-            engine = bench_engine(arch, model, device=device, backend=backend)
-            configure(engine, prefix_cache_gb)
-            if not engine.runner.prefix_cache.enabled:
-                raise ValueError("--prefix-cache-gb 0: nothing to compare")
-            modes = [m.strip() for m in invariant.split(",")]
-            if any(m not in ("default", "on", "off") for m in modes):
-                raise ValueError(f"--invariant takes default, on, off or a comma list of them, got {invariant!r}")
-            results = []
-            for mode in modes:
-                if mode != "default":
-                    engine.runner.set_invariant(mode == "on")
-                results.append(run_bench(engine, preset=preset, runs=runs, many=many, system_tokens=system_tokens,
-                                         progress=lambda m: typer.echo(m, err=True)))
-        args = sys.argv[sys.argv.index("prefix-cache") + 1:] if "prefix-cache" in sys.argv else []
-        for r in results:
-            r["machine"] = machine or _machine(engine)
-            r["command"] = ("typedlm bench prefix-cache " + shlex.join(args)).strip()
-        r = results[0] if len(results) == 1 else {"modes": results}
-        print_json(r)
-        md = "\n".join(to_markdown(x) for x in results)
-        typer.echo(md, err=True)
-        if out:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps(r, indent=2, ensure_ascii=False) + "\n")
-            out.with_suffix(".md").write_text(md)

@@ -11,13 +11,18 @@ official suite (one draft), or a JSON-lines file of ``{"schema": ...}`` rows. Ea
 from __future__ import annotations
 
 import gc
-import json
 import statistics
 import time
-from pathlib import Path
-from typing import Optional
 
-from .jsonschema_suite import DEFAULT_SUITE, load_suite, remotes_registry
+import xgrammar as xgr
+
+from ..errors import GrammarCompileError
+from ..grammar.compiler import Grammars
+from ..grammar.backends import NotForEngine, load
+from ..grammar.schema import prepare_schema
+from ..grammar.schema.ebnf import needs_grammar, to_ebnf
+from ..grammar.spec import MAX_WHITESPACE, canonical_json, make_constraint
+from ..testing import default_tokenizer
 
 
 def _quantiles(xs: list[float]) -> dict:
@@ -35,14 +40,6 @@ def split_one(schema, info, registry=None, deadline_s: float = 60.0) -> dict:
     where it is needed) and ``xgrammar`` (its compile), and ``llguidance`` (grammar text + matcher build;
     ``llguidance_refused``: why it did not take the core form; its first mask, computed lazily, is part of
     the build); ``refused``: the normalizer's or xgrammar's refusal."""
-    import xgrammar as xgr
-
-    from ..errors import GrammarCompileError
-    from ..grammar.backends import load
-    from ..grammar.schema import prepare_schema
-    from ..grammar.schema.ebnf import needs_grammar, to_ebnf
-    from ..grammar.spec import MAX_WHITESPACE, canonical_json, make_constraint
-
     row: dict = {"schema": canonical_json(schema)[:120]}
     t0 = time.perf_counter()
     try:
@@ -81,13 +78,6 @@ def auto_phases(schema, info, registry=None, deadline_s: float = 60.0) -> dict:
     for llguidance), ``llguidance`` (its grammar + matcher) or ``llguidance_declined`` (why not),
     ``normalize_xgrammar`` (the core form with automata, on the fallback), ``xgrammar`` (its compile),
     ``total``; ``gc``: Python's garbage collector within them; ``refused``: the keyword of a refusal."""
-    import xgrammar as xgr
-
-    from ..errors import GrammarCompileError
-    from ..grammar.backends import NotForEngine
-    from ..grammar.compiler import Grammars
-    from ..grammar.spec import make_constraint
-
     row: dict = {}
 
     def timed(name, fn, *args, **kwargs):
@@ -187,36 +177,6 @@ def _counts(xs) -> dict:
 
 def split_times(schemas: list, registry=None) -> dict:
     """:func:`split_one` over ``schemas`` (one process, the default model's tokenizer), summarized."""
-    import xgrammar as xgr
-
-    from ..testing import default_tokenizer
-
     tok = default_tokenizer()
     info = xgr.TokenizerInfo.from_huggingface(tok, vocab_size=len(tok), stop_token_ids=[tok.eos_token_id])
     return split_summary([split_one(s, info, registry) for s in schemas])
-
-
-def register(app, bench_app) -> None:
-    import typer
-
-    from ..cliutil import print_json, user_errors
-
-    @bench_app.command("schema-compile")
-    def schema_compile(
-        draft: str = typer.Option("draft2020-12", "--draft", help="the suite draft whose schemas are timed"),
-        corpus: Optional[Path] = typer.Option(None, "--corpus", help='JSON lines of {"schema": ...} instead'),
-        suite: Path = typer.Option(DEFAULT_SUITE, "--suite", help="JSON-Schema-Test-Suite checkout"),
-        out: Optional[Path] = typer.Option(None, "--json", help="write the result here"),
-    ):
-        """Time the normalizer, our EBNF and xgrammar's compile apart, per schema; quantiles + slowest."""
-        with user_errors():
-            if corpus is not None:
-                schemas = [json.loads(line)["schema"] for line in Path(corpus).read_text().splitlines() if line]
-                registry = None
-            else:
-                schemas = [c.schema for c in load_suite(suite, draft)]
-                registry = remotes_registry(suite, draft)
-            result = split_times(schemas, registry)
-            if out is not None:
-                Path(out).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-        print_json(result)

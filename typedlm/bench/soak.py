@@ -17,12 +17,7 @@ import os
 import platform
 import threading
 import time
-from pathlib import Path
-from typing import Optional
 
-import typer
-
-from ..cliutil import backend_option
 from .grammar import _pct
 
 KINDS = ("chat", "json", "tools", "decide", "decide_many", "disconnect", "cancel", "malformed")
@@ -173,39 +168,3 @@ def summarize(log: list, series: list) -> dict:
     growth = round(100 * (warm[-1] - warm[0]) / warm[0], 2) if len(warm) > 1 and warm[0] else None
     return {"responses": len(log), "status_5xx": five, "kinds": kinds, "rss_growth_after_warmup_pct": growth,
             "peak": {g: max((s.get(g, 0) for s in series), default=0) for g in GAUGES}, "series": series}
-
-
-def register(app: typer.Typer, bench_app: typer.Typer) -> None:
-    @bench_app.command("soak")
-    def soak(
-        model: str = typer.Option("tiny", "--model", "-m", help="tiny (random-weight test model) | default | HF dir"),
-        arch: Optional[str] = typer.Option(None, "--arch", help="random-weight real architecture, e.g. qwen2.5-7b"),
-        device: str = typer.Option("cpu", "--device"),
-        backend: Optional[str] = backend_option(),
-        clients: int = typer.Option(32, "--clients"),
-        duration: float = typer.Option(600, "--duration", help="seconds of traffic"),
-        max_tokens: int = typer.Option(32, "--max-tokens"),
-        max_batch: int = typer.Option(16, "--max-batch"),
-        interval: float = typer.Option(5.0, "--interval", help="seconds between /metrics samples"),
-        out: Optional[Path] = typer.Option(None, "--json", help="write the results JSON here"),
-    ):
-        """Concurrent mixed traffic (chat, JSON, tools, decide, decide_many, disconnects, cancels, bad requests)."""
-        from ..cliutil import fail, print_json, user_errors
-
-        if min(clients, max_batch) < 1 or duration <= 0 or max_tokens < 1:
-            fail("--clients, --max-batch, --max-tokens >= 1; --duration > 0")
-        with user_errors():
-            if model == "tiny" and not arch:
-                from ..testing import tiny_engine
-
-                engine = tiny_engine()
-            else:
-                from .models import bench_engine
-
-                engine = bench_engine(arch, model, device=device, backend=backend)
-            res = bench_soak(engine, clients=clients, duration=duration, max_tokens=max_tokens, max_batch=max_batch,
-                             interval=interval, progress=lambda m: typer.echo(f"... {m}", err=True))
-        print_json({k: v for k, v in res.items() if k != "series"})
-        if out:
-            Path(out).parent.mkdir(parents=True, exist_ok=True)
-            Path(out).write_text(json.dumps(res, indent=2) + "\n", encoding="utf-8")

@@ -1,14 +1,14 @@
 """``typedlm bench trust``: raw vs neutral prior vs batch prior vs calibrated, side by side, per dataset.
 
 For each dataset the default model scores the calibration and test cases once (``prior="none"``;
-:func:`typedlm.decide.fitting.collect`, resumable ``scores.jsonl``). Every variant is computed from those
+:func:`typedlm.decide.calibrate.collect.collect`, resumable ``scores.jsonl``). Every variant is computed from those
 scores through decide's own functions, written as an eval run folder (track ``parallel``, one *mode* per
 variant: ``labels``, ``labels+neutral``, ``labels+batch``, each also ``+cal``, and for multi-label data
 ``labels+constrained``: the same scores under ``min_selected``/``max_selected``), and reported by the eval
 harness (``typedlm report``: metrics with bootstrap intervals, reliability diagrams). Each ``+cal`` bundle's
-calibrator kind is chosen by cross-validated NLL on the calibration split (:mod:`typedlm.decide.calibrators`).
+calibrator kind is chosen by cross-validated NLL on the calibration split (:mod:`typedlm.decide.calibrate.fit`).
 Beside the harness's ECE the summary gives each variant's NLL (scalar fields) and its *ECE floor*
-(:func:`typedlm.decide.calibration.ece_floor`: the ECE a perfectly calibrated predictor with the same
+(:func:`typedlm.decide.calibrate.bundle.ece_floor`: the ECE a perfectly calibrated predictor with the same
 confidences would show on as many cases).
 """
 
@@ -16,28 +16,27 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 import platform
 import sys
 import time
-from pathlib import Path
-from typing import Optional
 
-import typer
+from ..decide.constraints import parse as constraints
+from ..decide.calibrate import collect as fitting
+from ..decide.api import plan_for
+from ..decide.calibrate.bundle import ece_floor
+from ..decide.schema import DecisionSchema
+from ..eval.cases import check_case, gold_key, select
+from ..eval.runner import prediction_line
+from ..eval.tracks import decision_answers
 
-from ..cliutil import backend_option, fail, user_errors
+
 
 VARIANTS = ("none", "neutral", "batch")
 
 
 def run_dataset(engine, name: str, cases_all: list, out: Path, fit_n: int, test_n: int, batch: int,
                 reuse: Path | None = None) -> dict:
-    from ..decide import constraints, fitting
-    from ..decide.api import plan_for
-    from ..decide.schema import DecisionSchema
-    from ..eval.cases import check_case, select
-    from ..eval.runner import prediction_line
-    from ..eval.tracks import decision_answers
-
     fit_cases, test_cases = select(cases_all, "calibration", fit_n), select(cases_all, "test", test_n)
     schema = fit_cases[0].schema
     plan = plan_for(schema, engine)
@@ -98,54 +97,9 @@ def run_dataset(engine, name: str, cases_all: list, out: Path, fit_n: int, test_
     return summary
 
 
-def register(app: typer.Typer, bench_app: typer.Typer) -> None:
-    @bench_app.command("trust")
-    def trust(
-        data: str = typer.Option("tweets,bbc,bbc-multi", "--data", help="comma list of eval datasets"),
-        out: Path = typer.Option(Path("trust-runs"), "--out", help="folder: one run folder per dataset"),
-        fit_limit: str = typer.Option("60", "--fit-limit", help="calibration-split cases to fit on: N or "
-                                      "dataset=N,... (per dataset)"),
-        test_limit: str = typer.Option("200", "--test-limit", help="test-split cases: N or dataset=N,..."),
-        batch: int = typer.Option(32, "--batch", help="contexts per decide_many call for prior='batch'"),
-        model: str = typer.Option("default", "--model", "-m"),
-        device: str = typer.Option("auto", "--device"),
-        backend: Optional[str] = backend_option(),
-        bootstrap: int = typer.Option(1000, "--bootstrap"),
-        reuse: Optional[Path] = typer.Option(None, "--reuse", help="folder of `typedlm eval` runs (eval-<dataset>/): "
-                                             "cases they scored with the same prompt are not scored again"),
-    ):
-        """Raw vs prior vs calibrated decisions on labelled data; writes run folders + one eval report."""
-        from ..engine import load_engine
-        from ..eval.cli import load_cases
-        from ..eval.report import write_report
-
-        names = [d.strip() for d in data.split(",") if d.strip()]
-        if not names:
-            fail("--data is empty")
-        fits, tests = _limits(fit_limit, names, "--fit-limit"), _limits(test_limit, names, "--test-limit")
-        with user_errors():
-            engine = load_engine(model, device=device, backend=backend, progress=False)
-            sums, folders = [], []
-            for n in names:
-                name, cases = load_cases(n)
-                folders.append(out / Path(name).stem)  # a dataset name, or a cases file's stem
-                prev = reuse / f"eval-{Path(name).stem}" / "predictions.jsonl" if reuse else None
-                sums.append(run_dataset(engine, name, cases, folders[-1], fits[n], tests[n], batch, prev))
-            (out / "summary.json").write_text(json.dumps(sums, indent=2) + "\n")
-            paths = write_report(folders, out, n_boot=bootstrap)
-            table = summary_table(sums, json.loads((out / "report.json").read_text()))
-            (out / "trust.md").write_text(table)
-        typer.echo(table)
-        for p in paths[:2]:
-            typer.echo(str(p), err=True)
-
-
 def _quality(schema, ds: list, cases: list) -> dict:
     """NLL of the gold labels (scalar fields, mean over cases and fields) and the ECE floor of the confidences
     the harness bins (scalar: top-1; multi: each option's yes/no)."""
-    from ..decide.calibration import ece_floor
-    from ..eval.cases import gold_key
-
     nll, conf = [], []
     for d, case in zip(ds, cases):
         for f in schema.fields:
@@ -166,10 +120,10 @@ def _limits(spec: str, names: list[str], opt: str) -> dict[str, int]:
         else:
             out = {k.strip(): int(v) for k, v in (p.split("=", 1) for p in spec.split(",") if p.strip())}
     except ValueError:
-        fail(f"{opt} must be N or dataset=N,...; got {spec!r}")
+        raise ValueError(f"{opt} must be N or dataset=N,...; got {spec!r}")
     missing = [n for n in names if n not in out]
     if missing or any(v < 2 for v in out.values()):
-        fail(f"{opt}: give every dataset ({', '.join(names)}) at least 2 cases; got {spec!r}")
+        raise ValueError(f"{opt}: give every dataset ({', '.join(names)}) at least 2 cases; got {spec!r}")
     return out
 
 

@@ -1,7 +1,9 @@
 """Parallel typed decisions: schema -> one prefill -> every candidate scored in batched passes.
 
-The names below load on first use (PEP 562), so ``typedlm.decide.cli`` (imported by ``typedlm --help``)
-does not pull in torch through :mod:`typedlm.decide.api`."""
+Layout: the run-time path at the top (``schema`` -> ``plan`` -> ``prompt`` -> ``scoring`` / ``passes`` ->
+``prior`` + ``ties`` -> ``constraints/`` -> ``result``; ``api`` runs it), ``constraints/`` (parse, solve, joint)
+and ``calibrate/`` (bundle, fit, collect). The names below load on first use (PEP 562), so importing a light
+module of the package (``presets``, ``schema``) does not pull in torch through :mod:`typedlm.decide.api`."""
 
 import importlib
 

@@ -8,35 +8,35 @@
     -> result                             ``result.field_results``, ``result.finish_decision``
 
 ``run`` executes a prepared job. Fields with ``depends_on`` repeat score .. constraints per wave
-(:mod:`typedlm.decide.depends`); every option is a :class:`~typedlm.decide.options.DecideOptions`.
+(:mod:`typedlm.decide.constraints.depends`); every option is a :class:`~typedlm.decide.options.DecideOptions`.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
+import time
 from typing import Any
 
 from ..engine import Engine
 from ..errors import TypedLMError
+from ..generate.api import default_engine as load_default
 from ..runner.prefix_cache import reused_by, tally
-from .batches import Scored, merged_usage, question_score, score_prompts
-from .depends import given_text, waves as dependency_waves
-from .joint import pins, solve_fields
+from .constraints.depends import given_text, waves as dependency_waves
+from .constraints.joint import pins, solve_fields
 from .options import DecideOptions
+from .passes import DEFAULT_BUDGET_BYTES, resolve_packing
 from .plan import DEFAULT_SCORING, NONE_OF_ABOVE, Plan, get_plan
 from .prior import adjust, check_mode as check_prior, fingerprint, mean_log_probs, neutral as neutral_prior
 from .prompt import PROMPT_VERSION, prompt_ids, prompt_record
 from .result import Decision, field_results, finish_decision
 from .schema import DecisionSchema
-from .score import DEFAULT_BUDGET_BYTES, resolve_packing
+from .scoring import Scored, merged_usage, question_score, score_prompts
 from .ties import drift, near_ties, rescore_one_row
 
 
 def default_engine(engine: Engine | None = None) -> Engine:
     if engine is not None:
         return engine
-    from ..generate.api import default_engine as load_default
 
     return load_default()
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..engine import Engine
+from ..generate.api import generate
+from .api import default_engine, plan_for
 from .options import DecideOptions
 from .plan import Plan
 from .prompt import prompt_kwargs
@@ -32,9 +34,6 @@ def naive_generate(schema: Any, context: str, options: DecideOptions | None = No
                    max_tokens: int | None = None, **overrides):
     """Baseline: greedy generation of the whole answer as JSON under the JSON-Schema grammar, same prompt
     (the options' ``scoring`` and ``allow_none_of_above`` shape the prompt, as for ``decide``)."""
-    from ..generate.api import generate
-    from .api import default_engine, plan_for
-
     opts = DecideOptions.make(options, **overrides)
     engine = default_engine(engine)
     plan = plan_for(schema, engine, opts.scoring, opts.allow_none_of_above)

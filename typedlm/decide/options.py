@@ -17,10 +17,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import TypedLMError
-from .calibration import CalibrationBundle, load_bundle
+from .calibrate.bundle import CalibrationBundle, load_bundle
 from .plan import DEFAULT_SCORING
 from .prior import DEFAULT_PRIOR
-from .score import DEFAULT_PACKING
+from .passes import DEFAULT_PACKING
 
 
 FLAGS = {"scoring": "--scoring", "allow_none_of_above": "--none-of-above", "abstain_below_margin": "--abstain-below",

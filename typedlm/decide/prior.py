@@ -17,7 +17,7 @@ mass is left as scored.
 on *every* option over the content-free prompts, so after the neutral prior nearly every option would
 still have P(yes) > 0.5; the shift is shared by the options, so removing the per-context mean keeps the
 ranking (per-option AUC up to 0.86 vs 0.73 raw) and leaves the set size to the count question, which the
-decision rule uses as a prior over set sizes (:mod:`typedlm.decide.joint`).
+decision rule uses as a prior over set sizes (:mod:`typedlm.decide.constraints.joint`).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import math
 from ..engine import Engine
 from ..errors import TypedLMError
 from .logmath import log_sigmoid, softmax
+from .prompt import content_free_ids
 from .result import QuestionScore
 
 PRIOR_MODES = ("none", "neutral", "batch")
@@ -82,8 +83,6 @@ def plan_key(plan) -> tuple:
 def neutral(engine: Engine, plan, score_prompts, prompt_version: str) -> list[tuple[float, ...]]:
     """Per question log prior from the content-free contexts (cached). ``score_prompts(ids_list)`` scores
     the plan on token-id prompts and returns per-context question scores."""
-    from .prompt import content_free_ids
-
     def build():
         stats["misses"] += 1
         return mean_log_probs(score_prompts([content_free_ids(engine, plan, c) for c in CONTENT_FREE]))

@@ -1,7 +1,7 @@
 """Decision results and the one finalizer every scoring path goes through.
 
 ``field_results`` turns per-question final log-scores and the constraint step's choices
-(:mod:`typedlm.decide.joint`) into field results (probabilities, alternatives, margins, legal mass,
+(:mod:`typedlm.decide.constraints.joint`) into field results (probabilities, alternatives, margins, legal mass,
 abstention); ``finish_decision`` validates the value (Pydantic instance or dict). Keys of
 ``Decision.to_dict()`` are pinned by a test.
 """
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import TypedLMError
-from .constraints import constrained_fields
+from .constraints.parse import constrained_fields
 from .logmath import softmax
 from .plan import NONE_OF_ABOVE, Plan
 

@@ -7,19 +7,21 @@ happen when a plan is compiled (:mod:`typedlm.decide.plan`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 import enum
 import json
 import re
 import types
 import typing
-from dataclasses import dataclass, field
 from typing import Any
+
+from pydantic import BaseModel
 
 from ..errors import SchemaError
 from ..grammar.spec import canonical_json
-from .constraints import check as check_constraints, parse_cross, parse_field_constraints
-from .terms import MARKERS, merge_specs
-from .depends import waves
+from .constraints.depends import waves
+from .constraints.parse import check as check_constraints, parse_cross, parse_field_constraints
+from .constraints.terms import MARKERS, merge_specs
 
 FIELD_TYPES = ("boolean", "enum", "multi")
 FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
@@ -169,8 +171,6 @@ class DecisionSchema:
 
     @classmethod
     def from_model(cls, model: type) -> "DecisionSchema":
-        from pydantic import BaseModel
-
         if not (isinstance(model, type) and issubclass(model, BaseModel)):
             raise SchemaError(f"{getattr(model, '__name__', model)!r} is not a Pydantic model class")
         fields: dict = {}

@@ -22,9 +22,9 @@ import math
 import torch
 
 from ..engine import Engine
+from .passes import ScoreStats, prefill, score_rows
 from .plan import Plan
 from .result import QuestionScore
-from .score import ScoreStats, prefill, score_rows
 
 # nats: the batch-shape drift per dtype, rounded up (see the module docstring)
 DRIFT_NATS = {torch.float32: 5e-5, torch.float64: 5e-5, torch.bfloat16: 0.25, torch.float16: 0.25}

@@ -11,9 +11,9 @@ beside the file as ``<file>.lock`` and ``read_cases`` refuses a file whose lock 
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass, replace
 import hashlib
 import json
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -173,8 +173,6 @@ def select(cases: list[Case], split: str, limit: int | None) -> list[Case]:
 def with_examples(cases: list[Case], all_cases: list[Case], k: int) -> list[Case]:
     """``cases`` with the first ``k`` train-split cases (seeded order) of ``all_cases`` added to each schema as
     few-shot examples (``typedlm eval --examples K``; rendered in the shared prompt prefix)."""
-    from dataclasses import replace
-
     if k < 0:
         raise TypedLMError(f"--examples must be at least 0, got {k}")
     if k == 0:

@@ -27,7 +27,7 @@ import random
 from pathlib import Path
 
 from ..errors import TypedLMError
-from .cases import SPLITS, Case, split_of
+from .cases import SPLITS, Case, read_cases, split_of
 
 DATASETS = ("bbc", "tweets", "bbc-multi", "news-comments")
 TOPICS = ("business", "entertainment", "politics", "sport", "tech")
@@ -171,3 +171,12 @@ def load(name: str) -> list[Case]:
     if name not in loaders:
         raise TypedLMError(f"unknown dataset {name!r}: use one of {', '.join(DATASETS)} or a cases .jsonl file")
     return loaders[name]()
+
+
+def load_cases(data: str) -> tuple[str, list[Case]]:
+    """(name, cases) of a bundled dataset name or a ``cases.jsonl`` file; ``ValueError`` names the choices."""
+    if data in DATASETS:
+        return data, load(data)
+    if data.endswith(".jsonl") or Path(data).exists():
+        return str(data), read_cases(Path(data))
+    raise ValueError(f"--data must be one of {', '.join(DATASETS)} or a cases .jsonl file, got {data!r}")

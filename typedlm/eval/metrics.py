@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..decide.calibrate.bundle import ece
 from ..errors import TypedLMError
 
 ECE_BINS = 15
@@ -110,8 +111,6 @@ def _norm(pred):
 
 
 def _ece(conf: np.ndarray, hit: np.ndarray) -> float:
-    from ..decide.calibration import ece  # the one ECE (calibrate fits against the same number)
-
     return ece(conf, hit, ECE_BINS) if len(conf) else 0.0
 
 

@@ -11,8 +11,8 @@ track/mode and field (``confusion-…png``; multi fields: gold option × predict
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
+import re
 
 import numpy as np
 
@@ -53,7 +53,7 @@ def _fmt(m: dict, digits: int) -> str:
 
 
 def write_report(folders: list[Path], out: Path, *, n_boot: int = 1000, seed: int = 0) -> list[Path]:
-    import matplotlib
+    import matplotlib  # optional extra: eval
 
     matplotlib.use("Agg")
     out.mkdir(parents=True, exist_ok=True)
@@ -142,7 +142,7 @@ def _targets(rows, comps) -> list[str]:
 
 
 def _plots(groups_all: list[tuple[str, Group]], rows, out: Path) -> list[Path]:
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # optional extra: eval
 
     paths = []
     by_track: dict = {}

@@ -41,14 +41,14 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 import statistics
 import time
-import uuid
-from pathlib import Path
 from typing import Callable
+import uuid
 
-from ..errors import TypedLMError
 from ..decide.prior import batch_chunks
+from ..errors import TypedLMError
 from .cases import Case, check_case
 from .tracks import FieldAnswer, InfraError, choice_keys, permuted_schema
 

@@ -9,7 +9,7 @@ fits one), so no variant is judged on cases it was fitted on. The best variant (
 :func:`variants` order, the default first) is fitted on all validation cases and applied once to the test
 split, beside the default; the test split plays no part in the choice.
 
-The model runs once per case and ``k`` (:func:`typedlm.decide.fitting.collect`, resumable
+The model runs once per case and ``k`` (:func:`typedlm.decide.calibrate.collect.collect`, resumable
 ``scores-k<k>.jsonl``); every variant is computed from those scores through decide's own functions.
 """
 
@@ -21,7 +21,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..decide import fitting
+from ..decide.calibrate import collect as fitting
 from ..decide.api import plan_for
 from ..errors import TypedLMError
 from .cases import Case, check_case, select, with_examples

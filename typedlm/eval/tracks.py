@@ -20,16 +20,19 @@ matched top-k mass (floored). ``naive_local`` has none (null).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 import json
 import math
 import random
 import time
-from dataclasses import dataclass
 from typing import Any
 
+from ..decide.api import decide_many
 from ..decide.result import RECORD_KEYS
 from ..decide.schema import DecisionSchema
-from ..errors import TypedLMError
+from ..errors import GrammarCompileError, TypedLMError
+from ..generate.api import generate
+from ..grammar.spec import make_constraint
 
 TRACKS = ("parallel", "naive_local", "openai")
 NAIVE_PROMPT_VERSION = "naive-v2"  # v2: bounded arrays, compact JSON, max_tokens from the longest answer
@@ -100,8 +103,6 @@ class ParallelTrack:
         return self.answer_many(schema_dict, [context])[0]
 
     def answer_many(self, schema_dict: dict, contexts: list[str]) -> list[list[FieldAnswer]]:
-        from ..decide.api import decide_many
-
         schema = DecisionSchema.from_dict(schema_dict)
         t0 = time.perf_counter()
         ds = decide_many(schema, contexts, self.options, engine=self.engine)
@@ -183,9 +184,6 @@ class NaiveTrack:
         """:func:`naive_json_schema` with ``uniqueItems`` where the grammar enforces it exactly (typedlm
         enumerates distinct arrays up to ``MAX_ENUM`` = 256: 4 options give 65, 5 give 326), else without it
         (``maxItems`` still bounds the list; a repeated option counts once)."""
-        from ..errors import GrammarCompileError
-        from ..grammar.spec import make_constraint
-
         js = naive_json_schema(schema)
         try:
             self.engine.grammars.compile(make_constraint(json_schema=js, any_whitespace=False))
@@ -198,8 +196,6 @@ class NaiveTrack:
         return len(self.engine.tokenizer.encode(longest_answer(schema), add_special_tokens=False)) + NAIVE_SLACK_TOKENS
 
     def answer(self, schema_dict: dict, context: str) -> list[FieldAnswer]:
-        from ..generate.api import generate
-
         schema = DecisionSchema.from_dict(schema_dict)
         t0 = time.perf_counter()
         r = generate(messages=[{"role": "user", "content": naive_prompt(schema, context)}], engine=self.engine,
@@ -268,7 +264,7 @@ class OpenAITrack:
     mode = "logprobs"
 
     def __init__(self, base_url: str, *, model: str | None = None, api_key: str | None = None, timeout: float = 120.0):
-        import openai
+        import openai  # optional extra: openai
 
         self.base_url = base_url
         self.client = openai.OpenAI(base_url=base_url, api_key=api_key or "unused", max_retries=0, timeout=timeout)
@@ -284,7 +280,7 @@ class OpenAITrack:
         return self._model
 
     def _call(self, fn):
-        import openai
+        import openai  # optional extra: openai
 
         try:
             return fn()

@@ -6,9 +6,11 @@ the compiler turns it into a compiled grammar of one of its backends (:mod:`.bac
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
+import json
 from typing import Any
+
+from pydantic import BaseModel
 
 from ..errors import ConstraintError, EmptySchemaError, GrammarCompileError
 
@@ -49,8 +51,6 @@ class Constraint:
 
 def _schema_from(value: Any) -> dict:
     if isinstance(value, type):
-        from pydantic import BaseModel
-
         if issubclass(value, BaseModel):
             return value.model_json_schema()
         raise GrammarCompileError(f"json_schema class {value.__name__} is not a pydantic model")

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
+from transformers.cache_utils import DynamicLayer
 
 from ..errors import TypedLMError
 from .prefix_cache import to_hf
@@ -136,8 +137,6 @@ class DynamicKV(CompactingSlotCache):
 
 
 def _layers(cache) -> list:
-    from transformers.cache_utils import DynamicLayer
-
     layers = getattr(cache, "layers", None)
     if layers is None or any(type(layer) is not DynamicLayer for layer in layers):
         raise TypedLMError("continuous batching needs a plain transformers DynamicCache "

@@ -19,6 +19,7 @@ Logits stay MLX arrays (``[n, V]``, the model's dtype): the scheduler hands them
 from __future__ import annotations
 
 import mlx.core as mx
+import numpy as np
 import torch
 
 from ..errors import TypedLMError
@@ -27,8 +28,6 @@ from .slots import CompactingSlotCache, SlotPool
 
 def to_torch(logits: mx.array) -> torch.Tensor:
     """An MLX array -> a float32 torch CPU tensor (one copy through numpy)."""
-    import numpy as np
-
     return torch.from_numpy(np.array(logits.astype(mx.float32)))
 
 

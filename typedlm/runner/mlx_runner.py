@@ -23,8 +23,8 @@ mlx is imported only here and in ``mlx_kv`` (the base package never imports it).
 from __future__ import annotations
 
 import copy
-import threading
 from pathlib import Path
+import threading
 from typing import Callable
 
 import mlx.core as mx
@@ -43,8 +43,8 @@ NO_LOGITS = object()  # forward's pick: feed the cache only (the lm_head never r
 
 def load_model(path: str, dtype: torch.dtype | None = None):
     """mlx-lm's loader on a HF or MLX (also quantized) directory -> (model, torch dtype of its activations)."""
-    from mlx.utils import tree_flatten
-    from mlx_lm.utils import load_model as mlx_load
+    from mlx.utils import tree_flatten  # optional extra: mlx
+    from mlx_lm.utils import load_model as mlx_load  # optional extra: mlx
 
     try:
         model, _ = mlx_load(Path(path))
@@ -66,7 +66,7 @@ def blas_layout(model) -> int:
     wheel) with a transpose flag, and that BLAS's transposed loops are far slower than its plain ones
     (likely: dot products left scalar vs vectorized axpys). With this layout ``W.T`` is contiguous: no
     flag, the same terms summed in the same order (default model: logits max diff 0.0). Only on the CPU device (Metal has its own GEMM; no Mac here)."""
-    import mlx.nn as nn
+    import mlx.nn as nn  # optional extra: mlx
 
     n = 0
     for _, mod in model.named_modules():
@@ -86,7 +86,7 @@ class MLXRunner:
                                 prefix_cache=False, device_feed=False)
 
     def __init__(self, model, *, dtype: torch.dtype, max_context: int, vocab: int):
-        from mlx_lm.models.cache import KVCache, make_prompt_cache
+        from mlx_lm.models.cache import KVCache, make_prompt_cache  # optional extra: mlx
 
         self.model, self.dtype, self.max_context, self.vocab = model, dtype, max_context, vocab
         self.device = torch.device("cpu")  # where logits land
@@ -138,7 +138,7 @@ class MLXRunner:
 
     def weight_samples(self, n: int):
         """(name, shape, first ``n`` values as float32 numpy) of every weight (a model fingerprint)."""
-        from mlx.utils import tree_flatten
+        from mlx.utils import tree_flatten  # optional extra: mlx
 
         for name, p in tree_flatten(self.model.parameters()):
             yield name, tuple(p.shape), np.array(p.reshape(-1)[:n].astype(mx.float32))
@@ -147,12 +147,12 @@ class MLXRunner:
         """Every forward is evaluated before it returns."""
 
     def new_cache(self) -> list:
-        from mlx_lm.models.cache import KVCache
+        from mlx_lm.models.cache import KVCache  # optional extra: mlx
 
         return [KVCache() for _ in range(self.layers)]
 
     def batch_cache(self, rows: int) -> list:
-        from mlx_lm.models.cache import BatchKVCache
+        from mlx_lm.models.cache import BatchKVCache  # optional extra: mlx
 
         return [BatchKVCache([0] * rows) for _ in range(self.layers)]
 
@@ -241,7 +241,7 @@ class MLXRunner:
 
     def _on_prefix(self, rows: mx.array, prefix, pick: Callable) -> mx.array:
         """Rows ``[B, L]`` (right-padded) causally after ``prefix`` broadcast to the batch -> ``pick(logits)``."""
-        from mlx_lm.models.cache import KVCache
+        from mlx_lm.models.cache import KVCache  # optional extra: mlx
 
         B = rows.shape[0]
         P = prefix_length(prefix) if prefix is not None else 0

@@ -30,6 +30,7 @@ import weakref
 from typing import Callable
 
 import torch
+from transformers import DynamicCache
 
 from ..config import Settings
 from ..errors import TypedLMError
@@ -37,7 +38,7 @@ from .contract import Capabilities, SlotBook
 from .dynamic_kv import DynamicKV
 from .invariant import mode as invariant
 from .prefix_cache import PrefixCache, default_limit, to_hf
-from .prefix_reuse import cached_pass, prefill_prompt, prefill_prompts, prefill_rows, store_pass, WeightsStamp
+from .prefix_reuse import WeightsStamp, cached_pass, prefill_prompt, prefill_prompts, prefill_rows, store_pass
 from .score_graph import ScoreGraphs
 from .static_forwards import StaticForwards
 from .static_kv import StaticKV, unsupported
@@ -264,8 +265,6 @@ class ModelRunner:
     def score_expand(self, rows: torch.Tensor, prefix, read: list[int]) -> torch.Tensor:
         """Rows ``[B, L]`` (right-padded) as a batch on a prefix broadcast to the batch -> logits
         ``[B, len(read), V]`` at row positions ``read``."""
-        from transformers import DynamicCache
-
         B = rows.shape[0]
         layers = [(lay.keys.expand(B, -1, -1, -1), lay.values.expand(B, -1, -1, -1)) for lay in prefix.layers]
         read_t = device_tensor(read, self.device)

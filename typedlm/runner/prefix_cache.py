@@ -27,11 +27,12 @@ from __future__ import annotations
 import collections
 import contextlib
 import contextvars
-import threading
 from dataclasses import dataclass
+import threading
 from typing import Callable
 
 import torch
+from transformers import DynamicCache
 
 from ..errors import TypedLMError
 from .invariant.mode import active as invariant_active
@@ -301,8 +302,6 @@ def to_hf(kv: torch.Tensor, batch: int = 1, copy: bool = True):
     """A prefix's KV ``[layers, 2, kv_heads, n, d]`` -> a transformers DynamicCache of ``batch`` rows. ``copy=False``:
     its layers are views of ``kv`` (a tensor the caller gives away; the cache's updates are out of place, as
     :func:`truncate` assumes): no copy kernel per layer (56 for a 28-layer model) queued before a decision's read."""
-    from transformers import DynamicCache
-
     layers = [(layer[0][None].expand(batch, -1, -1, -1), layer[1][None].expand(batch, -1, -1, -1)) for layer in kv]
     if copy:
         return DynamicCache(ddp_cache_data=layers)

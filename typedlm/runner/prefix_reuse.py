@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import torch
+from transformers import DynamicCache
 
 from .allow import rows_from
 from .prefix_cache import PrefixCache, from_hf, to_hf
@@ -101,8 +102,6 @@ def prefill_prompts(runner, ids_list: list[list[int]]) -> list:
 
 def _forward_rests(runner, rests: list[list[int]], past) -> list:
     """The prompts' rests after one shared ``past`` (or none) in one right-padded forward -> a cache per row."""
-    from transformers import DynamicCache
-
     m, n = (0 if past is None else int(past.shape[3])), max(len(r) for r in rests)
     ids = torch.zeros(len(rests), n, dtype=torch.long)
     att = torch.zeros(len(rests), m + n, dtype=torch.long)

@@ -31,7 +31,7 @@ import threading
 
 import torch
 
-from .graphs import MIN_BUCKET, DecodeGraphs, bucket
+from .graphs import DecodeGraphs, MIN_BUCKET, bucket
 from .invariant import mode as invariant
 from .layers import fuse, out_mlp, qkv_rope
 from .tensors import device_tensor, to_device

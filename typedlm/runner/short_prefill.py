@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from .graphs import MIN_BUCKET, DecodeGraphs, bucket, column_buckets
+from .graphs import DecodeGraphs, MIN_BUCKET, bucket, column_buckets
 from .layers import out_mlp, qkv_rope
 from .tensors import device_tensor
 

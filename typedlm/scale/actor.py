@@ -10,16 +10,16 @@ from __future__ import annotations
 import json
 import time
 
+import torch
+
+from ..decide.api import decide_many, prepare
+from ..decide.records import decision_line
+from ..engine import load_engine
 from ..errors import TypedLMError
 
 
 class DecideActor:
     def __init__(self, schema, model: str, device: str, threads: int | None, options):
-        import torch
-
-        from ..decide.api import prepare
-        from ..engine import load_engine
-
         if threads:
             torch.set_num_threads(threads)
         self.engine = load_engine(model, device=device, progress=False)
@@ -43,8 +43,6 @@ class DecideActor:
 
     def _decide(self, texts: list[str]) -> list:
         """A Decision per text, or the reason (str) it could not be decided."""
-        from ..decide.api import decide_many
-
         if not texts:
             return []
         try:
@@ -56,6 +54,4 @@ class DecideActor:
 
 
 def _line(key: str, decision) -> str:
-    from ..decide.records import decision_line
-
     return decision_line(json.loads(key), decision)

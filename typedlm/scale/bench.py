@@ -18,9 +18,15 @@ import platform
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional
 
-import typer
+import torch
+
+from ..decide import presets
+from ..decide.api import decide_many
+from ..testing import save_tiny, tiny_engine
+from ..testing.contexts import contexts as make_contexts
+from .cluster import cluster
+from .corpus import decide_dataset
 
 
 def _write_corpus(folder: Path, texts: list[str]) -> Path:
@@ -31,8 +37,6 @@ def _write_corpus(folder: Path, texts: list[str]) -> Path:
 
 def single_process_rate(engine, schema, texts: list[str], batch: int) -> float:
     """Field decisions/s of in-process decide_many over the same batches (after one warm-up batch)."""
-    from ..decide.api import decide_many
-
     decide_many(schema, texts[:batch], engine=engine)
     t0 = time.perf_counter()
     for i in range(0, len(texts), batch):
@@ -41,8 +45,6 @@ def single_process_rate(engine, schema, texts: list[str], batch: int) -> float:
 
 
 def ray_rate(schema, corpus: Path, folder: Path, model: str, actors: int, batch: int, threads: int) -> dict:
-    from .corpus import decide_dataset
-
     t0 = time.perf_counter()
     s = decide_dataset(schema, corpus, folder / f"out-{actors}.jsonl", model=model, device="cpu", replicas=actors,
                        batch_size=batch, threads=threads)
@@ -52,52 +54,25 @@ def ray_rate(schema, corpus: Path, folder: Path, model: str, actors: int, batch:
             "field_decisions_per_s": decisions / s["busy_s"], "field_decisions_per_s_wall": decisions / wall}
 
 
-def register(app: typer.Typer, bench_app: typer.Typer) -> None:
-    @bench_app.command("scale")
-    def scale_cmd(
-        actors: str = typer.Option("1,2", "--actors", help="comma list of actor counts"),
-        contexts: int = typer.Option(256, "--contexts", help="rows in the corpus"),
-        tokens: int = typer.Option(200, "--tokens", help="tokens per context"),
-        batch: int = typer.Option(8, "--batch", help="contexts per decide_many call"),
-        threads: int = typer.Option(1, "--threads", help="torch threads per actor (and for the baseline)"),
-        preset: str = typer.Option("support_triage", "--preset"),
-        out: Optional[Path] = typer.Option(None, "--out", help="also write the JSON here"),
-    ):
-        """Corpus decisions on a local Ray cluster, tiny random model: 1 vs N actors (CPU)."""
-        import torch
-
-        from ..bench.decide import contexts as make_contexts
-        from ..decide import presets
-        from ..testing import save_tiny, tiny_engine
-        from .cluster import cluster
-
-        counts = [int(a) for a in actors.split(",")]
-        torch.set_num_threads(threads)
-        engine = tiny_engine()
-        schema = presets.load(preset)["schema"]
-        texts = make_contexts(engine, contexts, tokens)
-        result = {"machine": f"{os.cpu_count()}-core {platform.machine()} CPU, load average "
-                             f"{os.getloadavg()[0]:.1f} at start", "model": "tiny-random-llama", "preset": preset,
-                  "fields": len(schema.fields), "contexts": contexts, "tokens": tokens, "batch": batch,
-                  "threads": threads, "command": "typedlm bench scale --actors " + actors}
-        result["single_process_field_decisions_per_s"] = single_process_rate(engine, schema, texts, batch)
-        with tempfile.TemporaryDirectory() as tmp, cluster(num_cpus=max(counts)):
-            folder = Path(tmp)
-            model = save_tiny(folder / "model", engine)
-            corpus = _write_corpus(folder, texts)
-            result["runs"] = [ray_rate(schema, corpus, folder, model, n, batch, threads) for n in counts]
-        result["load_average_at_end"] = round(os.getloadavg()[0], 1)
-        base = result["runs"][0]["field_decisions_per_s"] / counts[0]
-        for r in result["runs"]:
-            r["speedup_vs_first"] = r["field_decisions_per_s"] / result["runs"][0]["field_decisions_per_s"]
-            r["projected_field_decisions_per_s"] = base * r["actors"]
-        typer.echo(json.dumps(result, indent=2))
-        if out:
-            out.write_text(json.dumps(result, indent=2) + "\n")
-        typer.echo(f"{'actors':>6} {'fd/s steady':>12} {'speedup':>8} {'fd/s wall':>10} {'projected':>10}", err=True)
-        for r in result["runs"]:
-            typer.echo(f"{r['actors']:>6} {r['field_decisions_per_s']:>12.0f} {r['speedup_vs_first']:>8.2f} "
-                       f"{r['field_decisions_per_s_wall']:>10.0f} {r['projected_field_decisions_per_s']:>10.0f}",
-                       err=True)
-        typer.echo(f"single process, {threads} thread(s): {result['single_process_field_decisions_per_s']:.0f} fd/s",
-                   err=True)
+def run(counts: list[int], *, contexts: int, tokens: int, batch: int, threads: int, preset: str) -> dict:
+    """The bench: the single-process rate, then one Ray corpus job per actor count on a local cluster."""
+    torch.set_num_threads(threads)
+    engine = tiny_engine()
+    schema = presets.load(preset)["schema"]
+    texts = make_contexts(engine, contexts, tokens)
+    result = {"machine": f"{os.cpu_count()}-core {platform.machine()} CPU, load average "
+                         f"{os.getloadavg()[0]:.1f} at start", "model": "tiny-random-llama", "preset": preset,
+              "fields": len(schema.fields), "contexts": contexts, "tokens": tokens, "batch": batch,
+              "threads": threads, "command": "typedlm bench scale --actors " + ",".join(map(str, counts))}
+    result["single_process_field_decisions_per_s"] = single_process_rate(engine, schema, texts, batch)
+    with tempfile.TemporaryDirectory() as tmp, cluster(num_cpus=max(counts)):
+        folder = Path(tmp)
+        model = save_tiny(folder / "model", engine)
+        corpus = _write_corpus(folder, texts)
+        result["runs"] = [ray_rate(schema, corpus, folder, model, n, batch, threads) for n in counts]
+    result["load_average_at_end"] = round(os.getloadavg()[0], 1)
+    base = result["runs"][0]["field_decisions_per_s"] / counts[0]
+    for r in result["runs"]:
+        r["speedup_vs_first"] = r["field_decisions_per_s"] / result["runs"][0]["field_decisions_per_s"]
+        r["projected_field_decisions_per_s"] = base * r["actors"]
+    return result

@@ -13,7 +13,7 @@ class ScaleError(TypedLMError):
 
 def import_ray():
     try:
-        import ray
+        import ray  # optional extra: ray
     except ImportError as e:
         raise ScaleError("--ray needs typedlm's [ray] extra: pip install 'typedlm[ray]'") from e
     return ray

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from ..decide.options import DecideOptions
+from ..decide.schema import DecisionSchema
 from .actor import DecideActor
 from .cluster import ScaleError, cluster
 from .rows import load_rows
@@ -34,8 +36,6 @@ def decide_dataset(schema: Any, data, output, *, model: str = "default", device:
     actors). ``on_batch(decided_so_far, bad_rows)`` is called after each written batch.
     ``scoring`` / ``prior`` None: ``decide_many``'s defaults. (Imports stay light: ``typedlm bench scale`` is
     registered by the CLI, which must not load torch for ``--help``.)"""
-    from ..decide.schema import DecisionSchema
-
     schema = DecisionSchema.coerce(schema)
     options = _options(scoring=scoring, allow_none_of_above=allow_none_of_above,
                        abstain_below_margin=abstain_below_margin, prior=prior, calibration=calibration)
@@ -66,8 +66,6 @@ def decide_dataset(schema: Any, data, output, *, model: str = "default", device:
 def _options(**given):
     """The job's DecideOptions (``None``: decide's default), checked on the driver before any actor starts: a
     setting that would fail every batch fails here, not as a bad row each."""
-    from ..decide.options import DecideOptions
-
     if given.get("prior") == "batch":
         raise ScaleError("prior='batch' would estimate each batch's prior from however Ray splits the data: "
                          "use 'neutral' or 'none' on Ray")

@@ -8,6 +8,12 @@ and answers whole cases (:func:`typedlm.eval.runner.case_lines`). A dead actor i
 
 from __future__ import annotations
 
+import torch
+
+from ..engine import load_engine
+from ..errors import TypedLMError
+from ..eval.runner import case_lines
+from ..eval.tracks import NaiveTrack, ParallelTrack
 from .cluster import ScaleError, cluster
 
 LOCAL_TRACKS = ("parallel", "naive_local")
@@ -15,11 +21,6 @@ LOCAL_TRACKS = ("parallel", "naive_local")
 
 class EvalActor:
     def __init__(self, specs: list[tuple], model: str, device: str, threads: int | None):
-        import torch
-
-        from ..engine import load_engine
-        from ..eval.tracks import NaiveTrack, ParallelTrack
-
         if threads:
             torch.set_num_threads(threads)
         engine = load_engine(model, device=device, progress=False)
@@ -27,9 +28,6 @@ class EvalActor:
                        for name, options in specs]
 
     def answer(self, case, manifest: dict):
-        from ..errors import TypedLMError
-        from ..eval.runner import case_lines
-
         try:
             return case, case_lines(case, self.tracks, manifest)
         except TypedLMError as e:
@@ -50,7 +48,7 @@ def ray_answerer(tracks: list, *, model: str, device: str, replicas: int, gpus_p
 
     def answer(cases, _tracks, manifest):
         with cluster(address, num_cpus) as ray:
-            from ray.util import ActorPool
+            from ray.util import ActorPool  # optional extra: ray
 
             actor = ray.remote(EvalActor).options(num_cpus=1, num_gpus=gpus_per_replica, max_restarts=-1,
                                                   max_task_retries=-1)

@@ -89,8 +89,8 @@ def _read(ray, path: Path):
         return ray.data.read_text(str(path), num_cpus=READ_CPUS, concurrency=READ_TASKS), _jsonl_batch
     if kind == "parquet":
         return ray.data.read_parquet(str(path), num_cpus=READ_CPUS, concurrency=READ_TASKS), _table_batch
-    import pyarrow as pa
-    import pyarrow.csv as pcsv
+    import pyarrow as pa  # optional extra: ray
+    import pyarrow.csv as pcsv  # optional extra: ray
 
     text = pcsv.ConvertOptions(column_types={"context": pa.string()}, strings_can_be_null=False)
     return (ray.data.read_csv(str(path), convert_options=text, num_cpus=READ_CPUS, concurrency=READ_TASKS),

@@ -8,22 +8,22 @@ Ray Serve's ``autoscaling_config``; without them ``replicas`` is a fixed count."
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
-from .cluster import import_ray
+import torch
+
+from ..config import quiet_forked_tokenizers
+from ..engine import load_engine
+from ..server.app import create_app
+from .cluster import cluster, import_ray
 
 DEFAULT_TARGET_ONGOING = 4  # autoscaling: requests per replica Ray Serve aims for
 
 
 def _app_builder(model: str, device: str, dtype: str | None, threads: int | None, server_config: Any):
     def build():  # runs on each replica
-        from ..config import quiet_forked_tokenizers
-        from ..engine import load_engine
-        from ..server.app import create_app
-
         if threads:
-            import torch
-
             torch.set_num_threads(threads)
         quiet_forked_tokenizers()
         return create_app(load_engine(model, device=device, dtype=dtype, progress=False), server_config)
@@ -36,7 +36,7 @@ def deployment(model: str, server_config: Any = None, *, device: str = "auto", d
                target_ongoing_requests: int = DEFAULT_TARGET_ONGOING):
     """A bound Ray Serve application: ``serve.run(deployment(...), route_prefix="/")``."""
     import_ray()
-    from ray import serve
+    from ray import serve  # optional extra: ray
 
     options: dict = {"name": "typedlm", "ray_actor_options": {"num_cpus": cpus_per_replica,
                                                               "num_gpus": gpus_per_replica}}
@@ -54,11 +54,7 @@ def deployment(model: str, server_config: Any = None, *, device: str = "auto", d
 def run(settings: Any, server_config: Any, *, address: str | None, blocking: bool = True, **options) -> None:
     """``typedlm serve --ray``: Ray Serve's proxy on ``settings.host:port``, the replicas behind it; Ctrl-C or
     SIGTERM shuts Serve down (and the local cluster, when this started one)."""
-    import signal
-
-    from ray import serve
-
-    from .cluster import cluster
+    from ray import serve  # optional extra: ray
 
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # `kill PID` stops as cleanly as Ctrl-C
     with cluster(address):

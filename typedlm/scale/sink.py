@@ -100,14 +100,14 @@ class ParquetSink(_Sink):
         return sorted(self.path.glob("part-*.parquet")) if self.path.exists() else []
 
     def written_keys(self) -> set[str]:
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # optional extra: ray
 
         self.path.mkdir(parents=True, exist_ok=True)
         return {k for p in self.parts() for k in pq.read_table(p, columns=["key"]).column("key").to_pylist()}
 
     def write_records(self, good: list[tuple[str, str]]) -> None:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+        import pyarrow as pa  # optional extra: ray
+        import pyarrow.parquet as pq  # optional extra: ray
 
         if not good:
             return

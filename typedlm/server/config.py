@@ -14,6 +14,7 @@ Every value is validated by :class:`ServeSettings` (pydantic); a bad one names i
 from __future__ import annotations
 
 from pathlib import Path
+import tomllib
 from typing import Any, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field

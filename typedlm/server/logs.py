@@ -8,7 +8,7 @@ import copy
 
 def uvicorn_log_config(level: str) -> dict:
     """uvicorn's default dictConfig plus the ``typedlm`` logger on its ``default`` handler (stderr)."""
-    from uvicorn.config import LOGGING_CONFIG
+    from uvicorn.config import LOGGING_CONFIG  # optional extra: server
 
     cfg = copy.deepcopy(LOGGING_CONFIG)
     cfg["loggers"]["typedlm"] = {"handlers": ["default"], "level": "DEBUG" if level == "trace" else level.upper(),

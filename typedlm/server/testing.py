@@ -17,8 +17,8 @@ def free_port() -> int:
 @contextlib.contextmanager
 def live_server(app, *, wait_ready: bool = True, timeout: float = 120.0, api_key: str | None = None):
     """Run ``app`` on 127.0.0.1:<free port>; yields the base URL (``http://127.0.0.1:PORT``)."""
-    import httpx
-    import uvicorn
+    import httpx  # optional extra: server
+    import uvicorn  # optional extra: server
 
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",

@@ -108,8 +108,7 @@ def _anchored(rx: str) -> str:
 def llg_grammar(core, *, any_whitespace: bool, max_whitespace: int | None, strict: bool) -> str:
     """llguidance's grammar text for a core-form schema (JSON whitespace as xgrammar's: at most
     ``max_whitespace`` of space, newline, return, tab between tokens, or none)."""
-    # llguidance is an optional extra
-    import llguidance
+    import llguidance  # optional extra: llguidance
 
     if any_whitespace:
         ws = "[ \\n\\r\\t]" + (f"{{0,{max_whitespace}}}" if max_whitespace is not None else "*")

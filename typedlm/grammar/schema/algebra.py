@@ -6,15 +6,15 @@ emitted by ``n.emitter``; object branches are completed by ``n.builder``.
 
 from __future__ import annotations
 
-import math
 from contextlib import contextmanager
 from dataclasses import replace
 from fractions import Fraction
+import math
 
 from ...errors import GrammarCompileError
-from .branches import (KEYWORD, Array, Enum, Number, Object, Ref, Scalar, String, any_, is_any, keywords, plain,
-                       same, type_of)
-from .refusal import TYPES, Refuse
+from .branches import (Array, Enum, KEYWORD, Number, Object, Ref, Scalar, String, any_, is_any, keywords, plain, same,
+                       type_of)
+from .refusal import Refuse, TYPES
 from .subsume import prune
 
 MAX_BRANCHES = 64  # a rewrite that needs more alternatives than this is refused (size, compile time)

@@ -32,6 +32,8 @@ import math
 import re
 import secrets
 
+import xgrammar as xgr
+
 from ...errors import GrammarCompileError
 from .strings import live_states, loop_class, product
 
@@ -269,8 +271,6 @@ class _Builder:
 
 def to_ebnf(core: dict, *, any_whitespace: bool, max_whitespace: int | None, strict: bool) -> str:
     """EBNF for a core form that needs one (see :func:`needs_grammar`); root rule ``root``."""
-    import xgrammar as xgr
-
     ws = f"[ \\n\\r\\t]{{0,{max_whitespace}}}" if any_whitespace else ""
     b = _Builder(ws)
     core = dict(core)

@@ -8,13 +8,13 @@ from __future__ import annotations
 import math
 
 from .algebra import whole_match
-from .branches import NOTHING, Array, Enum, Number, Object, Ref, String, any_, is_plain, needs_escape
+from .branches import Array, Enum, NOTHING, Number, Object, Ref, String, any_, is_plain, needs_escape
 from .ebnf import contains_automaton
-from .keys import TooLarge, anything as any_key, lengths as key_lengths, meet, names as key_names
-from .keys import pattern as key_pattern, spec as key_spec
-from .refusal import TYPES, Refuse, key_regex, lookahead_split, rewrite_pattern, xgrammar_safe
 from .formats import BOUNDED_URI, PATTERNS
+from .keys import (TooLarge, anything as any_key, lengths as key_lengths, meet, names as key_names,
+                   pattern as key_pattern, spec as key_spec)
 from .numbers import range_spec
+from .refusal import Refuse, TYPES, key_regex, lookahead_split, rewrite_pattern, xgrammar_safe
 from .strings import TooLarge as LengthsTooLarge, length_spec
 
 MAX_ENUM = 256  # multipleOf between bounds: the most values it is enumerated as

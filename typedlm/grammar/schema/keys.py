@@ -10,10 +10,11 @@ character that would need one (``"``, ``\\``, control characters) is left out of
 
 from __future__ import annotations
 
-import re
 from functools import lru_cache
+import re
 
 import interegular
+from interegular.fsm import Alphabet, FSM
 
 MAX_STATES = 400  # a key automaton larger than this is refused (grammar size, compile time)
 
@@ -84,8 +85,6 @@ def meet(a, b):
     a list search per transition (quadratic: 110 of 121 s in one MaskBench schema, ``Github_hard---o12278``);
     this is the same breadth-first crawl keyed by a dict, and it does not keep the dead states where one side
     has no transition (same language, fewer states)."""
-    from interegular.fsm import FSM, Alphabet
-
     alphabet, new_to_old = Alphabet.union(a.alphabet, b.alphabet)
     to_a, to_b = new_to_old
     states, index, finals, mapping = [(a.initial, b.initial)], {(a.initial, b.initial): 0}, set(), {}

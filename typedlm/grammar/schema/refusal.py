@@ -10,8 +10,8 @@ keyword is an annotation and ignored, as validators do.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+import re
 
 TYPES = ("null", "boolean", "number", "string", "array", "object")  # integer is a kind of number
 JSON_TYPES = set(TYPES) | {"integer"}

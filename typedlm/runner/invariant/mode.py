@@ -15,9 +15,11 @@ import threading
 import types
 
 from torch import nn
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from . import attention as inv_attention
-from . import ops, triton_attention, triton_ops
+from . import attention as inv_attention, ops, triton_attention, triton_ops
 
 NAME = "typedlm_invariant"
 _per_thread = threading.local()
@@ -81,16 +83,12 @@ def _attention(module, query, key, value, attention_mask, dropout=0.0, scaling=N
     if active():
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5
         return attention(query, key, value, attention_mask, scale), None
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                   **kwargs)
 
 
 def _register() -> None:
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
     AttentionInterface.register(NAME, _attention)
     AttentionMaskInterface.register(NAME, sdpa_mask)
 

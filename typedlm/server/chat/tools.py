@@ -33,10 +33,10 @@ that format, and tool results as user messages wrapped in ``<tool_response>``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 import json
 import re
 import uuid
-from dataclasses import dataclass
 
 from ...errors import GrammarCompileError
 from ...generate.result import check_schema

@@ -6,7 +6,7 @@ The decision logic lives in :mod:`typedlm.decide`."""
 from __future__ import annotations
 
 from ...decide.api import prepare, run
-from ...decide.calibration import CalibrationMismatch
+from ...decide.calibrate.bundle import CalibrationMismatch
 from ...decide.options import DecideOptions
 from ...decide.prior import PriorError
 from ...decide.schema import DecisionSchema, SchemaError

@@ -17,8 +17,8 @@ Routes (:data:`router`, included by :func:`typedlm.server.app.create_app`):
 
 from __future__ import annotations
 
-import re
 from importlib import resources
+import re
 from typing import Any
 
 from fastapi import APIRouter, Request

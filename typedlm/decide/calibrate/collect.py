@@ -14,24 +14,24 @@ them ``+cal`` (a bundle fitted on the calibration split with that prior, applied
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 import json
 import math
-import time
-from dataclasses import dataclass
 from pathlib import Path
+import time
 from typing import Any
 
-from ..engine import Engine
-from . import prior as P
-from .api import decide_many, plan_for, settle
-from .batches import score_prompts
-from .calibration import SCALAR_KINDS, CalibrationBundle
-from .calibrators import Example, evaluate, fit_fields
-from .plan import Plan
-from .prompt import PROMPT_VERSION, prompt_hash, prompt_record
-from .logmath import log_softmax
-from .options import DecideOptions
-from .result import Decision, QuestionScore, finish_decision
+from ...engine import Engine
+from .. import prior as P
+from ..api import decide_many, plan_for, settle
+from ..logmath import log_softmax
+from ..options import DecideOptions
+from ..plan import Plan
+from ..prompt import PROMPT_VERSION, prompt_hash, prompt_record
+from ..result import Decision, QuestionScore, finish_decision
+from ..scoring import score_prompts
+from .bundle import CalibrationBundle, SCALAR_KINDS
+from .fit import Example, evaluate, fit_fields
 
 BATCH = 32  # contexts per decide_many call for prior="batch" in measurements
 CHUNK = 8  # contexts per decide_many call while collecting

@@ -2,22 +2,22 @@
 
 Per multi field: ``min_selected``, ``max_selected`` (``exactly`` sets both), ``exclusive`` (groups of
 options of which at most one is selected) and ``requires`` (option -> options that must be selected
-with it). Across fields: :class:`~typedlm.decide.terms.Implies` (if A is x then B is in S) and
-:class:`~typedlm.decide.terms.Excludes` (not all of these at once). An *atom* ``(field, values)`` holds
+with it). Across fields: :class:`~typedlm.decide.constraints.terms.Implies` (if A is x then B is in S) and
+:class:`~typedlm.decide.constraints.terms.Excludes` (not all of these at once). An *atom* ``(field, values)`` holds
 when a scalar field's value is one of ``values``, or when a multi field selects at least one of ``values``.
 
 Everything is checked when the schema is built (:func:`check`): unknown fields / values, bounds that
 contradict each other, and a set that no assignment satisfies (the minimal conflicting constraints are
 named), so a bad request fails before any model work. The joint assignment itself is
-:mod:`typedlm.decide.solver`'s.
+:mod:`typedlm.decide.constraints.solve`'s.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..errors import SchemaError
-from .solver import Infeasible, MultiVar, ScalarVar, solve
+from ...errors import SchemaError
+from .solve import Infeasible, MultiVar, ScalarVar, solve
 from .terms import Atom, Excludes, Implies
 
 FIELD_CONSTRAINT_KEYS = ("min_selected", "max_selected", "exactly", "exclusive", "requires")

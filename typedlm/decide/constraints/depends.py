@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import SchemaError
-from ..grammar.spec import canonical_json
+from ...errors import SchemaError
+from ...grammar.spec import canonical_json
 
 
 def waves(schema) -> list[tuple[str, ...]]:

@@ -6,12 +6,14 @@ still be valid: the best test a grammar layer can get.
 
 from __future__ import annotations
 
+from tokenizers import AddedToken
 import torch
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from . import models
-from .config import Settings
-from .engine import Engine, engine_from_model
-from .errors import TypedLMError
+from .. import models
+from ..config import Settings
+from ..engine import Engine, engine_from_model
+from ..errors import TypedLMError
 
 # ids the tiny model's lm_head has beyond the tokenizer (padded vocabularies exist: Qwen, Llama-3)
 PAD_ROWS = 64
@@ -19,16 +21,12 @@ PAD_ROWS = 64
 
 def default_tokenizer():
     """The default model's real tokenizer (SmolLM2: ByteLevel BPE, 49,152 ids, ChatML template)."""
-    from transformers import AutoTokenizer
-
     path = models.local_dir(models.resolve(models.DEFAULT_REF), progress=False)
     return AutoTokenizer.from_pretrained(path)
 
 
 def tiny_llama(tokenizer, *, layers: int = 2, hidden: int = 64, heads: int = 4, kv_heads: int = 2,
                pad_rows: int = PAD_ROWS, seed: int = 0, max_positions: int = 4096):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     cfg = LlamaConfig(vocab_size=len(tokenizer) + pad_rows, hidden_size=hidden, intermediate_size=hidden * 2,
                       num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
                       max_position_embeddings=max_positions, tie_word_embeddings=False,
@@ -105,8 +103,6 @@ REASONING_TOKENS = ("<think>", "</think>", "<tool_call>", "</tool_call>")
 
 def reasoning_tokenizer():
     """The default tokenizer + Qwen3's added (non-special) tokens and a Qwen3-style template."""
-    from tokenizers import AddedToken
-
     tok = default_tokenizer()
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in REASONING_TOKENS])
     tok.chat_template = QWEN3_STYLE_TEMPLATE
@@ -118,9 +114,3 @@ def tiny_reasoning_engine(*, seed: int = 0, **kw) -> Engine:
     tok = reasoning_tokenizer()
     return engine_from_model(tiny_llama(tok, seed=seed, **kw), tok, name="tiny-reasoning", device="cpu",
                              dtype=torch.float32)
-
-
-if __name__ == "__main__":  # python -m typedlm.testing DIR: a model for CLI / server smoke tests
-    import sys
-
-    print(save_tiny(sys.argv[1]))

@@ -8,12 +8,12 @@ A bundle holds one :class:`FieldCalibration` per field, of a recorded *kind*:
 | ``bias`` | boolean / enum | ``log p / T + b_c`` (temperature + a bias per choice) |
 | ``vector`` | boolean / enum | ``s_c log p_c + b_c`` (vector scaling) |
 | ``matrix`` | boolean / enum | ``W log p + b`` (matrix scaling, Guo et al. 2017) |
-| ``logistic`` | multi | ``P(yes) = sigmoid(a (log P(yes) - log P(no)) + b)``, pooled over the field's options; plus the field's decision ``threshold`` (nats of log-odds, :mod:`typedlm.decide.joint`) |
+| ``logistic`` | multi | ``P(yes) = sigmoid(a (log P(yes) - log P(no)) + b)``, pooled over the field's options; plus the field's decision ``threshold`` (nats of log-odds, :mod:`typedlm.decide.constraints.joint`) |
 
 then renormalized over the choices (scalar kinds). Log-scores enter clipped at :data:`LOG_FLOOR` so a
 near-zero probability cannot dominate a linear map. Scores are the ones a decision uses *after* the prior
 correction of the bundle's prior mode, so a bundle is only valid with that prior mode. Fitting (kind
-chosen by cross-validated NLL on the calibration split) is :mod:`typedlm.decide.calibrators`.
+chosen by cross-validated NLL on the calibration split) is :mod:`typedlm.decide.calibrate.fit`.
 
 :class:`CalibrationBundle` carries what it was made for (model fingerprint, prompt version, scoring
 mode, prior mode); :meth:`CalibrationBundle.check` refuses any mismatch with a
@@ -26,16 +26,18 @@ predictor with the same confidences would show on as many cases (the estimator's
 from __future__ import annotations
 
 import hashlib
+import json
 import math
+from pathlib import Path
 from typing import Literal, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from ..errors import TypedLMError
-from ..grammar.spec import canonical_json
-from .logmath import log_sigmoid, log_softmax
-from .result import QuestionScore
+from ...errors import TypedLMError
+from ...grammar.spec import canonical_json
+from ..logmath import log_sigmoid, log_softmax
+from ..result import QuestionScore
 
 FORMAT = "typedlm-calibration/3"
 BINS = 15
@@ -162,9 +164,6 @@ class CalibrationBundle(BaseModel):
 
 def load_bundle(obj) -> CalibrationBundle:
     """A bundle from a CalibrationBundle, a dict, a JSON string or a path to a JSON file."""
-    import json
-    from pathlib import Path
-
     if isinstance(obj, CalibrationBundle):
         return obj
     try:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import typer
 
-from ..cliutil import fail
+from .util import fail
 
 
 def decide_on_ray(schema, input_file, output, *, resume: bool, address, replicas: int, gpus_per_replica: float,
                   **options) -> None:
     """``typedlm decide --input DATA --output OUT --ray``: decide_dataset, then a summary on stderr."""
-    from .corpus import decide_dataset
+    from ..scale.corpus import decide_dataset  # optional extra: typedlm[ray]
 
     if input_file is None or output is None:
         fail("--ray needs --input DATA (.jsonl / .parquet / .csv with 'id' and 'context') and --output OUT")
@@ -28,7 +28,7 @@ SERVE_FLAGS = ("ray", "address", "replicas", "gpus_per_replica", "max_replicas")
 def serve_on_ray(settings, server_config, *, address, replicas: int, gpus_per_replica: float,
                  max_replicas: int | None) -> None:
     """``typedlm serve --ray``: Ray Serve replicas behind its proxy on --host/--port; Ctrl-C stops them."""
-    from .serve import run
+    from ..scale.serve import run  # optional extra: typedlm[ray]
 
     if replicas < 1 or (max_replicas is not None and max_replicas < replicas):
         fail(f"--replicas must be at least 1 and --max-replicas at least --replicas, got {replicas}, {max_replicas}")
@@ -40,6 +40,6 @@ def eval_answerer(ray: bool, tracks: list, *, model: str, device: str, address, 
     """``typedlm eval --ray``: the run's answerer (None without --ray: the single-process one)."""
     if not ray:
         return None
-    from .eval import ray_answerer
+    from ..scale.eval import ray_answerer  # optional extra: typedlm[ray]
 
     return ray_answerer(tracks, model=model, device=device, replicas=replicas, address=address)

@@ -22,8 +22,8 @@ only within one pass of at most :data:`MAX_PASS_TOKENS` queries.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
+import time
 
 import torch
 

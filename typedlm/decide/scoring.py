@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from ..engine import Engine
 from .plan import Plan
 from .result import QuestionScore
-from .score import ScoreStats, _is_oom, prefill_batch, score_contexts, score_rows
+from .passes import ScoreStats, _is_oom, prefill_batch, score_contexts, score_rows
 from .trie import score_trie
 
 

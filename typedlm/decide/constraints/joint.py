@@ -4,7 +4,7 @@ Input: the plan's question scores after prior correction and calibration (log-pr
 logs: never through a rounded probability). Output: ``chosen`` and ``free``, field -> candidate *key*
 (scalar fields: the choice, booleans ``"true"`` / ``"false"``, :data:`NONE_OF_ABOVE`; multi fields: the
 selected options in schema order). ``free`` is each field decided alone, without constraints; ``chosen``
-is the joint optimum of the constrained fields (:mod:`typedlm.decide.solver`) and ``free`` elsewhere.
+is the joint optimum of the constrained fields (:mod:`typedlm.decide.constraints.solve`) and ``free`` elsewhere.
 
 **The multi-label rule** is the solver's objective for a multi field, constrained or not: the selection
 ``S`` maximizing ``sum_{o in S} (log P(yes_o) - t) + sum_{o not in S} log P(no_o) + log p_count(|S|)`` —
@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .constraints import constrained_fields
-from .logmath import log_softmax
-from .plan import Plan
-from .solver import MultiVar, ScalarVar, solve
+from .parse import constrained_fields
+from ..logmath import log_softmax
+from ..plan import Plan
+from .solve import MultiVar, ScalarVar, solve
 
 
 def variables(plan: Plan, scores: list, thresholds: dict | None = None) -> dict[str, Any]:

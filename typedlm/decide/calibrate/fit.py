@@ -1,6 +1,6 @@
 """Fitting calibration parameters from labelled scores, and choosing the calibrator kind.
 
-Every scalar kind of :mod:`typedlm.decide.calibration` is a multinomial logistic model of the
+Every scalar kind of :mod:`typedlm.decide.calibrate.bundle` is a multinomial logistic model of the
 (clipped) log-scores, linear in its parameters, so its negative log-likelihood is convex:
 
 - ``temperature``: golden-section search on log T in [0.02, 50] (one parameter, no penalty);
@@ -21,9 +21,9 @@ import math
 import numpy as np
 from pydantic import BaseModel
 
-from .calibration import LOG_FLOOR, SCALAR_KINDS, FieldCalibration, ece
-from .logmath import log_sigmoid, log_softmax
-from .solver import MultiVar, solve
+from .bundle import LOG_FLOOR, SCALAR_KINDS, FieldCalibration, ece
+from ..logmath import log_sigmoid, log_softmax
+from ..constraints.solve import MultiVar, solve
 
 FOLDS = 5
 T_MAX = 50.0  # the largest temperature fitted (scores with no information get the flattest allowed)
@@ -136,7 +136,7 @@ THRESHOLDS = tuple(round(0.25 * i, 2) for i in range(-12, 13))  # nats of log-od
 
 
 def fit_threshold(examples: list[Example], field: str, a: float, b: float) -> float:
-    """The multi decision rule's threshold t (:mod:`typedlm.decide.joint`: the solver's objective, count
+    """The multi decision rule's threshold t (:mod:`typedlm.decide.constraints.joint`: the solver's objective, count
     question as the set-size prior) with the most exact sets on ``examples`` after the logistic (a, b);
     ties: the smallest mean |set size - gold size|, then the smallest |t|."""
     rows = []

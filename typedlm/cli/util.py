@@ -12,7 +12,7 @@ from pathlib import Path
 
 import typer
 
-from .errors import TypedLMError
+from ..errors import TypedLMError
 
 EXIT_BAD_INPUT = 2
 EXIT_INCOMPLETE = 3
@@ -72,3 +72,12 @@ def read_json(path: Path, what: str):
 
 def print_json(obj) -> None:
     sys.stdout.write(json.dumps(obj, ensure_ascii=False, indent=2) + "\n")
+
+
+def write_json(path: Path, obj) -> None:
+    """Write ``obj`` as indented JSON (folders made as needed); an unwritable path exits 2."""
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
+    except OSError as e:
+        fail(f"cannot write '{path}': {e.strerror or e}")
