@@ -18,6 +18,10 @@ import platform
 import threading
 import time
 
+from ..decide import presets
+from ..server.app import create_app
+from ..server.state import ServerConfig
+from ..server.testing import live_server
 from .grammar import _pct
 
 KINDS = ("chat", "json", "tools", "decide", "decide_many", "disconnect", "cancel", "malformed")
@@ -40,7 +44,7 @@ def _rss_mb() -> float:
 
 def _request(client, url: str, model: str, kind: str, n: int, decide_body: dict, max_tokens: int) -> int:
     """One request of ``kind`` -> its HTTP status (0: the client dropped or gave up on purpose)."""
-    import httpx
+    import httpx  # optional extra: server (the client side of the soak)
 
     msg = [{"role": "user", "content": f"Request {n}: tell me about the number {n}."}]
     chat = {"model": model, "messages": msg, "max_tokens": max_tokens, "temperature": 1.0, "seed": n}
@@ -76,7 +80,7 @@ def _request(client, url: str, model: str, kind: str, n: int, decide_body: dict,
 
 
 def _client(i: int, url: str, model: str, stop: threading.Event, log: list, decide_body: dict, max_tokens: int):
-    import httpx
+    import httpx  # optional extra: server (the client side of the soak)
 
     n = i
     with httpx.Client(timeout=600) as client:
@@ -92,7 +96,7 @@ def _client(i: int, url: str, model: str, stop: threading.Event, log: list, deci
 
 
 def _scrape(url: str) -> dict:
-    import httpx
+    import httpx  # optional extra: server (the client side of the soak)
 
     text = httpx.get(url + "/metrics", timeout=30).text
     out = {}
@@ -110,12 +114,7 @@ def _sampler(url: str, stop: threading.Event, series: list, interval: float, t0:
 
 def bench_soak(engine, *, clients: int = 32, duration: float = 600, max_tokens: int = 32, max_batch: int = 16,
                interval: float = 5.0, preset: str = "support_triage", progress=None) -> dict:
-    import httpx
-
-    from ..decide import presets
-    from ..server.app import create_app
-    from ..server.state import ServerConfig
-    from ..server.testing import live_server
+    import httpx  # optional extra: server (the client side of the soak)
 
     raw = presets.raw(preset)
     decide_body = {"schema": raw["schema"], "context": raw["examples"][0]}

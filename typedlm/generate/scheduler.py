@@ -381,7 +381,7 @@ class Scheduler:
 def _sampler_class(backend: str) -> type[BatchSampler]:
     """The logits pipeline on the backend's arrays (MLX: :mod:`.mlx_sampler`, imported only there: optional extra)."""
     if backend == "mlx":
-        from .mlx_sampler import MLXSampler
+        from .mlx_sampler import MLXSampler  # optional extra: mlx (the module imports mlx)
 
         return MLXSampler
     return BatchSampler

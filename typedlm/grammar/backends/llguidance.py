@@ -32,8 +32,7 @@ def build_tokenizer(info):
     """llguidance's tokenizer over the same vocabulary (bytes per id) and stop ids as xgrammar's
     ``TokenizerInfo`` ``info``, so both engines fill the same bitmask layout. Warmed up here (the first
     mask walks the whole vocabulary, ~2 s: paid here, not by a request's compile)."""
-    # llguidance is an optional extra
-    import llguidance
+    import llguidance  # optional extra: llguidance
 
     stops = list(info.stop_token_ids)
     vocab = list(info.decoded_vocab)
@@ -73,8 +72,7 @@ class LLGuidanceFiller:
         self._lock = threading.Lock()
 
     def fill(self, states: Sequence["LLGuidanceState"], bitmask: torch.Tensor, rows: Sequence[int]) -> None:
-        # llguidance is an optional extra
-        from llguidance.torch import fill_next_token_bitmask_par
+        from llguidance.torch import fill_next_token_bitmask_par  # optional extra: llguidance
 
         if len(states) == 1:
             states[0].fill_mask(bitmask, rows[0])
