@@ -22,7 +22,6 @@ from .errors import ModelLoadError, TypedLMError
 from .grammar.compiler import Grammars
 from .lru import LRUCache
 from .profile import ChatProfile, ReasoningFormat, detect_reasoning
-from .runner.mlx_runner import MLXRunner, load_model
 from .runner.model_runner import ModelRunner
 from .tokens import SegmentEncoder
 
@@ -241,6 +240,8 @@ def engine_from_mlx(path: str, tokenizer, *, name: str, dtype: torch.dtype | Non
         gen_eos = GenerationConfig.from_pretrained(path).eos_token_id
     except OSError:  # no generation_config.json
         gen_eos = None
+    from .runner.mlx_runner import MLXRunner, load_model  # optional extra: mlx (the module imports mlx)
+
     model, dt = load_model(path, dtype)
     vocab = int(cfg.get_text_config(decoder=True).vocab_size)
     max_ctx = int(getattr(cfg, "max_position_embeddings", 0) or 2048)

