@@ -17,12 +17,14 @@ import time
 from rich.console import Console
 from rich.table import Table
 import torch
+import xgrammar as xgr
 import xgrammar.contrib.hf as xhf
 
 from ..engine import engine_from_model, pick_device, pick_dtype
 from ..generate import SamplingParams, build_sequence
 from ..generate.scheduler import run_batch
 from ..grammar import make_constraint
+from ..grammar.spec import canonical_json
 from ..testing import default_tokenizer, tiny_llama
 from ..testing.archs import ARCHS, random_engine
 
@@ -91,8 +93,9 @@ def run_hf(engine, ids: list[int], batch: int, max_tokens: int, constraint, **ex
     kwargs = dict(max_new_tokens=max_tokens, do_sample=False, pad_token_id=engine.tokenizer.pad_token_id
                   if engine.tokenizer.pad_token_id is not None else sorted(engine.stop_ids)[0],
                   attention_mask=torch.ones_like(input_ids), **extra)
-    if constraint is not None:
-        compiled, _ = engine.grammars.compile(constraint)
+    if constraint is not None:  # the baseline: xgrammar's own HF processor on the raw schema (no typedlm rewrites)
+        compiled = xgr.GrammarCompiler(engine.grammars.tokenizer_info).compile_json_schema(
+            canonical_json(constraint.value), any_whitespace=constraint.any_whitespace)
         kwargs["logits_processor"] = [xhf.LogitsProcessor(compiled)]
     try:
         engine.sync()
