@@ -1,7 +1,7 @@
 """Does a started Scheduler slow later decisions? A decision with the prefix cache off (the prefix-cache bench's
 ``decide off``), p50 of ``runs``, at each stage: no scheduler yet; a scheduler started (static KV + its
 forwards made); after streamed chats on it (short-prefill graphs, the compiled decode layer run); after it stopped.
-Per stage: wall, the device time of the decision (CUDA events), the Python calls of one decision (cProfile, top
+Per stage: wall, the device time of the decision (CUDA events), the collector's runs and seconds over them, the Python calls of one decision (cProfile, top
 by own time), and on CUDA the kernels of one decision (torch.profiler: count and device time, top by time).
 Prints JSON. ``--arch`` a random-weight arch (CUDA), or the tiny test model on the CPU without it.
 
@@ -10,6 +10,7 @@ Prints JSON. ``--arch`` a random-weight arch (CUDA), or the tiny test model on t
 
 import argparse
 import cProfile
+import gc
 import io
 import json
 import pstats
@@ -42,6 +43,20 @@ cache = engine.runner.prefix_cache
 limit = cache.limit_bytes
 
 
+GC = {"runs": [0, 0, 0], "s": 0.0}
+
+
+def _gc(phase, info):
+    if phase == "start":
+        GC["t0"] = time.perf_counter()
+        GC["runs"][info["generation"]] += 1
+    else:
+        GC["s"] += time.perf_counter() - GC["t0"]
+
+
+gc.callbacks.append(_gc)
+
+
 def one(i):
     cache.set_limit(0)
     engine.sync()
@@ -60,7 +75,9 @@ def one(i):
 
 def stage(name):
     one(0)  # warm
+    GC.update(runs=[0, 0, 0], s=0.0)
     got = [one(1 + i) for i in range(a.runs)]
+    gc_runs, gc_s = list(GC["runs"]), GC["s"]
     pr = cProfile.Profile()
     pr.enable()
     one(1)
@@ -70,7 +87,8 @@ def stage(name):
     st.sort_stats("tottime").print_stats(12)
     out = {"stage": name, "wall_p50": statistics.median(w for w, _ in got),
            "device_p50": statistics.median(d for _, d in got) if cuda else None,
-           "calls": st.total_calls, "top_tottime": s.getvalue().splitlines()[-16:]}
+           "calls": st.total_calls, "gc_runs_by_generation": gc_runs, "gc_s": gc_s,
+           "gc_tracked": len(gc.get_objects()), "top_tottime": s.getvalue().splitlines()[-16:]}
     if cuda:
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
                                                 torch.profiler.ProfilerActivity.CUDA]) as prof:
