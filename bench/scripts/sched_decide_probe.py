@@ -19,22 +19,25 @@ import time
 
 import torch
 
-from typedlm.bench.decide import contexts
 from typedlm.bench.prefix_cache import stream_ttft, system_prompt
+
+try:  # the probe runs on the base tree too, where these live in typedlm.bench
+    from typedlm.testing.archs import random_engine
+    from typedlm.testing.contexts import contexts
+except ImportError:
+    from typedlm.bench.decide import contexts
+    from typedlm.bench.models import random_engine
 from typedlm.decide import decide, presets
 from typedlm.generate.scheduler import Scheduler
+from typedlm.testing import tiny_engine
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--arch")
 ap.add_argument("--runs", type=int, default=5)
 a = ap.parse_args()
 if a.arch:
-    from typedlm.bench.models import random_engine
-
     engine = random_engine(a.arch, device="cuda")
 else:
-    from typedlm.testing import tiny_engine
-
     engine = tiny_engine()
 cuda = engine.device.type == "cuda"
 schema = presets.load("support_triage")["schema"]
