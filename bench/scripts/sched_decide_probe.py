@@ -105,7 +105,7 @@ def stage(name):
     return out
 
 
-results = {"device": str(engine.device), "caps": repr(engine.runner.capabilities)}
+results = {"device": str(engine.device), "invariant": engine.runner.invariant}
 decide(schema, ctx[-1], engine=engine)  # the neutral prior
 results["none"] = stage("no scheduler")
 sched = Scheduler(engine, max_batch=4).start()
