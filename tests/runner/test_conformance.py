@@ -57,6 +57,30 @@ def test_1_capabilities_are_a_declared_frozen_object(impl):
     assert isinstance(runner, Runner)
 
 
+def test_1_capabilities_are_read_not_rebuilt_and_follow_the_switches(impl):
+    """Read per decision (decide/score.py, ties.py): the same object until a run-time switch changes it."""
+    runner, _, _, _ = impl
+    caps = runner.capabilities
+    assert runner.capabilities is caps
+    cache = runner.prefix_cache
+    if cache is None:
+        return
+    limit = cache.limit_bytes
+    try:
+        cache.set_limit(0)
+        off = runner.capabilities
+        assert off.prefix_cache is False and off.invariant == caps.invariant and runner.capabilities is off
+        cache.set_limit(limit or 1 << 20)
+        assert runner.capabilities.prefix_cache is True
+        before = runner.capabilities.invariant
+        runner.set_invariant(not before)
+        assert runner.capabilities.invariant == runner.invariant
+        runner.set_invariant(before)
+        assert runner.capabilities.invariant == before
+    finally:
+        cache.set_limit(limit)
+
+
 def test_2_books_apart_from_forwards(impl):
     runner, kv, _, _ = impl
     assert isinstance(kv, SlotBook) and isinstance(runner.forwards(kv), Forwards)

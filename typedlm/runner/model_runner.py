@@ -65,6 +65,10 @@ class ModelRunner:
         # a decision's invariant pass on a cached prefix as a CUDA graph (runner/score_graph.py)
         self.score_graphs = ScoreGraphs(model, device=device, dtype=dtype, max_len=self.kv_len, settings=settings) \
             if self.static_reason is None else None
+        # what never changes for this model, worked out once (``capabilities`` is read per decision)
+        self._fixed = dict(backend="torch", cuda_graphs=self.static_reason is None and device.type == "cuda",
+                           deterministic=invariant.unsupported(model) is None, device_feed=self.static_reason is None)
+        self._caps: Capabilities | None = None
         self.invariant_reason: str | None = None  # None: scoring is batch-invariant; else why not
         self.deterministic = False  # generation on the batch-invariant ops too (set_deterministic)
         on = settings.batch_invariant
@@ -97,10 +101,13 @@ class ModelRunner:
 
     @property
     def capabilities(self) -> Capabilities:
-        static = self.static_reason is None
-        return Capabilities(backend="torch", cuda_graphs=static and self.device.type == "cuda",
-                            invariant=self.invariant, deterministic=invariant.unsupported(self.model) is None,
-                            prefix_cache=self.prefix_cache.enabled, device_feed=static)
+        """The declared capabilities: the model's fixed ones, worked out at construction, with the two that
+        switch at run time (batch-invariant scoring, the prefix cache's limit) read now; the object is remade
+        only when one of those two has changed."""
+        caps, on, cached = self._caps, self.invariant, self.prefix_cache.enabled
+        if caps is None or caps.invariant != on or caps.prefix_cache != cached:
+            caps = self._caps = Capabilities(invariant=on, prefix_cache=cached, **self._fixed)
+        return caps
 
     # -- the model call -------------------------------------------------------------------------------
     def forward(self, input_ids: torch.Tensor, cache=None, **kwargs):
