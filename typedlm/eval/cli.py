@@ -204,7 +204,11 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                     summary = _execute(run, cases, run.open(resume), quiet)
             except RunError as e:
                 fail(str(e))
+        if summary["status"] == "failed":
+            typer.echo(f"error: {summary['reason']}", err=True)
         _print_summary(out, summary)
+        if summary["status"] == "failed":
+            raise typer.Exit(1)
         if summary["status"] == "circuit_open":
             typer.echo(f"error: run stopped: {summary['reason']} (resume with --resume)", err=True)
             raise typer.Exit(3)
