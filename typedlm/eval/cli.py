@@ -106,7 +106,13 @@ def load_cases(data: str):
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     @app.command("eval")
     def eval_cmd(
-        data: str = typer.Option(..., "--data", help="bbc | tweets | bbc-multi | FILE.jsonl (cases)"),
+        data: Optional[str] = typer.Option(None, "--data", help="bbc | tweets | bbc-multi | news-comments | "
+                                           "FILE.jsonl (cases)"),
+        suite: bool = typer.Option(False, "--suite", help="every bundled dataset: majority, naive_local, parallel "
+                                   "default and calibrated (rules fitted on the calibration split); table.md in --out"),
+        cal_limit: Optional[int] = typer.Option(None, "--cal-limit", help="with --suite: calibration cases per dataset"),
+        flip_limit: int = typer.Option(50, "--flip-limit", help="with --suite: test cases also scored permuted"),
+        naive_limit: int = typer.Option(100, "--naive-limit", help="with --suite: test cases naive_local answers"),
         track: str = typer.Option("parallel,naive_local", "--track", help="comma list: parallel, naive_local, openai"),
         modes: str = typer.Option("labels,slots", "--modes", help="parallel track scoring modes (comma list)"),
         prior: str = typer.Option("neutral", "--prior",
@@ -135,6 +141,11 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         replicas: int = typer.Option(1, "--replicas", help="with --ray: model actors"),
     ):
         """Evaluate decisions on labelled cases; writes predictions.jsonl, run.json, timing.json into --out."""
+        if suite:
+            return _suite(out, model=model, device=device, backend=backend, quiet=quiet, cal_limit=cal_limit,
+                          test_limit=limit, flip_limit=flip_limit, naive_limit=naive_limit)
+        if data is None:
+            fail("give --data (a dataset or a cases file), or --suite")
         from .cases import data_sha256, select, with_examples
         from .runner import Run, RunError, RunLock
         from .tracks import TRACKS, NaiveTrack, OpenAITrack, ParallelTrack
@@ -266,6 +277,19 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             paths = write_report(list(runs), Path(out), n_boot=bootstrap, seed=seed)
         for p in paths:
             typer.echo(str(p))
+
+
+def _suite(out: Path, *, model, device, backend, quiet, **limits) -> None:
+    from ..engine import load_engine
+    from .suite import run_suite
+
+    def progress(dataset, what, k):
+        typer.echo(f"suite: {dataset} {what} +{k}", err=True)
+
+    with user_errors():
+        engine = load_engine(model, device=device, backend=backend, progress=not quiet)
+        run_suite(engine, out, progress=None if quiet else progress, command=provenance()["command"], **limits)
+    typer.echo((out / "table.md").read_text())
 
 
 def _interrupt(signum, frame):
