@@ -69,8 +69,9 @@ def test_batch_prior_uses_the_batch(tiny):
 
 def _bundle(tiny, **over):
     base = dict(model="tiny", model_hash=pr.fingerprint(tiny), prompt_version=PROMPT_VERSION, scoring="labels",
-                prior="none", fields={"topic": cal.FieldCalibration(type="enum", kind="temperature", temperature=2.0),
-                                      "tags": cal.FieldCalibration(type="multi", kind="logistic", a=0.5, b=-1.0)})
+                fields={"topic": cal.FieldCalibration(type="enum", kind="temperature", temperature=2.0, prior="none"),
+                        "tags": cal.FieldCalibration(type="multi", kind="logistic", a=0.5, b=-1.0, prior="none",
+                                                     set_rule="count")})
     base.update(over)
     return cal.CalibrationBundle(**base)
 
@@ -96,9 +97,12 @@ def test_calibration_bundle_applies_and_records(tiny, tmp_path):
 
 @pytest.mark.parametrize("over, what", [
     ({"model_hash": "0" * 16}, "model"), ({"prompt_version": "0"}, "prompt version"),
-    ({"scoring": "slots"}, "scoring mode"), ({"prior": "neutral"}, "prior mode"),
+    ({"scoring": "slots"}, "scoring mode"),
+    ({"fields": {"tags": cal.FieldCalibration(type="multi", kind="logistic", a=1, b=0, set_rule="cardinality",
+                                              cardinality=[0.0, 0.0])}}, "set-size prior over 0..1"),
     ({"fields": {"nope": cal.FieldCalibration(type="enum", kind="temperature", temperature=1.0)}}, "does not have"),
-    ({"fields": {"topic": cal.FieldCalibration(type="multi", kind="logistic", a=1, b=0)}}, "the schema's is enum"),
+    ({"fields": {"topic": cal.FieldCalibration(type="multi", kind="logistic", a=1, b=0, set_rule="count")}},
+     "the schema's is enum"),
 ])
 def test_calibration_bundle_mismatch_is_refused(tiny, over, what):
     with pytest.raises(cal.CalibrationMismatch, match=what):
@@ -171,12 +175,12 @@ def test_bias_kind_on_inverted_scores_keeps_a_positive_temperature():
 def test_affine_kinds_apply_through_decide(tiny, kind, params, want):
     raw = decide(SCHEMA, CTXS[0], engine=tiny, prior="none")
     keys = list(raw.fields["topic"].probabilities)
-    fc = cal.FieldCalibration(type="enum", kind=kind, choices=keys, **params)
+    fc = cal.FieldCalibration(type="enum", kind=kind, choices=keys, prior="none", **params)
     d = decide(SCHEMA, CTXS[0], engine=tiny, prior="none", calibration=_bundle(tiny, fields={"topic": fc}))
     z = want([raw.fields["topic"].log_scores[k] for k in keys])
     assert d.fields["topic"].probabilities == pytest.approx(_norm(dict(zip(keys, map(math.exp, z)))), rel=1e-6)
     assert d.fields["topic"].temperature == params.get("temperature")
-    wrong = cal.FieldCalibration(type="enum", kind=kind, choices=keys[::-1], **params)
+    wrong = cal.FieldCalibration(type="enum", kind=kind, choices=keys[:-1] + ["weather"], **params)
     with pytest.raises(cal.CalibrationMismatch, match="fitted on the candidates"):
         decide(SCHEMA, CTXS[0], engine=tiny, prior="none", calibration=_bundle(tiny, fields={"topic": wrong}))
 

@@ -26,7 +26,7 @@ def test_suite_on_a_bundled_dataset(tiny, tmp_path):
     bundle = CalibrationBundle.model_validate_json((tmp_path / "bundles" / "news-comments.json").read_text())
     assert bundle.fit["n_fit"] == 10 and set(bundle.fields) == set(fields)
     table = (tmp_path / "table.md").read_text()
-    assert "Command: `typedlm eval --suite (test)`" in table and table.count("| news-comments |") == 3
+    assert "`typedlm eval --suite (test)`" in table and table.count("| news-comments |") == 3
     assert json.loads((tmp_path / "suite.json").read_text())["datasets"][0]["bundle"] == bundle.id
     again = run_suite(tiny, tmp_path, datasets=("news-comments",), cal_limit=10, test_limit=6, flip_limit=2,
                       naive_limit=2, n_boot=20)  # resumed from its files: the same numbers

@@ -110,6 +110,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                                            "FILE.jsonl (cases)"),
         suite: bool = typer.Option(False, "--suite", help="every bundled dataset: majority, naive_local, parallel "
                                    "default and calibrated (rules fitted on the calibration split); table.md in --out"),
+        datasets: str = typer.Option("bbc,tweets,bbc-multi,news-comments", "--datasets", help="with --suite"),
         cal_limit: Optional[int] = typer.Option(None, "--cal-limit", help="with --suite: calibration cases per dataset"),
         flip_limit: int = typer.Option(50, "--flip-limit", help="with --suite: test cases also scored permuted"),
         naive_limit: int = typer.Option(100, "--naive-limit", help="with --suite: test cases naive_local answers"),
@@ -143,6 +144,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         """Evaluate decisions on labelled cases; writes predictions.jsonl, run.json, timing.json into --out."""
         if suite:
             return _suite(out, model=model, device=device, backend=backend, quiet=quiet, cal_limit=cal_limit,
+                          datasets=tuple(d.strip() for d in datasets.split(",") if d.strip()),
                           test_limit=limit, flip_limit=flip_limit, naive_limit=naive_limit)
         if data is None:
             fail("give --data (a dataset or a cases file), or --suite")

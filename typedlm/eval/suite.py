@@ -30,6 +30,7 @@ from ..decide.api import decide_many, plan_for
 from ..decide.options import DecideOptions
 from ..decide.prompt import PROMPT_VERSION
 from ..decide.result import QuestionScore
+from ..errors import TypedLMError
 from .cases import Case, check_case, select
 from .datasets import DATASETS, load
 from .metrics import groups_from_lines, summarize
@@ -140,16 +141,28 @@ def run_dataset(engine, name: str, out: Path, *, cal_limit: int | None, test_lim
 def run_suite(engine, out: Path, *, datasets=DATASETS, cal_limit: int | None = None, test_limit: int | None = None,
               flip_limit: int = 50, naive_limit: int = 100, n_boot: int = 1000, progress: Callable | None = None,
               command: str = "") -> dict:
-    """Every dataset (:func:`run_dataset`), then ``suite.json`` and ``table.md`` in ``out``."""
+    """Each of ``datasets`` (:func:`run_dataset`), then ``suite.json`` and ``table.md`` in ``out``. Datasets of an
+    earlier call into the same ``out`` stay in the table (each row keeps the command and limits that made it)."""
     from .suite_table import write_table
 
+    unknown = [d for d in datasets if d not in DATASETS]
+    if unknown or not datasets:
+        raise TypedLMError(f"--datasets: unknown {unknown or 'none given'}; use a comma list of {', '.join(DATASETS)}")
     out.mkdir(parents=True, exist_ok=True)
+    limits = {"calibration": cal_limit, "test": test_limit, "flip": flip_limit, "naive": naive_limit}
     t0 = time.time()
-    results = [run_dataset(engine, d, out, cal_limit=cal_limit, test_limit=test_limit, flip_limit=flip_limit,
-                           naive_limit=naive_limit, n_boot=n_boot, progress=progress) for d in datasets]
-    summary = {"command": command, "model": engine.name, "prompt_version": PROMPT_VERSION,
-               "limits": {"calibration": cal_limit, "test": test_limit, "flip": flip_limit, "naive": naive_limit},
-               "seconds": time.time() - t0, "datasets": results}
+    results = {}
+    for d in datasets:
+        r = run_dataset(engine, d, out, cal_limit=cal_limit, test_limit=test_limit, flip_limit=flip_limit,
+                        naive_limit=naive_limit, n_boot=n_boot, progress=progress)
+        results[d] = {**r, "command": command, "limits": limits, "seconds": time.time() - t0}
+        t0 = time.time()
+    old = out / "suite.json"
+    earlier = json.loads(old.read_text())["datasets"] if old.exists() else []
+    merged = {r["dataset"]: r for r in earlier if r.get("model") == engine.name}
+    merged.update({d: {**r, "model": engine.name} for d, r in results.items()})
+    summary = {"model": engine.name, "prompt_version": PROMPT_VERSION,
+               "datasets": [merged[d] for d in DATASETS if d in merged]}
     (out / "suite.json").write_text(json.dumps(summary, indent=2) + "\n")
     write_table(summary, out / "table.md")
     return summary

@@ -60,14 +60,15 @@ def rows(summary: dict) -> list[list[str]]:
 
 
 def markdown(summary: dict) -> str:
-    lim = summary["limits"]
-    head = [f"# Decision quality: every bundled dataset, four ways", "",
-            f"Command: `{summary['command']}`", "",
-            f"Model {summary['model']}, decide prompt version {summary['prompt_version']}; limits per dataset: "
-            f"calibration {lim['calibration'] or 'whole split'}, test {lim['test'] or 'whole split'}, "
-            f"flip {lim['flip']} test cases, naive_local {lim['naive']} test cases; {summary['seconds']:.0f} s.",
-            "Accuracy (multi fields: exact set) with 95 % bootstrap intervals over test cases; verdicts: win / tie "
-            "(intervals overlap) / loss against the majority and against naive_local.", ""]
+    head = ["# Decision quality: every bundled dataset, four ways", "",
+            f"Model {summary['model']}, decide prompt version {summary['prompt_version']}. Commands (limits per dataset: "
+            "calibration cases, test cases, test cases also scored permuted for the flip rate, naive_local cases):", ""]
+    for d in summary["datasets"]:
+        lim = d["limits"]
+        head.append(f"- {d['dataset']}: `{d['command']}` (calibration {lim['calibration'] or 'whole split'}, test "
+                    f"{lim['test'] or 'whole split'}, flip {lim['flip']}, naive {lim['naive']}; {d['seconds']:.0f} s)")
+    head += ["", "Accuracy (multi fields: exact set) with 95 % bootstrap intervals over test cases; verdicts: win / "
+             "tie (intervals overlap) / loss against the majority and against naive_local.", ""]
     table = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     table += ["| " + " | ".join(r) + " |" for r in rows(summary)]
     return "\n".join(head + table) + "\n"
