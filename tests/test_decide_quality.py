@@ -196,9 +196,11 @@ def test_eval_calibration_and_batch_prior_on_the_tiny_model(tiny, tiny_dir, tmp_
     for c, d in zip(cases, want):
         assert got[(c.id, "tone")]["probabilities"] == pytest.approx(d.fields["tone"].probabilities, abs=1e-4)
         assert got[(c.id, "tags")]["pred"] == d.fields["tags"].value
-    # a bundle made for another prior mode is refused before the run (exit 2), not case by case
-    r, _ = _eval(["--calibration", str(tmp_path / "b.json"), "--prior", "none"], tmp_path, tiny_dir, "bad")
-    assert r.exit_code == 2 and "prior mode" in r.stderr
+    # the bundle's fields keep their own prior mode whatever --prior says (it applies to the other fields)
+    r, out = _eval(["--calibration", str(tmp_path / "b.json"), "--prior", "none", "--limit", "2"], tmp_path, tiny_dir,
+                   "other-prior")
+    assert r.exit_code == 0, r.output
+    assert {row["record"]["prior"] for row in read_jsonl(out / "predictions.jsonl")} == {"neutral"}
     # --prior batch: each chunk is one decide_many call with its own prior
     r, out = _eval(["--prior", "batch", "--chunk", "3", "--limit", "6"], tmp_path, tiny_dir, "batch")
     assert r.exit_code == 0, r.output
