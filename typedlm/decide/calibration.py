@@ -36,8 +36,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from ..errors import TypedLMError
 from ..grammar.spec import canonical_json
-from .logmath import log_sigmoid, log_softmax
-from .result import QuestionScore
+from .logmath import log_softmax
 
 FORMAT = "typedlm-calibration/4"
 BINS = 15
@@ -156,21 +155,6 @@ class CalibrationBundle(BaseModel):
             if fc.cardinality is not None and len(fc.cardinality) != n + 1:
                 raise CalibrationMismatch(f"calibration bundle {self.id}: field {name!r} has a set-size prior "
                                           f"over 0..{len(fc.cardinality) - 1}, the field has {n} options")
-
-    def apply(self, plan, scores: list[QuestionScore], questions=None) -> list[QuestionScore]:
-        out = list(scores)
-        for qi in (range(len(scores)) if questions is None else questions):
-            q = plan.questions[qi]
-            fc = self.fields.get(q.field)
-            if fc is None or q.kind == "count":
-                continue
-            s = scores[qi]
-            if fc.type == "multi":
-                z = fc.yes_logit(*s.log_scores)
-                out[qi] = QuestionScore((log_sigmoid(z), log_sigmoid(-z)), s.log_legal_mass)
-            else:
-                out[qi] = QuestionScore(tuple(fc.log_probs_by_name(q.keys, s.log_scores)), s.log_legal_mass)
-        return out
 
     def record(self, field: str) -> dict:
         fc = self.fields.get(field)
