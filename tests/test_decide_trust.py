@@ -158,7 +158,8 @@ def test_per_class_bias_needs_more_than_a_temperature():
     temp, _, _ = _fit(train, types, kinds=("temperature",))
     auto, tables, chosen = _fit(train, types)
     assert auto["f"].kind in ("bias", "vector", "matrix")
-    assert {r["kind"] for r in tables["f"]} == set(cal.SCALAR_KINDS) and len(tables["f"]) == 1 + 3 * len(fit.L2_GRID)
+    assert {r["kind"] for r in tables["f"]} == {*cal.SCALAR_KINDS, fit.CLASS_PRIOR}
+    assert len(tables["f"]) == 2 + 3 * len(fit.L2_GRID)
     best_acc = max(r["cv_acc"] for r in tables["f"])
     assert chosen["f"]["kind"] == auto["f"].kind and chosen["f"] in tables["f"]
     assert chosen["f"]["cv_acc"] >= best_acc - math.sqrt(best_acc * (1 - best_acc) / 400) - 1e-12

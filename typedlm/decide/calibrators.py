@@ -237,18 +237,21 @@ def _newton(F: np.ndarray, gold: np.ndarray, theta0: np.ndarray, l2: float, offs
 
 def fit_kind(keys: list[str], ftype: str, x: np.ndarray, gold: np.ndarray, kind: str,
              l2: float = 1.0) -> FieldCalibration:
-    """One scalar calibrator of ``kind`` fitted on (x, gold)."""
+    """One scalar calibrator of ``kind`` (or :data:`CLASS_PRIOR`: the scores ignored, the add-one smoothed
+    log class shares as a matrix calibrator with zero weights) fitted on (x, gold)."""
+    k = len(keys)
+    if kind == CLASS_PRIOR:
+        shares = np.log((np.bincount(gold, minlength=k) + 1.0) / (len(gold) + k))
+        return FieldCalibration(type=ftype, kind="matrix", choices=keys, weights=np.zeros((k, k)).tolist(),
+                                bias=[float(v) for v in shares])
     t = fit_temperature(x, gold)
     if kind == "temperature":
         return FieldCalibration(type=ftype, kind="temperature", temperature=t)
-    k = len(keys)
     th = _newton(_design(x, kind), gold, _theta0(kind, k, 1.0 / t), l2)
     bias = [float(v) for v in th[-k:]]
     if kind == "bias":
         if th[0] <= 1.0 / T_MAX:  # scores that carry no (or inverted) information: flattest temperature
-            only_bias = _newton(np.broadcast_to(np.eye(k), (len(x), k, k)), gold, np.zeros(k), l2, offset=x / T_MAX)
-            bias = [float(v) for v in only_bias]
-            return FieldCalibration(type=ftype, kind="bias", choices=keys, temperature=T_MAX, bias=bias)
+            return _flat_bias(keys, ftype, x, gold, l2)
         return FieldCalibration(type=ftype, kind="bias", choices=keys, temperature=float(1.0 / th[0]), bias=bias)
     if kind == "vector":
         return FieldCalibration(type=ftype, kind="vector", choices=keys, scale=[float(v) for v in th[:k]], bias=bias)
@@ -256,13 +259,26 @@ def fit_kind(keys: list[str], ftype: str, x: np.ndarray, gold: np.ndarray, kind:
                             weights=th[:k * k].reshape(k, k).tolist(), bias=bias)
 
 
+def _flat_bias(keys: list[str], ftype: str, x: np.ndarray, gold: np.ndarray, l2: float) -> FieldCalibration:
+    k = len(keys)
+    only_bias = _newton(np.broadcast_to(np.eye(k), (len(x), k, k)), gold, np.zeros(k), l2, offset=x / T_MAX)
+    return FieldCalibration(type=ftype, kind="bias", choices=keys, temperature=T_MAX,
+                            bias=[float(v) for v in only_bias])
+
+
 def _nll(fc: FieldCalibration, x: np.ndarray, gold: np.ndarray) -> np.ndarray:
     return np.array([-fc.log_probs(r)[g] for r, g in zip(x, gold)])
 
 
+CLASS_PRIOR = "class_prior"  # a candidate with every kind: the gold class shares alone (matrix with W = 0)
+
+
 def candidates(kinds=SCALAR_KINDS) -> list[tuple[str, float | None]]:
+    """(kind, l2) pairs to cross-validate; with more than one kind also :data:`CLASS_PRIOR`, so a field whose
+    scores carry no usable signal can fall back to its most frequent class."""
+    extra = [(CLASS_PRIOR, 1.0)] if len(kinds) > 1 else []
     return [(k, None) if k == "temperature" else (k, l2) for k in kinds for l2 in
-            ((None,) if k == "temperature" else L2_GRID)]
+            ((None,) if k == "temperature" else L2_GRID)] + extra
 
 
 def select_scalar(keys: list[str], ftype: str, x: np.ndarray, gold: np.ndarray, kinds=SCALAR_KINDS):
