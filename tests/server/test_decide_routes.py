@@ -126,7 +126,7 @@ def test_decide_route_constraints_prior_calibration(base, tiny):
     schema = {**SCHEMA, "fields": {**SCHEMA["fields"], "tags": {**SCHEMA["fields"]["tags"], "exactly": 1}},
               "constraints": [{"if": {"spam": True}, "then": {"tags": "ads"}}]}
     bundle = CalibrationBundle(model="tiny", model_hash=fingerprint(tiny), prompt_version=PROMPT_VERSION,
-                               scoring="labels", prior="neutral",
+                               scoring="labels",
                                fields={"tone": FieldCalibration(type="enum", kind="temperature", temperature=1.5)})
     body = {"schema": schema, "context": "Buy cheap watches at example.com!!!", "prior": "neutral",
             "calibration": bundle.model_dump()}
