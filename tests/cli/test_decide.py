@@ -100,9 +100,9 @@ def test_decide_cli_constraints_dependencies_abstention(tiny, tiny_dir, tmp_path
     assert (f["tags"]["value"], f["tags"]["reason"]) == (None, "abstain") and 1 <= len(f["tags"]["solver_value"]) <= 2
     assert not f["spam"]["solver_value"] or "ads" in f["tags"]["solver_value"]
     bundle = CalibrationBundle(model="tiny", model_hash=fingerprint(tiny), prompt_version=PROMPT_VERSION,
-                               scoring="labels", prior="batch",
+                               scoring="labels",
                                fields={"tone": FieldCalibration(type="enum", kind="bias", choices=["calm", "angry"],
-                                                                temperature=2.0, bias=[0.0, 1.0])})
+                                                                temperature=2.0, bias=[0.0, 1.0], prior="batch")})
     bpath = tmp_path / "b.json"
     bpath.write_text(bundle.model_dump_json())
     inp = tmp_path / "in.jsonl"
@@ -116,8 +116,8 @@ def test_decide_cli_constraints_dependencies_abstention(tiny, tiny_dir, tmp_path
         t = ln["fields"]["tone"]
         assert (t["prior"], t["calibrator"], t["temperature"]) == ("batch", bundle.id, 2.0)
         assert 1 <= len(ln["fields"]["tags"]["value"]) <= 2 and t["given"] == {"spam": ln["value"]["spam"]}
-    r = run(*base, "--prior", "none", "--calibration", bpath)
-    assert r.exit_code == 2 and "prior mode" in r.stderr, r.output
+    r = run("decide", "--schema", sch, "--context", "Thanks!", "--model", tiny_dir, "--calibration", bpath)
+    assert r.exit_code == 2 and "field 'tone' (calibration bundle)" in r.stderr and "at least 2" in r.stderr
 
 
 def test_validate(schema_file, tmp_path):

@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, Field
 
+from typedlm.decide.cardinality import default_prior
 from typedlm.decide.constraints import solve as S
 from typedlm.decide.constraints import terms as C
 from typedlm.decide.constraints.parse import constrained_fields
@@ -326,7 +327,7 @@ def test_constrained_fields_abstain_on_the_same_rule(tiny):
         tg = got["tags"]
         mv = S.MultiVar("tags", list(tg.probabilities), [math.log(p) for p in tg.probabilities.values()],
                         [math.log(1 - p) for p in tg.probabilities.values()],
-                        [math.log(tg.count_probabilities[str(k)]) for k in range(5)], 1, 2, (), sch["tags"].requires)
+                        default_prior(4), 1, 2, (), sch["tags"].requires)  # the default set rule: cardinality
         assert S.satisfied([mv], sch.constraints, solver) and 1 <= len(solver["tags"]) <= 2
         assert S.score(scal, [mv], solver) == pytest.approx(brute_force(scal, [mv], sch.constraints)[0], abs=1e-9)
     assert abstained["constrained"] > 50 and abstained["multi"] > 10  # the rule did fire, multi fields included

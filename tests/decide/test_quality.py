@@ -12,7 +12,8 @@ from typedlm.cli import app
 from typedlm.decide import prior as P
 from typedlm.decide.api import decide_many, plan_for, prepare, settle
 from typedlm.decide.calibrate.bundle import CalibrationBundle, FieldCalibration
-from typedlm.decide.calibrate.fit import Example, fit_threshold
+from typedlm.decide.calibrate.fit import Example, fit_threshold, multi_rows
+from typedlm.decide.rules import rules_for, thresholds
 from typedlm.decide.options import DecideOptions, OptionsError
 from typedlm.decide.prompt import PROMPT_VERSION
 from typedlm.decide.result import QuestionScore
@@ -43,11 +44,11 @@ def test_count_question_is_a_prior_over_set_sizes(tiny):
     plan = plan_for(MULTI, tiny)
     p_yes = {"business": 0.55, "entertainment": 0.55, "politics": 0.6, "sport": 0.55, "tech": 0.55}
     count = [0.1, 0.5, 0.1, 0.1, 0.1, 0.1]
-    _, fields = settle(plan, _scores(plan, p_yes, count), DecideOptions())
+    _, fields = settle(plan, _scores(plan, p_yes, count), DecideOptions(set_rule="count"))
     assert fields["topics"].value == ["politics"]
     # a confident per-option signal still beats a weak count prior: log-odds 2.2 each vs log(0.5 / 0.1)
     p_yes = {"business": 0.9, "entertainment": 0.1, "politics": 0.9, "sport": 0.1, "tech": 0.1}
-    _, fields = settle(plan, _scores(plan, p_yes, count), DecideOptions())
+    _, fields = settle(plan, _scores(plan, p_yes, count), DecideOptions(set_rule="count"))
     assert fields["topics"].value == ["business", "politics"]
 
 
@@ -58,9 +59,9 @@ def test_bundle_threshold_and_schema_bounds_enter_the_same_rule(tiny):
     sc = _scores(plan, p_yes, flat)
     assert settle(plan, sc, DecideOptions())[1]["topics"].value == ["business", "politics"]
     bundle = CalibrationBundle(model="m", model_hash="h", prompt_version=PROMPT_VERSION, scoring="labels",
-                               prior="neutral", fields={"topics": FieldCalibration(
-                                   type="multi", kind="logistic", a=1.0, b=0.0, threshold=1.5)})
-    assert bundle.thresholds() == {"topics": 1.5}
+                               fields={"topics": FieldCalibration(
+                                   type="multi", kind="logistic", a=1.0, b=0.0, threshold=1.5, set_rule="count")})
+    assert thresholds(rules_for(plan, DecideOptions(calibration=bundle))) == {"topics": 1.5}
     # t = 1.5 nats: politics (log-odds 1.39) drops out, business (2.20) stays
     assert settle(plan, sc, DecideOptions(calibration=bundle))[1]["topics"].value == ["business"]
     bounded = plan_for({"fields": {"topics": {**MULTI["fields"]["topics"], "max_selected": 1}}}, tiny)
@@ -99,7 +100,7 @@ def test_fit_threshold_recovers_the_set_sizes():
         top = OPTS[i % 5]
         ly = {o: math.log(0.9 if o == top else 0.7) for o in OPTS}
         exs.append(Example(scores={"topics": ly}, gold={"topics": [top]}, counts={"topics": [math.log(1 / 6)] * 6}))
-    t = fit_threshold(exs, "topics", 1.0, 0.0)
+    t = fit_threshold(multi_rows(exs, "topics", 1.0, 0.0), lambda count: count)
     assert 0.85 <= t < 2.2  # between the runner-up's log-odds (0.85) and the top option's (2.2)
 
 
@@ -179,10 +180,10 @@ def test_eval_calibration_and_batch_prior_on_the_tiny_model(tiny, tiny_dir, tmp_
     write_cases(tmp_path / "cases.jsonl", cases)
     fp = fingerprint(load_engine(str(tiny_dir), progress=False))
     bundle = CalibrationBundle(model="tiny", model_hash=fp, prompt_version=PROMPT_VERSION, scoring="labels",
-                               prior="neutral", fields={
+                               fields={
                                    "tone": FieldCalibration(type="enum", kind="temperature", temperature=2.0),
                                    "tags": FieldCalibration(type="multi", kind="logistic", a=2.0, b=-0.5,
-                                                            threshold=0.25)})
+                                                            threshold=0.25, set_rule="count")})
     (tmp_path / "b.json").write_text(bundle.model_dump_json())
     r, out = _eval(["--calibration", str(tmp_path / "b.json"), "--chunk", "4"], tmp_path, tiny_dir, "cal")
     assert r.exit_code == 0, r.output
@@ -195,9 +196,11 @@ def test_eval_calibration_and_batch_prior_on_the_tiny_model(tiny, tiny_dir, tmp_
     for c, d in zip(cases, want):
         assert got[(c.id, "tone")]["probabilities"] == pytest.approx(d.fields["tone"].probabilities, abs=1e-4)
         assert got[(c.id, "tags")]["pred"] == d.fields["tags"].value
-    # a bundle made for another prior mode is refused before the run (exit 2), not case by case
-    r, _ = _eval(["--calibration", str(tmp_path / "b.json"), "--prior", "none"], tmp_path, tiny_dir, "bad")
-    assert r.exit_code == 2 and "prior mode" in r.stderr
+    # the bundle's fields keep their own prior mode whatever --prior says (it applies to the other fields)
+    r, out = _eval(["--calibration", str(tmp_path / "b.json"), "--prior", "none", "--limit", "2"], tmp_path, tiny_dir,
+                   "other-prior")
+    assert r.exit_code == 0, r.output
+    assert {row["record"]["prior"] for row in read_jsonl(out / "predictions.jsonl")} == {"neutral"}
     # --prior batch: each chunk is one decide_many call with its own prior
     r, out = _eval(["--prior", "batch", "--chunk", "3", "--limit", "6"], tmp_path, tiny_dir, "batch")
     assert r.exit_code == 0, r.output

@@ -7,6 +7,7 @@ import pytest
 
 from typedlm.decide.calibrate import bundle as cal
 from typedlm.decide.calibrate import fit
+from typedlm.decide.calibrate import rulefit
 from typedlm.decide import prior as pr
 from typedlm.decide.api import decide, decide_many, plan_for
 from typedlm.decide.scoring import score_prompts
@@ -69,8 +70,9 @@ def test_batch_prior_uses_the_batch(tiny):
 
 def _bundle(tiny, **over):
     base = dict(model="tiny", model_hash=pr.fingerprint(tiny), prompt_version=PROMPT_VERSION, scoring="labels",
-                prior="none", fields={"topic": cal.FieldCalibration(type="enum", kind="temperature", temperature=2.0),
-                                      "tags": cal.FieldCalibration(type="multi", kind="logistic", a=0.5, b=-1.0)})
+                fields={"topic": cal.FieldCalibration(type="enum", kind="temperature", temperature=2.0, prior="none"),
+                        "tags": cal.FieldCalibration(type="multi", kind="logistic", a=0.5, b=-1.0, prior="none",
+                                                     set_rule="count")})
     base.update(over)
     return cal.CalibrationBundle(**base)
 
@@ -96,9 +98,12 @@ def test_calibration_bundle_applies_and_records(tiny, tmp_path):
 
 @pytest.mark.parametrize("over, what", [
     ({"model_hash": "0" * 16}, "model"), ({"prompt_version": "0"}, "prompt version"),
-    ({"scoring": "slots"}, "scoring mode"), ({"prior": "neutral"}, "prior mode"),
+    ({"scoring": "slots"}, "scoring mode"),
+    ({"fields": {"tags": cal.FieldCalibration(type="multi", kind="logistic", a=1, b=0, set_rule="cardinality",
+                                              cardinality=[0.0, 0.0])}}, "set-size prior over 0..1"),
     ({"fields": {"nope": cal.FieldCalibration(type="enum", kind="temperature", temperature=1.0)}}, "does not have"),
-    ({"fields": {"topic": cal.FieldCalibration(type="multi", kind="logistic", a=1, b=0)}}, "the schema's is enum"),
+    ({"fields": {"topic": cal.FieldCalibration(type="multi", kind="logistic", a=1, b=0, set_rule="count")}},
+     "the schema's is enum"),
 ])
 def test_calibration_bundle_mismatch_is_refused(tiny, over, what):
     with pytest.raises(cal.CalibrationMismatch, match=what):
@@ -125,10 +130,17 @@ def _synthetic(n, seed, bias=(0.0, 0.0, 0.0), over=3.0):
     return ex
 
 
+def _fit(ex, types, kinds=cal.SCALAR_KINDS):
+    """Rules chosen by cross-validation (prior none only): (fields, scalar fields' candidate tables, chosen rows)."""
+    fields, recs = rulefit.choose_rules(types, {"f": 3, "m": 1}, {"none": ex}, kinds=kinds)
+    return fields, {n: r["candidates"] for n, r in recs.items() if types[n] != "multi"}, \
+        {n: r["chosen"] for n, r in recs.items()}
+
+
 def test_fitting_recovers_temperature_and_logistic_and_lowers_ece():
     ex = _synthetic(600, 0)
     types = {"f": "enum", "m": "multi"}
-    fields, tables = fit.fit_fields(ex, types, kinds=("temperature",))
+    fields, tables, _ = _fit(ex, types, kinds=("temperature",))
     assert fields["f"].kind == "temperature" and fields["f"].temperature == pytest.approx(3.0, rel=0.2)
     assert fields["m"].kind == "logistic"
     assert fields["m"].a == pytest.approx(0.5, abs=0.15) and fields["m"].b == pytest.approx(-0.5, abs=0.25)
@@ -143,22 +155,24 @@ def test_per_class_bias_needs_more_than_a_temperature():
     bias = (2.5, 0.0, -1.0)
     train, test = _synthetic(400, 1, bias), _synthetic(1000, 2, bias)
     types = {"f": "enum"}
-    temp, _ = fit.fit_fields(train, types, kinds=("temperature",))
-    auto, tables = fit.fit_fields(train, types)
+    temp, _, _ = _fit(train, types, kinds=("temperature",))
+    auto, tables, chosen = _fit(train, types)
     assert auto["f"].kind in ("bias", "vector", "matrix")
-    assert {r["kind"] for r in tables["f"]} == set(cal.SCALAR_KINDS) and len(tables["f"]) == 1 + 3 * len(fit.L2_GRID)
-    best = min(tables["f"], key=lambda r: r["cv_nll"])
-    assert (best["kind"], best["l2"]) == (auto["f"].kind, best["l2"])
+    assert {r["kind"] for r in tables["f"]} == {*cal.SCALAR_KINDS, fit.CLASS_PRIOR}
+    assert len(tables["f"]) == 2 + 3 * len(fit.L2_GRID)
+    best_acc = max(r["cv_acc"] for r in tables["f"])
+    assert chosen["f"]["kind"] == auto["f"].kind and chosen["f"] in tables["f"]
+    assert chosen["f"]["cv_acc"] >= best_acc - math.sqrt(best_acc * (1 - best_acc) / 400) - 1e-12
     tt, ta = fit.evaluate(test, types, temp)["fields"]["f"], fit.evaluate(test, types, auto)["fields"]["f"]
     assert ta["nll"] < tt["nll"] - 0.02 and ta["ece"] < tt["ece"] and ta["ece"] < 0.05
     for kind in ("bias", "vector", "matrix"):  # each kind alone also removes the bias
-        f1, _ = fit.fit_fields(train, types, kinds=(kind,))
+        f1, _, _ = _fit(train, types, kinds=(kind,))
         assert f1["f"].kind == kind and fit.evaluate(test, types, f1)["fields"]["f"]["nll"] < tt["nll"] - 0.02
 
 
 def test_bias_kind_on_inverted_scores_keeps_a_positive_temperature():
     ex = _synthetic(300, 4, over=-1.0)  # the scores point the wrong way: no positive temperature fits them
-    f, tables = fit.fit_fields(ex, {"f": "enum"}, kinds=("bias",))
+    f, tables, _ = _fit(ex, {"f": "enum"}, kinds=("bias",))
     assert f["f"].kind == "bias" and f["f"].temperature == fit.T_MAX and len(tables["f"]) == len(fit.L2_GRID)
 
 
@@ -171,12 +185,12 @@ def test_bias_kind_on_inverted_scores_keeps_a_positive_temperature():
 def test_affine_kinds_apply_through_decide(tiny, kind, params, want):
     raw = decide(SCHEMA, CTXS[0], engine=tiny, prior="none")
     keys = list(raw.fields["topic"].probabilities)
-    fc = cal.FieldCalibration(type="enum", kind=kind, choices=keys, **params)
+    fc = cal.FieldCalibration(type="enum", kind=kind, choices=keys, prior="none", **params)
     d = decide(SCHEMA, CTXS[0], engine=tiny, prior="none", calibration=_bundle(tiny, fields={"topic": fc}))
     z = want([raw.fields["topic"].log_scores[k] for k in keys])
     assert d.fields["topic"].probabilities == pytest.approx(_norm(dict(zip(keys, map(math.exp, z)))), rel=1e-6)
     assert d.fields["topic"].temperature == params.get("temperature")
-    wrong = cal.FieldCalibration(type="enum", kind=kind, choices=keys[::-1], **params)
+    wrong = cal.FieldCalibration(type="enum", kind=kind, choices=keys[:-1] + ["weather"], **params)
     with pytest.raises(cal.CalibrationMismatch, match="fitted on the candidates"):
         decide(SCHEMA, CTXS[0], engine=tiny, prior="none", calibration=_bundle(tiny, fields={"topic": wrong}))
 

@@ -126,7 +126,7 @@ def test_decide_route_constraints_prior_calibration(base, tiny):
     schema = {**SCHEMA, "fields": {**SCHEMA["fields"], "tags": {**SCHEMA["fields"]["tags"], "exactly": 1}},
               "constraints": [{"if": {"spam": True}, "then": {"tags": "ads"}}]}
     bundle = CalibrationBundle(model="tiny", model_hash=fingerprint(tiny), prompt_version=PROMPT_VERSION,
-                               scoring="labels", prior="neutral",
+                               scoring="labels",
                                fields={"tone": FieldCalibration(type="enum", kind="temperature", temperature=1.5)})
     body = {"schema": schema, "context": "Buy cheap watches at example.com!!!", "prior": "neutral",
             "calibration": bundle.model_dump()}
@@ -140,14 +140,17 @@ def test_decide_route_constraints_prior_calibration(base, tiny):
     r = httpx.post(f"{base}/v1/decide", json={"schema": schema, "contexts": ["Buy now!!!", "Hi, my invoice is wrong."],
                                               "prior": "batch"}, timeout=120)
     assert r.status_code == 200 and [d["fields"]["tone"]["prior"] for d in r.json()] == ["batch", "batch"], r.text
-    for bad, needle in ((dict(body, prior="none"), "prior mode"), (dict(body, prior="batch"), "at least 2 contexts"),
+    r = httpx.post(f"{base}/v1/decide", json=dict(body, prior="none"), timeout=60)  # the bundle's field rule wins
+    assert r.status_code == 200, r.text
+    assert (r.json()["fields"]["tone"]["prior"], r.json()["fields"]["spam"]["prior"]) == ("neutral", "none"), r.text
+    for bad, needle in ((dict(body, prior="batch"), "at least 2 contexts"),
                         (dict(body, schema={**schema, "constraints": [{"if": {"spam": True},
                                                                         "then": {"tags": "nope"}}]}), "no choice 'nope'"),
                         (dict(body, calibration={"model": "x"}), "calibration.model_hash: Field required")):
         r = httpx.post(f"{base}/v1/decide", json=bad, timeout=60)
         assert r.status_code == 400 and needle in r.json()["error"]["message"], r.text
-        if needle in ("prior mode", "at least 2 contexts"):  # checked once, before queueing: the option named
-            assert r.json()["error"]["param"] == ("calibration" if needle == "prior mode" else "prior"), r.text
+        if needle == "at least 2 contexts":  # checked once, before queueing: the option named
+            assert r.json()["error"]["param"] == "prior", r.text
 
 
 def test_decide_route_dependencies_and_constrained_abstention(base, tiny):

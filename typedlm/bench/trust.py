@@ -24,6 +24,7 @@ import time
 from ..decide.constraints import parse as constraints
 from ..decide.calibrate import collect as fitting
 from ..decide.api import plan_for
+from ..decide.options import DecideOptions
 from ..decide.calibrate.bundle import ece_floor
 from ..decide.schema import DecisionSchema
 from ..eval.cases import check_case, gold_key, select
@@ -48,16 +49,16 @@ def run_dataset(engine, name: str, cases_all: list, out: Path, fit_n: int, test_
     by_id = {c.id: c for c in test_cases}
     lines, summary = [], {"dataset": name, "n_fit": len(fit_s), "n_test": len(test_s), "batch": batch,
                           "variants": {}}
-    variants: list[tuple[str, object, list, str, object]] = []
+    variants: list[tuple[str, object, object]] = []
     for prior in VARIANTS:
-        sc = fitting.corrected(plan, test_s, prior, neutral, batch)
-        bundle, rep = fitting.fit_bundle(engine, plan, fit_s, test_s, prior, neutral, data=name, batch=batch)
+        bundle, rep = fitting.fit_bundle(engine, plan, fit_s, neutral, data=name, batch=batch, priors=(prior,))
+        held = fitting.heldout(plan, bundle, test_s, neutral, batch)
         (out / f"bundle-{prior}.json").write_text(bundle.model_dump_json(indent=2) + "\n")
         mode = "labels" + ("" if prior == "none" else f"+{prior}")
-        variants.append((mode, plan, sc, prior, None))
-        variants.append((mode + "+cal", plan, sc, prior, bundle))
-        summary["variants"][mode] = {"heldout_ece_before": rep["before"]["ece"],
-                                     "heldout_ece_after": rep["after"]["ece"], "bundle": bundle.id,
+        variants.append((mode, plan, DecideOptions(prior=prior)))
+        variants.append((mode + "+cal", plan, DecideOptions(prior=prior, calibration=bundle)))
+        summary["variants"][mode] = {"heldout_ece_before": held["before"]["ece"],
+                                     "heldout_ece_after": held["after"]["ece"], "bundle": bundle.id,
                                      "kinds": {k: v.kind for k, v in bundle.fields.items()},
                                      "candidates": rep["candidates"],
                                      "params": {k: v.model_dump(exclude_none=True) for k, v in bundle.fields.items()}}
@@ -67,10 +68,10 @@ def run_dataset(engine, name: str, cases_all: list, out: Path, fit_n: int, test_
         for f in multi:
             spec["fields"][f.name].update(min_selected=1, max_selected=3)
         cplan = plan_for(DecisionSchema.from_dict(spec), engine)
-        variants.append(("labels+constrained", cplan, fitting.corrected(cplan, test_s, "none", None), "none", None))
+        variants.append(("labels+constrained", cplan, DecideOptions(prior="none")))
         summary["constraints"] = {f.name: {"min_selected": 1, "max_selected": 3} for f in multi}
-    for mode, vplan, sc, prior, bundle in variants:
-        ds = fitting.decisions(vplan, test_s, sc, engine.name, prior, bundle)
+    for mode, vplan, opts in variants:
+        ds = fitting.decisions(vplan, test_s, engine.name, opts, neutral, batch)
         summary["variants"].setdefault(mode, {}).update(_quality(vplan.schema, ds, [by_id[c.id] for c in test_s]))
         viol = changed = 0
         for c, d in zip(test_s, ds):

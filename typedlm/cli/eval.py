@@ -16,7 +16,14 @@ BATCH_CHUNK = 32  # with --prior batch: the batch the prior is estimated from (a
 
 
 def eval_cmd(
-    data: str = typer.Option(..., "--data", help="bbc | tweets | bbc-multi | FILE.jsonl (cases)"),
+    data: Optional[str] = typer.Option(None, "--data", help="bbc | tweets | bbc-multi | news-comments | "
+                                       "FILE.jsonl (cases)"),
+    suite: bool = typer.Option(False, "--suite", help="every bundled dataset: majority, naive_local, parallel "
+                               "default and calibrated (rules fitted on the calibration split); table.md in --out"),
+    datasets: str = typer.Option("bbc,tweets,bbc-multi,news-comments", "--datasets", help="with --suite"),
+    cal_limit: Optional[int] = typer.Option(None, "--cal-limit", help="with --suite: calibration cases per dataset"),
+    flip_limit: int = typer.Option(50, "--flip-limit", help="with --suite: test cases also scored permuted"),
+    naive_limit: int = typer.Option(100, "--naive-limit", help="with --suite: test cases naive_local answers"),
     track: str = typer.Option("parallel,naive_local", "--track", help="comma list: parallel, naive_local, openai"),
     modes: str = typer.Option("labels,slots", "--modes", help="parallel track scoring modes (comma list)"),
     prior: str = typer.Option("neutral", "--prior",
@@ -45,6 +52,12 @@ def eval_cmd(
     replicas: int = typer.Option(1, "--replicas", help="with --ray: model actors"),
 ):
     """Evaluate decisions on labelled cases; writes predictions.jsonl, run.json, timing.json into --out."""
+    if suite:
+        return _suite(out, model=model, device=device, backend=backend, quiet=quiet, cal_limit=cal_limit,
+                      datasets=tuple(d.strip() for d in datasets.split(",") if d.strip()),
+                      test_limit=limit, flip_limit=flip_limit, naive_limit=naive_limit)
+    if data is None:
+        fail("give --data (a dataset or a cases file), or --suite")
     from ..decide.options import DecideOptions  # lazy: CLI start-up
     from ..eval.cases import data_sha256, select, with_examples  # lazy: CLI start-up
     from ..eval.datasets import load_cases  # lazy: CLI start-up
@@ -81,12 +94,37 @@ def eval_cmd(
                 summary = _execute(run, cases, run.open(resume), quiet)
         except RunError as e:
             fail(str(e))
+    _finish(out, summary)
+
+
+def _finish(out: Path, summary: dict) -> None:
+    """The run's summary on stderr and its exit code: 1 every case skipped (the reason first), 3 the circuit
+    breaker stopped it, 130 interrupted."""
+    if summary["status"] == "failed":
+        typer.echo(f"error: {summary['reason']}", err=True)
     _print_summary(out, summary)
+    if summary["status"] == "failed":
+        raise typer.Exit(1)
     if summary["status"] == "circuit_open":
         typer.echo(f"error: run stopped: {summary['reason']} (resume with --resume)", err=True)
         raise typer.Exit(3)
     if summary["status"] == "interrupted":
         raise typer.Exit(130)
+
+
+def _suite(out: Path, *, model, device, backend, quiet, **limits) -> None:
+    """``--suite``: :func:`typedlm.eval.suite.run_suite` into ``out``, then its table on stdout."""
+    from ..engine import load_engine  # lazy: CLI start-up
+    from ..eval.provenance import provenance  # lazy: CLI start-up
+    from ..eval.suite import run_suite  # lazy: CLI start-up
+
+    def progress(dataset, what, k):
+        typer.echo(f"suite: {dataset} {what} +{k}", err=True)
+
+    with user_errors():
+        engine = load_engine(model, device=device, backend=backend, progress=not quiet)
+        run_suite(engine, out, progress=None if quiet else progress, command=provenance()["command"], **limits)
+    typer.echo((out / "table.md").read_text())
 
 
 def _check_flags(names: list, mode_list: list, modes: str, *, prior: str, flip: bool, ray: bool, chunk: int,

@@ -2,8 +2,8 @@
 
     schema -> plan -> prompt              ``prepare``: every check before any model work (a ``Job``)
     -> score                              ``batches.score_prompts``: shared prefix once, rows batched
-    -> prior / calibration                ``prior.adjust``, near ties rescored one row at a time,
-                                          ``CalibrationBundle.apply``
+    -> prior / calibration                each field's rule (``rules.final_scores``: prior mode, calibrator),
+                                          near ties rescored one row at a time
     -> constraints                        ``joint.solve_fields``: the exact joint choice (multi rule too)
     -> result                             ``result.field_results``, ``result.finish_decision``
 
@@ -26,9 +26,10 @@ from .constraints.joint import pins, solve_fields
 from .options import DecideOptions
 from .passes import DEFAULT_BUDGET_BYTES, resolve_packing
 from .plan import DEFAULT_SCORING, NONE_OF_ABOVE, Plan, get_plan
-from .prior import adjust, check_mode as check_prior, fingerprint, mean_log_probs, neutral as neutral_prior
+from .prior import fingerprint, mean_log_probs, neutral as neutral_prior
 from .prompt import PROMPT_VERSION, prompt_ids, prompt_record
 from .result import Decision, field_results, finish_decision
+from .rules import Rule, check_contexts, final_scores, prior_modes, rules_for
 from .schema import DecisionSchema
 from .scoring import Scored, merged_usage, question_score, score_prompts
 from .ties import drift, near_ties, rescore_one_row
@@ -55,6 +56,7 @@ class Job:
     prompts: tuple[list[int], ...]
     waves: tuple[tuple[str, ...], ...]
     plans: tuple[Plan, ...]
+    rules: dict[str, Rule]  # field -> its decision rule (the bundle's, else the options')
 
 
 def decide(schema: Any, context: str, options: DecideOptions | None = None, *, engine: Engine | None = None,
@@ -84,10 +86,11 @@ def prepare(schema: Any, contexts: list[str], options: DecideOptions | None = No
     opts = DecideOptions.make(options, **overrides)
     engine = default_engine(engine)
     plan = plan_for(schema, engine, opts.scoring, opts.allow_none_of_above)
-    check_prior(opts.prior, len(contexts))
     if opts.calibration is not None:
         opts.calibration.check(model_hash=fingerprint(engine), prompt_version=PROMPT_VERSION, scoring=plan.scoring,
-                               prior=opts.prior, plan=plan)
+                               plan=plan)
+    rules = rules_for(plan, opts)
+    check_contexts(rules, len(contexts))
     waves = dependency_waves(plan.schema)
     # wave 0 is the whole plan (its prompt and scores are those of a decision without dependencies; the
     # children's first-pass scores are then replaced); later waves score their fields on "Given:" prompts
@@ -104,7 +107,7 @@ def prepare(schema: Any, contexts: list[str], options: DecideOptions | None = No
         except TypedLMError as e:
             raise TypedLMError(f"contexts[{i}]: {e}" if len(contexts) > 1 else str(e)) from e
         prompts.append(ids)
-    return Job(engine, plan, opts, tuple(contexts), tuple(prompts), tuple(waves), tuple(plans))
+    return Job(engine, plan, opts, tuple(contexts), tuple(prompts), tuple(waves), tuple(plans), rules)
 
 
 def run(job: Job, *, engine: Engine | None = None, budget_bytes: int = DEFAULT_BUDGET_BYTES,
@@ -118,8 +121,9 @@ def run(job: Job, *, engine: Engine | None = None, budget_bytes: int = DEFAULT_B
     def score(p: Plan, ids: list[list[int]]) -> list[Scored]:
         return score_prompts(engine, p, ids, packing, budget_bytes, max_rows)
 
+    modes = set(prior_modes(job.rules).values())
     neutral = neutral_prior(engine, plan, lambda ids: [s.scores for s in score(plan, ids)], PROMPT_VERSION) \
-        if opts.prior == "neutral" else None
+        if "neutral" in modes else None
     compile_s = time.perf_counter() - t0
     n = len(job.contexts)
     final = [[None] * len(plan.questions) for _ in range(n)]
@@ -136,8 +140,8 @@ def run(job: Job, *, engine: Engine | None = None, budget_bytes: int = DEFAULT_B
         if k == 0:
             cached = [reused_by(ids, seen) for ids in ids_k]
         where = [index[(q.field, q.kind, q.option)] for q in wplan.questions]
-        logs = [neutral[j] for j in where] if neutral is not None else \
-            mean_log_probs([s.scores for s in scored]) if opts.prior == "batch" else None
+        logs = {"neutral": [neutral[j] for j in where] if neutral is not None else None,
+                "batch": mean_log_probs([s.scores for s in scored]) if "batch" in modes else None}
         for i, s in enumerate(scored):
             sc, ties = _prior_and_calibration(job, engine, wplan, wave if k == 0 else (), ids_k[i], s, logs, max_rows)
             for j, qs in zip(where, sc):
@@ -165,39 +169,37 @@ def run(job: Job, *, engine: Engine | None = None, budget_bytes: int = DEFAULT_B
 
 def _prior_and_calibration(job: Job, engine: Engine, wplan: Plan, tie_fields, ids: list[int], s: Scored, logs,
                            max_rows):
-    """One context's scores of one wave after the prior step; near ties among ``tie_fields`` (the batch shape
-    could pick these winners) rescored one row per forward; then the calibration bundle."""
-    mode, bundle = job.options.prior, job.options.calibration
-    sc = adjust(wplan, s.scores, mode, logs)
+    """One context's scores of one wave under each field's rule (prior, then calibrator); near ties among
+    ``tie_fields`` (the batch shape could pick these winners) rescored one row per forward first."""
+    rules = job.rules
+    sc = final_scores(wplan, s.scores, rules, logs)
     ties = near_ties(wplan, sc, tie_fields, drift(engine)) if tie_fields and max_rows != 1 else []
     if ties:
         picked = rescore_one_row(engine, wplan, ids, ties, s.stats)
-        sc = adjust(wplan, [question_score(q, qi, picked) if q.field in ties else old
-                            for qi, (q, old) in enumerate(zip(wplan.questions, s.scores))], mode, logs)
-    if bundle is not None:
-        sc = bundle.apply(wplan, sc)
+        sc = final_scores(wplan, [question_score(q, qi, picked) if q.field in ties else old
+                                  for qi, (q, old) in enumerate(zip(wplan.questions, s.scores))], rules, logs)
     return sc, ties
 
 
 def _record(job: Job, name: str, wave: int, ties, values: dict) -> dict:
     bundle = job.options.calibration
     source = "dependency" if wave else "rescored_one_row" if name in ties else "batched"
-    rec = {"score_source": source, "prior": job.options.prior, **(bundle.record(name) if bundle is not None else {})}
+    rec = {"score_source": source, "prior": job.rules[name].prior,
+           **(bundle.record(name) if bundle is not None else {})}
     if wave:
         rec["given"] = {p: values[p] for p in job.plan.schema[name].depends_on}
     return rec
 
 
 def _constraints_and_result(job: Job, scores: list, fixed: dict, records: dict):
-    return settle(job.plan, scores, job.options, fixed=fixed, records=records)
+    return settle(job.plan, scores, job.options, fixed=fixed, records=records, rules=job.rules)
 
 
 def settle(plan: Plan, scores: list, options: DecideOptions, *, fixed: dict | None = None,
-           records: dict | None = None):
-    """The constraint step (with the bundle's multi thresholds), then the field results: (chosen keys, fields).
-    ``scores`` are final (prior and calibration applied)."""
-    bundle = options.calibration
-    chosen, free = solve_fields(plan, scores, fixed=fixed, thresholds=bundle.thresholds() if bundle else None)
+           records: dict | None = None, rules: dict[str, Rule] | None = None):
+    """The constraint step (each multi field's threshold and set rule), then the field results: (chosen keys,
+    fields). ``scores`` are final (prior and calibration applied)."""
+    chosen, free = solve_fields(plan, scores, rules or rules_for(plan, options), fixed=fixed)
     return chosen, field_results(plan, scores, chosen, free, abstain_below_margin=options.abstain_below_margin,
                                  records=records)
 

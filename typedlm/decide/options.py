@@ -6,7 +6,7 @@ knobs that leave the numbers unchanged (a scoring pass's memory ``budget_bytes``
 options: they are arguments of the run (batched = one-row scoring within ``TOLERANCE``).
 
 What can only be checked against a model and a plan (a calibration bundle's model / prompt / scoring /
-prior, ``prior="batch"`` with fewer than two contexts) is checked by ``api.prepare`` before any model work.
+candidates, ``prior="batch"`` — the option's or a bundle field's — with fewer than two contexts) is checked by ``api.prepare`` before any model work.
 """
 
 from __future__ import annotations
@@ -18,13 +18,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import TypedLMError
 from .calibrate.bundle import CalibrationBundle, load_bundle
+from .cardinality import DEFAULT_SET_RULE
 from .plan import DEFAULT_SCORING
 from .prior import DEFAULT_PRIOR
 from .passes import DEFAULT_PACKING
 
 
 FLAGS = {"scoring": "--scoring", "allow_none_of_above": "--none-of-above", "abstain_below_margin": "--abstain-below",
-         "prior": "--prior", "calibration": "--calibration", "packing": "--packing"}  # CLI names of the options
+         "prior": "--prior", "set_rule": "--set-rule", "calibration": "--calibration", "packing": "--packing"}  # CLI names of the options
 
 
 class OptionsError(TypedLMError):
@@ -37,7 +38,8 @@ class DecideOptions(BaseModel):
     allow_none_of_above: bool = False  # enum fields also offer "none of the above"
     abstain_below_margin: float | None = Field(default=None, ge=0.0, le=1.0)  # nullable fields abstain below it
     prior: Literal["none", "neutral", "batch"] = DEFAULT_PRIOR  # "batch": from the call's own contexts (>= 2)
-    calibration: CalibrationBundle | None = None  # made by `typedlm calibrate` for this model and prior mode
+    set_rule: Literal["threshold", "count", "cardinality"] = DEFAULT_SET_RULE  # multi fields (decide.cardinality)
+    calibration: CalibrationBundle | None = None  # `typedlm calibrate`: per-field rules, overriding prior/set_rule
     packing: Literal["auto", "packed", "expand", "fused"] = DEFAULT_PACKING
 
     @classmethod

@@ -116,19 +116,27 @@ def correct(scores: list[QuestionScore], prior_logs: list[tuple[float, ...]],
 
 
 def adjust(plan, scores: list[QuestionScore], mode: str, logs: list | None) -> list[QuestionScore]:
-    """The prior step: ``mode``'s correction by ``logs`` (the per-question log prior of this plan's
-    questions; ``None`` for mode "none"), then multi fields centred (:func:`centre`)."""
-    if mode == "none":
-        return list(scores)
-    return centre(plan, correct(scores, logs))
+    """The prior step with one mode for every field (:func:`adjust_fields`)."""
+    return adjust_fields(plan, scores, {q.field: mode for q in plan.questions}, {mode: logs})
 
 
-def centre(plan, scores: list[QuestionScore]) -> list[QuestionScore]:
-    """Each multi field's option log-odds minus their mean over the field's options (this context)."""
+def adjust_fields(plan, scores: list[QuestionScore], modes: dict[str, str], logs: dict) -> list[QuestionScore]:
+    """The prior step, field by field: each field's questions corrected by its mode's per-question log prior
+    (``logs[mode]``, over this plan's questions; mode "none": left as scored), then the multi fields of a
+    mode other than "none" centred (:func:`centre`)."""
+    out = list(scores)
+    for mode in sorted(set(modes.values()) - {"none"}):
+        out = correct(out, logs[mode], [i for i, q in enumerate(plan.questions) if modes.get(q.field) == mode])
+    return centre(plan, out, {f for f, m in modes.items() if m != "none"})
+
+
+def centre(plan, scores: list[QuestionScore], fields=None) -> list[QuestionScore]:
+    """Each multi field's (of ``fields``, default all) option log-odds minus their mean over the field's options
+    (this context)."""
     out = list(scores)
     groups: dict[str, list[int]] = {}
     for i, q in enumerate(plan.questions):
-        if q.kind == "option":
+        if q.kind == "option" and (fields is None or q.field in fields):
             groups.setdefault(q.field, []).append(i)
     for idx in groups.values():
         z = [scores[i].log_scores[0] - scores[i].log_scores[1] for i in idx]

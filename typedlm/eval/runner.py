@@ -6,7 +6,7 @@ Files:
   predictions.jsonl  one line per field decision (``PREDICTION_KEYS``)
   journal.jsonl      one line per finished case: ``{"case_id", "status": "done"|"skipped", "reason"}``
   run.json           manifest + provenance + status (``running`` / ``done`` / ``circuit_open`` /
-                     ``interrupted``: SIGINT or SIGTERM, resumable), counts,
+                     ``interrupted``: SIGINT or SIGTERM, resumable / ``failed``: every case skipped), counts,
                      skipped cases with reasons, the circuit breaker's reason
   timing.json        per track/mode: cases, field decisions, seconds, p50/p95 case latency, decisions/s
 
@@ -239,6 +239,9 @@ class Run:
         try:
             self._warm_up(todo)
             n_done, reason, status = self._loop(todo, cases, acc, skipped, n_done, on_case)
+            if status == "done" and cases and len(skipped) >= len(cases):
+                status = "failed"
+                reason = f"every case was skipped ({len(skipped)} of {len(cases)}); the first: {skipped[0]['reason']}"
         except KeyboardInterrupt:  # SIGINT (and SIGTERM, via the CLI): stop cleanly, resumable
             status, reason = "interrupted", "interrupted (SIGINT/SIGTERM); continue with --resume"
             n_done = len(read_jsonl(self.journal))

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ..decide.calibrate import collect as fitting
 from ..decide.api import plan_for
+from ..decide.options import DecideOptions
 from ..errors import TypedLMError
 from .cases import Case, check_case, select, with_examples
 from .runner import prediction_line, read_jsonl
@@ -64,9 +65,9 @@ def hits(schema, ds: list, cases: list) -> dict[str, list[bool]]:
 
 def decide_variant(engine, plan, fit: list, cases: list, v: Variant, neutral):
     """Decisions on ``cases`` under ``v``; a ``+cal`` variant's bundle is fitted on ``fit``."""
-    bundle = fitting.fit_bundle(engine, plan, fit, cases, v.prior, neutral)[0] if v.cal else None
-    sc = fitting.corrected(plan, cases, v.prior, neutral)
-    return fitting.decisions(plan, cases, sc, engine.name, v.prior, bundle), bundle
+    bundle = fitting.fit_bundle(engine, plan, fit, neutral, priors=(v.prior,))[0] if v.cal else None
+    opts = DecideOptions(scoring=plan.scoring, prior=v.prior, calibration=bundle)
+    return fitting.decisions(plan, cases, engine.name, opts, neutral), bundle
 
 
 def validate(engine, plan, fit: list, v: Variant, neutral) -> dict[str, list[bool]]:

@@ -11,13 +11,15 @@ A bundle holds one :class:`FieldCalibration` per field, of a recorded *kind*:
 | ``logistic`` | multi | ``P(yes) = sigmoid(a (log P(yes) - log P(no)) + b)``, pooled over the field's options; plus the field's decision ``threshold`` (nats of log-odds, :mod:`typedlm.decide.constraints.joint`) |
 
 then renormalized over the choices (scalar kinds). Log-scores enter clipped at :data:`LOG_FLOOR` so a
-near-zero probability cannot dominate a linear map. Scores are the ones a decision uses *after* the prior
-correction of the bundle's prior mode, so a bundle is only valid with that prior mode. Fitting (kind
-chosen by cross-validated NLL on the calibration split) is :mod:`typedlm.decide.calibrate.fit`.
+near-zero probability cannot dominate a linear map. Each field's entry is its whole *decision rule*: the
+``prior`` mode its scores are corrected with before calibration, the calibrator, and for multi fields the
+``set_rule`` (:mod:`typedlm.decide.cardinality`) with its fitted set-size ``cardinality``. Parameters per
+choice are stored with their ``choices`` and applied by name, so a bundle applies to any candidate order.
+The rules are chosen by cross-validation on the calibration split (:mod:`typedlm.decide.calibrate.rulefit`) and
+applied by :mod:`typedlm.decide.rules`.
 
 :class:`CalibrationBundle` carries what it was made for (model fingerprint, prompt version, scoring
-mode, prior mode); :meth:`CalibrationBundle.check` refuses any mismatch with a
-:class:`CalibrationMismatch` naming it. ECE as the eval harness computes it (:mod:`typedlm.eval.metrics`):
+mode); :meth:`CalibrationBundle.check` refuses any mismatch with a :class:`CalibrationMismatch` naming it. ECE as the eval harness computes it (:mod:`typedlm.eval.metrics`):
 15 equal-width bins; scalar fields on the top-1 confidence, multi fields on each option's yes/no decision
 (confidence max(P(yes), P(no))), pooled over options. :func:`ece_floor` is the ECE a perfectly calibrated
 predictor with the same confidences would show on as many cases (the estimator's own bias).
@@ -36,17 +38,16 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from ...errors import TypedLMError
 from ...grammar.spec import canonical_json
-from ..logmath import log_sigmoid, log_softmax
-from ..result import QuestionScore
+from ..logmath import log_softmax
 
-FORMAT = "typedlm-calibration/3"
+FORMAT = "typedlm-calibration/4"
 BINS = 15
 LOG_FLOOR = -50.0  # log-scores below this enter the scalar calibrators as this
 SCALAR_KINDS = ("temperature", "bias", "vector", "matrix")
 
 
 class CalibrationMismatch(TypedLMError):
-    """A calibration bundle made for another model, prompt version, scoring mode, prior mode or schema."""
+    """A calibration bundle made for another model, prompt version, scoring mode or schema."""
 
 
 class FieldCalibration(BaseModel):
@@ -61,6 +62,9 @@ class FieldCalibration(BaseModel):
     a: float | None = None  # logistic: sigmoid(a * (log yes - log no) + b)
     b: float | None = None
     threshold: float | None = None  # logistic (optional, 0): the multi decision rule's threshold t (log-odds, nats)
+    prior: Literal["none", "neutral", "batch"] = "neutral"  # the prior mode the scores are corrected with first
+    set_rule: Literal["threshold", "count", "cardinality"] | None = None  # multi fields (required there)
+    cardinality: list[float] | None = None  # set rule cardinality: log p(|S| = k), k = 0..N (else the default)
 
     @model_validator(mode="after")
     def _parameters(self):
@@ -75,6 +79,10 @@ class FieldCalibration(BaseModel):
             given.discard("threshold")  # optional: 0 when absent
         if given != set(need):
             raise ValueError(f"kind {self.kind!r} takes {', '.join(need)}; got {', '.join(sorted(given)) or 'nothing'}")
+        if (self.set_rule is None) == (self.type == "multi"):
+            raise ValueError("a multi field needs a set_rule; a scalar field takes none")
+        if self.cardinality is not None and self.set_rule != "cardinality":
+            raise ValueError("cardinality is the set_rule 'cardinality''s parameter")
         if self.temperature is not None and not self.temperature > 0:
             raise ValueError(f"temperature must be > 0, got {self.temperature}")
         if self.choices is not None:
@@ -97,30 +105,40 @@ class FieldCalibration(BaseModel):
             z = np.asarray(self.weights) @ x + np.asarray(self.bias)
         return log_softmax(z.tolist())
 
+    def log_probs_by_name(self, keys: Sequence[str], logs: Sequence[float]) -> list[float]:
+        """:meth:`log_probs` for candidates ``keys`` in any order: per-choice parameters follow their choice."""
+        if self.choices is None or list(keys) == self.choices:
+            return self.log_probs(logs)
+        at = [list(keys).index(c) for c in self.choices]
+        got = self.log_probs([logs[i] for i in at])
+        out = [0.0] * len(keys)
+        for j, i in enumerate(at):
+            out[i] = got[j]
+        return out
+
     def yes_logit(self, log_yes: float, log_no: float) -> float:
         return self.a * (log_yes - log_no) + self.b
 
 
 class CalibrationBundle(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    format: Literal["typedlm-calibration/3"] = FORMAT
+    format: Literal["typedlm-calibration/4"] = FORMAT
     model: str
     model_hash: str
     prompt_version: str
     scoring: str
-    prior: str
     fields: dict[str, FieldCalibration]
-    fit: dict = {}  # informational: data, sizes, candidates' cross-validated NLL, held-out ECE before/after
+    fit: dict = {}  # informational: data, sizes, each field's chosen rule with its CV score and the candidates
 
     @property
     def id(self) -> str:
         body = canonical_json({k: v for k, v in self.model_dump().items() if k != "fit"})
         return "cal-" + hashlib.sha256(body.encode()).hexdigest()[:10]
 
-    def check(self, *, model_hash: str, prompt_version: str, scoring: str, prior: str, plan) -> None:
+    def check(self, *, model_hash: str, prompt_version: str, scoring: str, plan) -> None:
         for what, mine, theirs in (("model", self.model_hash, model_hash),
                                    ("prompt version", self.prompt_version, prompt_version),
-                                   ("scoring mode", self.scoring, scoring), ("prior mode", self.prior, prior)):
+                                   ("scoring mode", self.scoring, scoring)):
             if mine != theirs:
                 raise CalibrationMismatch(f"calibration bundle {self.id} was made for {what} {mine!r}, "
                                           f"this decision uses {theirs!r}: refit it with `typedlm calibrate`")
@@ -132,28 +150,13 @@ class CalibrationBundle(BaseModel):
             if plan.schema[name].type != fc.type:
                 raise CalibrationMismatch(f"calibration bundle {self.id}: field {name!r} was {fc.type}, "
                                           f"the schema's is {plan.schema[name].type}")
-            if fc.choices is not None and fc.choices != keys[name]:
+            if fc.choices is not None and sorted(fc.choices) != sorted(keys[name]):
                 raise CalibrationMismatch(f"calibration bundle {self.id}: field {name!r} was fitted on the "
                                           f"candidates {fc.choices}, this decision scores {keys[name]}")
-
-    def apply(self, plan, scores: list[QuestionScore], questions=None) -> list[QuestionScore]:
-        out = list(scores)
-        for qi in (range(len(scores)) if questions is None else questions):
-            q = plan.questions[qi]
-            fc = self.fields.get(q.field)
-            if fc is None or q.kind == "count":
-                continue
-            s = scores[qi]
-            if fc.type == "multi":
-                z = fc.yes_logit(*s.log_scores)
-                out[qi] = QuestionScore((log_sigmoid(z), log_sigmoid(-z)), s.log_legal_mass)
-            else:
-                out[qi] = QuestionScore(tuple(fc.log_probs(s.log_scores)), s.log_legal_mass)
-        return out
-
-    def thresholds(self) -> dict[str, float]:
-        """Multi fields' decision thresholds (field -> t), for the constraint step."""
-        return {n: fc.threshold or 0.0 for n, fc in self.fields.items() if fc.kind == "logistic"}
+            n = len(plan.schema[name].values)
+            if fc.cardinality is not None and len(fc.cardinality) != n + 1:
+                raise CalibrationMismatch(f"calibration bundle {self.id}: field {name!r} has a set-size prior "
+                                          f"over 0..{len(fc.cardinality) - 1}, the field has {n} options")
 
     def record(self, field: str) -> dict:
         fc = self.fields.get(field)

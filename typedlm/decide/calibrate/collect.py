@@ -7,31 +7,37 @@ those scores through the same functions ``decide`` uses — :func:`typedlm.decid
 are exactly what ``decide(..., prior=, calibration=)`` returns on those cases, without re-running the
 model (``tests/decide/test_fitting.py`` checks this against ``decide_many``).
 
-Variants: ``raw``; ``neutral`` (content-free prior); ``batch`` (the prior of each batch of
-``BATCH`` consecutive cases, as a ``decide_many`` call of that size would compute it); and each of
-them ``+cal`` (a bundle fitted on the calibration split with that prior, applied to the test split).
+Variants: any :class:`DecideOptions` (prior ``none`` / ``neutral`` / ``batch``: the prior of each batch of
+``BATCH`` consecutive cases, as a ``decide_many`` call of that size would compute it; a set rule; a bundle of
+per-field rules fitted on the calibration split by :func:`fit_bundle`), through
+:mod:`typedlm.decide.rules` as ``decide`` applies them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import json
 import math
-from pathlib import Path
 import time
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from ...engine import Engine
+from ...errors import TypedLMError
+from ...grammar.spec import canonical_json
 from .. import prior as P
+from .. import rules as R
 from ..api import decide_many, plan_for, settle
+from ..cardinality import SET_RULES
 from ..logmath import log_softmax
 from ..options import DecideOptions
 from ..plan import Plan
 from ..prompt import PROMPT_VERSION, prompt_hash, prompt_record
 from ..result import Decision, QuestionScore, finish_decision
 from ..scoring import score_prompts
-from .bundle import CalibrationBundle, SCALAR_KINDS
-from .fit import Example, evaluate, fit_fields
+from .bundle import SCALAR_KINDS, CalibrationBundle
+from .fit import FOLDS, Example, evaluate
+from .rulefit import PRIORS, choose_rules
 
 BATCH = 32  # contexts per decide_many call for prior="batch" in measurements
 CHUNK = 8  # contexts per decide_many call while collecting
@@ -177,38 +183,78 @@ def examples(plan: Plan, cases: list[Case], scores: list[list[QuestionScore]]) -
     return out
 
 
-def fit_bundle(engine: Engine, plan: Plan, fit_cases: list[Case], test_cases: list[Case], prior: str,
-               neutral: list | None, *, data: str = "", kinds=SCALAR_KINDS,
-               batch: int = BATCH) -> tuple[CalibrationBundle, dict]:
-    """A bundle fitted on ``fit_cases`` (each scalar field's kind chosen among ``kinds`` by cross-validated
-    NLL) and its held-out report on ``test_cases`` ({"before", "after"}, plus the candidates' table)."""
+def final(plan: Plan, cases: list[Case], rules: dict, neutral: list | None,
+          batch: int = BATCH) -> list[list[QuestionScore]]:
+    """Each case's final question scores under ``rules`` (:func:`typedlm.decide.rules.final_scores`: per-field
+    prior, then calibrator); a batch prior per BATCH-sized chunk, as a ``decide_many`` call of that size."""
+    out = []
+    for a, b in P.batch_chunks(len(cases), batch, "batch"):
+        part = [c.scores for c in cases[a:b]]
+        logs = {"neutral": neutral, "batch": P.mean_log_probs(part) if len(part) >= P.MIN_BATCH else None}
+        out += [R.final_scores(plan, s, rules, logs) for s in part]
+    return out
+
+
+def fit_bundle(engine: Engine, plan: Plan, fit_cases: list[Case], neutral: list | None, *, data: str = "",
+               priors=PRIORS, kinds=SCALAR_KINDS, set_rules=SET_RULES, batch: int = BATCH,
+               progress=None) -> tuple[CalibrationBundle, dict]:
+    """A bundle of per-field rules chosen by cross-validation on ``fit_cases`` (the calibration split:
+    :mod:`typedlm.decide.calibrate.rulefit`) and its report: cross-validated ECE of each field's chosen rule against the
+    uncalibrated default, the choice and every candidate's row."""
     types = {f.name: f.type for f in plan.schema.fields}
-    fit_ex = examples(plan, fit_cases, corrected(plan, fit_cases, prior, neutral, batch))
-    test_ex = examples(plan, test_cases, corrected(plan, test_cases, prior, neutral, batch))
-    fields, tables = fit_fields(fit_ex, types, kinds)
-    report = {"before": evaluate(test_ex, types, None), "after": evaluate(test_ex, types, fields),
-              "fit_before": evaluate(fit_ex, types, None), "fit_after": evaluate(fit_ex, types, fields),
-              "n_fit": len(fit_cases), "n_test": len(test_cases), "candidates": tables}
+    sizes = {f.name: len(f.values) for f in plan.schema.fields}
+    by_prior = {p: examples(plan, fit_cases, corrected(plan, fit_cases, p, neutral, batch)) for p in priors}
+    fields, records = choose_rules(types, sizes, by_prior, kinds=kinds, set_rules=set_rules, progress=progress)
+    chosen = {n: r["chosen"] for n, r in records.items()}
+    report = {"n_fit": len(fit_cases), "rules": chosen, "candidates": {n: r["candidates"] for n, r in records.items()}}
     bundle = CalibrationBundle(model=engine.name, model_hash=P.fingerprint(engine), prompt_version=PROMPT_VERSION,
-                               scoring=plan.scoring, prior=prior, fields=fields,
-                               fit={"data": data, "n_fit": len(fit_cases), "n_test": len(test_cases),
-                                    "kinds": {n: f.kind for n, f in fields.items()}, "candidates": tables,
-                                    "heldout_ece_before": report["before"]["ece"],
-                                    "heldout_ece_after": report["after"]["ece"]})
+                               scoring=plan.scoring, fields=fields,
+                               fit={"data": data, "n_fit": len(fit_cases), "split": "calibration",
+                                    "folds": FOLDS, "rules": chosen})
     return bundle, report
 
 
-def decisions(plan: Plan, cases: list[Case], scores: list[list[QuestionScore]], engine_name: str, prior: str,
-              bundle: CalibrationBundle | None = None) -> list[Decision]:
-    """The decisions ``decide`` would return from these (prior-corrected) scores, through the one finalizer."""
+def heldout(plan: Plan, bundle: CalibrationBundle, cases: list[Case], neutral: list | None,
+            batch: int = BATCH) -> dict:
+    """ECE on ``cases`` of each field under its bundle prior without ("before") and with ("after") its calibrator
+    (benches that hold out a test split; ``typedlm calibrate`` does not call it)."""
+    types = {f.name: f.type for f in plan.schema.fields}
+    rules = R.rules_for(plan, DecideOptions(scoring=plan.scoring, calibration=bundle))
+    plain = {n: replace(r, calibration=None) for n, r in rules.items()}
+    ex = examples(plan, cases, final(plan, cases, plain, neutral, batch))
+    return {"before": evaluate(ex, types, None), "after": evaluate(ex, types, bundle.fields)}
+
+
+def decisions(plan: Plan, cases: list[Case], engine_name: str, options: DecideOptions, neutral: list | None,
+              batch: int = BATCH) -> list[Decision]:
+    """The decisions ``decide`` would return on these cases' stored raw scores under ``options`` (its bundle's
+    rules or the defaults), through the one rule path and the one finalizer."""
     out, record = [], prompt_record(plan)
-    opts = DecideOptions(scoring=plan.scoring, allow_none_of_above=plan.none_of_above, prior=prior, calibration=bundle)
-    for c, sc in zip(cases, scores):
-        if bundle is not None:
-            sc = bundle.apply(plan, sc)
-        rec = {f.name: {"prior": prior, **(bundle.record(f.name) if bundle else {})} for f in plan.schema.fields}
-        _chosen, fields = settle(plan, sc, opts, records=rec)
+    rules = R.rules_for(plan, options)
+    bundle = options.calibration
+    for c, sc in zip(cases, final(plan, cases, rules, neutral, batch)):
+        rec = {f.name: {"prior": rules[f.name].prior, **(bundle.record(f.name) if bundle else {})}
+               for f in plan.schema.fields}
+        _chosen, fields = settle(plan, sc, options, records=rec, rules=rules)
         out.append(finish_decision(plan, fields, timings={"total": c.latency_s}, usage={}, model=engine_name,
                                    prompt=record))
     return out
 
+
+def calibrate(engine: Engine, fit_cases: list, *, data: str = "", scores: Path | None = None, priors=PRIORS,
+              kinds=SCALAR_KINDS, set_rules=SET_RULES, on_case=None, on_field=None) -> tuple[CalibrationBundle, dict]:
+    """``typedlm calibrate``: score ``fit_cases`` (eval Cases of the calibration split, one schema; resumable
+    through ``scores``), then choose every field's rule by cross-validation on them alone. ``on_case(n)`` after
+    each scored chunk, ``on_field(name)`` after each field's choice. The report adds the seconds spent."""
+    if len({canonical_json(c.schema) for c in fit_cases}) != 1:
+        raise TypedLMError(f"{data}: calibration needs one schema for every case")
+    t0 = time.perf_counter()
+    plan = plan_for(fit_cases[0].schema, engine)
+    scored = collect(engine, plan.schema, fit_cases, scores, progress=on_case)
+    neutral = neutral_logs(engine, plan) if "neutral" in priors else None
+    t1 = time.perf_counter()
+    bundle, report = fit_bundle(engine, plan, scored, neutral, data=data, priors=priors, kinds=kinds,
+                                set_rules=set_rules, progress=on_field)
+    t2 = time.perf_counter()
+    report["seconds"] = {"scoring": t1 - t0, "fitting": t2 - t1, "total": t2 - t0}
+    return bundle, report

@@ -8,22 +8,22 @@ Every scalar kind of :mod:`typedlm.decide.calibrate.bundle` is a multinomial log
   NLL + ``l2``/2 · |θ − θ₀|², where θ₀ is the fitted temperature alone (so the penalty shrinks towards
   temperature scaling, not towards the raw scores).
 
-The kind (and its ``l2``) is chosen per field by :data:`FOLDS`-fold cross-validated NLL on the fit
-examples only (a proper scoring rule; ECE on a few hundred cases is too noisy to choose by), then refitted
-on all of them; the held-out test split stays untouched until the report. Multi fields get the pooled
-``logistic`` (Newton, weight-1 L2).
+:func:`select_scalar` cross-validates every kind (and its ``l2``) on the fit examples only
+(:data:`FOLDS` folds: accuracy, NLL, ECE); :mod:`typedlm.decide.calibrate.rulefit` chooses among them together with
+the prior mode. Multi fields get the pooled ``logistic`` (Newton, weight-1 L2) and a threshold for their
+set rule (:func:`fit_threshold`, :func:`best_set`).
 """
 
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 import numpy as np
 from pydantic import BaseModel
 
 from .bundle import LOG_FLOOR, SCALAR_KINDS, FieldCalibration, ece
 from ..logmath import log_sigmoid, log_softmax
-from ..constraints.solve import MultiVar, solve
 
 FOLDS = 5
 T_MAX = 50.0  # the largest temperature fitted (scores with no information get the flattest allowed)
@@ -135,10 +135,25 @@ def fit_logistic(z: list[float], y: list[int], l2: float = 1.0) -> tuple[float, 
 THRESHOLDS = tuple(round(0.25 * i, 2) for i in range(-12, 13))  # nats of log-odds searched by fit_threshold
 
 
-def fit_threshold(examples: list[Example], field: str, a: float, b: float) -> float:
-    """The multi decision rule's threshold t (:mod:`typedlm.decide.constraints.joint`: the solver's objective, count
-    question as the set-size prior) with the most exact sets on ``examples`` after the logistic (a, b);
-    ties: the smallest mean |set size - gold size|, then the smallest |t|."""
+def best_set(z: Sequence[float], t: float, sizes: Sequence[float] | None, lo: int = 0, hi: int | None = None) -> list[int]:
+    """The multi rule's selection (:mod:`typedlm.decide.constraints.joint`, one field without cross-field constraints):
+    each option's gain is its log-odds ``z - t``; the best size ``k`` in [lo, hi] takes the ``k`` best gains
+    plus ``sizes[k]`` (the set-size term; None: 0). Indices of the selected options."""
+    order = sorted(range(len(z)), key=lambda i: -z[i])
+    hi = len(z) if hi is None else hi
+    best, best_k, run = -math.inf, lo, 0.0
+    for k in range(0, hi + 1):
+        if k:
+            run += z[order[k - 1]] - t
+        if k >= lo:
+            v = run + (sizes[k] if sizes is not None else 0.0)
+            if v > best:
+                best, best_k = v, k
+    return order[:best_k]
+
+
+def multi_rows(examples: list[Example], field: str, a: float, b: float):
+    """(options, calibrated log-odds, count-question log-probs, gold set) per example of a multi field."""
     rows = []
     for ex in examples:
         sc, g = ex.scores.get(field), ex.gold.get(field)
@@ -146,14 +161,19 @@ def fit_threshold(examples: list[Example], field: str, a: float, b: float) -> fl
             continue
         z = [a * (ly - math.log(max(-math.expm1(ly), 1e-300))) + b for ly in sc.values()]
         rows.append((list(sc), z, ex.counts.get(field), set(g)))
+    return rows
+
+
+def fit_threshold(rows, size_term) -> float:
+    """The threshold t with the most exact sets on ``rows`` (:func:`multi_rows`), the set-size term of a row
+    being ``size_term(row)``; ties: the smallest mean |set size - gold size|, then the smallest |t|."""
     if not rows:
         return 0.0
 
     def quality(t: float):
         hit, off = 0, 0.0
         for opts, z, count, gold in rows:
-            m = MultiVar(field, opts, [log_sigmoid(v) - t for v in z], [log_sigmoid(-v) for v in z], count)
-            sel = set(solve([], [m])[field])
+            sel = {opts[i] for i in best_set(z, t, size_term(count))}
             hit += sel == gold
             off += abs(len(sel) - len(gold))
         return hit, -off / len(rows), -abs(t)
@@ -217,18 +237,21 @@ def _newton(F: np.ndarray, gold: np.ndarray, theta0: np.ndarray, l2: float, offs
 
 def fit_kind(keys: list[str], ftype: str, x: np.ndarray, gold: np.ndarray, kind: str,
              l2: float = 1.0) -> FieldCalibration:
-    """One scalar calibrator of ``kind`` fitted on (x, gold)."""
+    """One scalar calibrator of ``kind`` (or :data:`CLASS_PRIOR`: the scores ignored, the add-one smoothed
+    log class shares as a matrix calibrator with zero weights) fitted on (x, gold)."""
+    k = len(keys)
+    if kind == CLASS_PRIOR:
+        shares = np.log((np.bincount(gold, minlength=k) + 1.0) / (len(gold) + k))
+        return FieldCalibration(type=ftype, kind="matrix", choices=keys, weights=np.zeros((k, k)).tolist(),
+                                bias=[float(v) for v in shares])
     t = fit_temperature(x, gold)
     if kind == "temperature":
         return FieldCalibration(type=ftype, kind="temperature", temperature=t)
-    k = len(keys)
     th = _newton(_design(x, kind), gold, _theta0(kind, k, 1.0 / t), l2)
     bias = [float(v) for v in th[-k:]]
     if kind == "bias":
         if th[0] <= 1.0 / T_MAX:  # scores that carry no (or inverted) information: flattest temperature
-            only_bias = _newton(np.broadcast_to(np.eye(k), (len(x), k, k)), gold, np.zeros(k), l2, offset=x / T_MAX)
-            bias = [float(v) for v in only_bias]
-            return FieldCalibration(type=ftype, kind="bias", choices=keys, temperature=T_MAX, bias=bias)
+            return _flat_bias(keys, ftype, x, gold, l2)
         return FieldCalibration(type=ftype, kind="bias", choices=keys, temperature=float(1.0 / th[0]), bias=bias)
     if kind == "vector":
         return FieldCalibration(type=ftype, kind="vector", choices=keys, scale=[float(v) for v in th[:k]], bias=bias)
@@ -236,18 +259,31 @@ def fit_kind(keys: list[str], ftype: str, x: np.ndarray, gold: np.ndarray, kind:
                             weights=th[:k * k].reshape(k, k).tolist(), bias=bias)
 
 
+def _flat_bias(keys: list[str], ftype: str, x: np.ndarray, gold: np.ndarray, l2: float) -> FieldCalibration:
+    k = len(keys)
+    only_bias = _newton(np.broadcast_to(np.eye(k), (len(x), k, k)), gold, np.zeros(k), l2, offset=x / T_MAX)
+    return FieldCalibration(type=ftype, kind="bias", choices=keys, temperature=T_MAX,
+                            bias=[float(v) for v in only_bias])
+
+
 def _nll(fc: FieldCalibration, x: np.ndarray, gold: np.ndarray) -> np.ndarray:
     return np.array([-fc.log_probs(r)[g] for r, g in zip(x, gold)])
 
 
+CLASS_PRIOR = "class_prior"  # a candidate with every kind: the gold class shares alone (matrix with W = 0)
+
+
 def candidates(kinds=SCALAR_KINDS) -> list[tuple[str, float | None]]:
+    """(kind, l2) pairs to cross-validate; with more than one kind also :data:`CLASS_PRIOR`, so a field whose
+    scores carry no usable signal can fall back to its most frequent class."""
+    extra = [(CLASS_PRIOR, 1.0)] if len(kinds) > 1 else []
     return [(k, None) if k == "temperature" else (k, l2) for k in kinds for l2 in
-            ((None,) if k == "temperature" else L2_GRID)]
+            ((None,) if k == "temperature" else L2_GRID)] + extra
 
 
 def select_scalar(keys: list[str], ftype: str, x: np.ndarray, gold: np.ndarray, kinds=SCALAR_KINDS):
     """The candidate with the lowest cross-validated NLL, refitted on every example; and the table
-    [{"kind", "l2", "cv_nll", "cv_ece"}] it was chosen from."""
+    [{"kind", "l2", "cv_acc", "cv_nll", "cv_ece", "n"}] it was chosen from."""
     n = len(gold)
     folds = min(FOLDS, n)
     fold = np.arange(n) % max(folds, 1)
@@ -263,24 +299,11 @@ def select_scalar(keys: list[str], ftype: str, x: np.ndarray, gold: np.ndarray, 
             nll[te] = _nll(fc, x[te], gold[te])
             p = np.exp(np.array([fc.log_probs(r) for r in x[te]]))
             conf[te], hit[te] = p.max(1), p.argmax(1) == gold[te]
-        table.append({"kind": kind, "l2": l2, "cv_nll": float(nll.mean()), "cv_ece": ece(conf, hit)})
+        table.append({"kind": kind, "l2": l2, "cv_acc": float(hit.mean()), "cv_nll": float(nll.mean()),
+                      "cv_ece": ece(conf, hit), "n": int(n)})
     best = min(table, key=lambda r: r["cv_nll"]) if table else {"kind": kinds[0], "l2": None}
     fc = fit_kind(keys, ftype, x, gold, best["kind"], best["l2"] if best["l2"] is not None else 1.0)
     return fc, table
-
-
-def fit_fields(examples: list[Example], types: dict[str, str], kinds=SCALAR_KINDS) -> tuple[dict, dict]:
-    """Per field the chosen calibration, and per scalar field the candidates' cross-validation table."""
-    out, tables = {}, {}
-    for name, ftype in types.items():
-        if ftype == "multi":
-            a, b = fit_logistic(*_multi_data(examples, name))
-            out[name] = FieldCalibration(type="multi", kind="logistic", a=a, b=b,
-                                         threshold=fit_threshold(examples, name, a, b))
-        else:
-            keys, x, gold = _scalar_data(examples, name)
-            out[name], tables[name] = select_scalar(keys, ftype, x, gold, kinds)
-    return out, tables
 
 
 def evaluate(examples: list[Example], types: dict[str, str], fields: dict[str, FieldCalibration] | None) -> dict:

@@ -1,0 +1,164 @@
+"""Per-field decision rules: bundles applied by candidate name (any order, --flip), the cardinality prior,
+calibrate never reading the test split, a run that skips every case failing (tiny random model), and the
+6-option one-topic bar (real model)."""
+
+import json
+import math
+
+import pytest
+from typer.testing import CliRunner
+
+from typedlm.cli import app
+from typedlm.decide.api import decide, plan_for
+from typedlm.decide.calibrate.bundle import CalibrationBundle, FieldCalibration
+from typedlm.decide.cardinality import default_prior, fitted
+from typedlm.decide.options import DecideOptions
+from typedlm.decide.prior import fingerprint
+from typedlm.decide.prompt import PROMPT_VERSION
+from typedlm.decide.rules import calibrated, rules_for
+from typedlm.decide.result import QuestionScore
+from typedlm.eval.runner import read_jsonl
+from typedlm.eval.tracks import permuted_schema
+
+SCHEMA = {"fields": {"topic": {"type": "enum", "description": "Topic?", "choices": ["sport", "tech", "politics"]},
+                     "tags": {"type": "multi", "description": "Tags?", "choices": ["local", "world", "money"]}}}
+PERMUTED = {"fields": {"topic": {**SCHEMA["fields"]["topic"], "choices": ["politics", "sport", "tech"]},
+                       "tags": {**SCHEMA["fields"]["tags"], "choices": ["money", "local", "world"]}}}
+TEXTS = ["The match ended two all.", "A new phone chip was announced.", "Parliament passed the budget.",
+         "The striker signed for a world club.", "Voters in the city go to the polls.", "Shares fell on Monday."]
+VECTOR = FieldCalibration(type="enum", kind="vector", choices=["sport", "tech", "politics"], scale=[0.5, 1.0, 2.0],
+                          bias=[1.0, -0.5, 0.25], prior="none")
+
+
+def _bundle(engine, **fields):
+    return CalibrationBundle(model="tiny", model_hash=fingerprint(engine), prompt_version=PROMPT_VERSION,
+                             scoring="labels", fields=fields)
+
+
+def test_a_bundle_calibrates_each_candidate_by_name_in_any_order(tiny):
+    opts = DecideOptions(calibration=_bundle(tiny, topic=VECTOR))
+    raw = {"sport": -0.3, "tech": -1.9, "politics": -2.4}
+    got = {}
+    for schema in (SCHEMA, PERMUTED):
+        plan = plan_for(schema, tiny)
+        scores = [QuestionScore(tuple(raw[k] for k in q.keys) if q.kind == "scalar" else (-0.7, -0.7), 0.0)
+                  for q in plan.questions]
+        q = next(i for i, q in enumerate(plan.questions) if q.field == "topic")
+        out = calibrated(plan, scores, rules_for(plan, opts))[q]
+        got[tuple(plan.questions[q].keys)] = dict(zip(plan.questions[q].keys, out.log_scores))
+    (a, first), (b, second) = got.items()
+    assert a != b and first == pytest.approx(second, abs=1e-12)
+    z = {c: s * raw[c] + bias for c, s, bias in zip(VECTOR.choices, VECTOR.scale, VECTOR.bias)}
+    norm = math.log(sum(math.exp(v) for v in z.values()))
+    assert first == pytest.approx({c: v - norm for c, v in z.items()}, abs=1e-9)  # each its own (s_c, b_c)
+
+
+def test_decide_applies_a_bundle_to_a_permuted_schema(tiny):
+    bundle = _bundle(tiny, topic=VECTOR)
+    raw = decide(PERMUTED, TEXTS[0], engine=tiny, prior="none").fields["topic"].log_scores
+    d = decide(PERMUTED, TEXTS[0], engine=tiny, prior="none", calibration=bundle)
+    want = dict(zip(VECTOR.choices, VECTOR.log_probs([raw[c] for c in VECTOR.choices])))
+    got = d.fields["topic"].probabilities
+    assert d.fields["topic"].calibrator == bundle.id
+    assert {k: math.log(v) for k, v in got.items()} == pytest.approx(want, abs=1e-6)
+
+
+def test_a_bundle_with_other_candidates_is_refused(tiny):
+    other = VECTOR.model_copy(update={"choices": ["sport", "tech", "weather"]})
+    with pytest.raises(Exception, match="was fitted on the candidates"):
+        decide(SCHEMA, TEXTS[0], engine=tiny, calibration=_bundle(tiny, topic=other))
+
+
+def test_cardinality_prior_default_and_fitted():
+    p = [math.exp(x) for x in default_prior(6)]
+    assert sum(p) == pytest.approx(1.0) and p[1] > p[2] > p[3] > p[0] and p[1] + p[2] > 0.75
+    q = [math.exp(x) for x in fitted([1, 1, 1, 2], 3)]
+    assert q == pytest.approx([1 / 8, 4 / 8, 2 / 8, 1 / 8])
+
+
+@pytest.mark.parametrize("rule", ["threshold", "count", "cardinality"])
+def test_set_rules_respect_min_and_max_selected(tiny, rule):
+    schema = {"fields": {"tags": {**SCHEMA["fields"]["tags"], "min_selected": 2, "max_selected": 2}}}
+    for text in TEXTS[:3]:
+        d = decide(schema, text, engine=tiny, set_rule=rule)
+        assert len(d.fields["tags"].value) == 2
+
+
+def _cases_file(path, *, poison_test: bool, with_test: bool = True):
+    import random
+
+    rng = random.Random(0)
+    lines = []
+    for i in range(24):
+        split = "calibration" if i < 12 else "test"
+        if split == "test" and not with_test:
+            continue
+        topic = rng.choice(["sport", "tech", "politics"])
+        labels = {"topic": topic, "tags": rng.choice([["local"], ["world"], ["money", "local"]])}
+        text = f"{rng.choice(TEXTS)} ({i})"
+        if split == "test" and poison_test:  # unscoreable context, labels outside the schema
+            text, labels = "", {"topic": "weather", "tags": ["nonsense"]}
+        lines.append({"id": f"c{i}", "schema": SCHEMA, "context": text, "labels": labels, "split": split})
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return path
+
+
+def test_calibrate_never_reads_the_test_split(tiny_dir, tmp_path):
+    bundles = []
+    for name, kw in (("poisoned", {"poison_test": True}), ("only-cal", {"poison_test": False, "with_test": False})):
+        out = tmp_path / f"{name}.json"
+        r = CliRunner().invoke(app, ["calibrate", "--data", str(_cases_file(tmp_path / f"{name}.jsonl", **kw)),
+                                     "--model", str(tiny_dir), "--out", str(out), "--quiet"])
+        assert r.exit_code == 0, r.output
+        bundles.append(CalibrationBundle.model_validate_json(out.read_text()))
+    assert bundles[0].id == bundles[1].id and bundles[0].fit["n_fit"] == 12
+
+
+def test_eval_with_a_bundle_and_flip_decides_every_case(tiny_dir, tmp_path):
+    data = _cases_file(tmp_path / "cases.jsonl", poison_test=False)
+    bundle = tmp_path / "b.json"
+    r = CliRunner().invoke(app, ["calibrate", "--data", str(data), "--model", str(tiny_dir), "--out", str(bundle),
+                                 "--quiet"])
+    assert r.exit_code == 0, r.output
+    out = tmp_path / "run"
+    r = CliRunner().invoke(app, ["eval", "--data", str(data), "--track", "parallel", "--modes", "labels", "--model",
+                                 str(tiny_dir), "--calibration", str(bundle), "--flip", "--out", str(out), "--quiet"])
+    assert r.exit_code == 0, r.output
+    journal = read_jsonl(out / "journal.jsonl")
+    assert len(journal) == 12 and all(e["status"] == "done" for e in journal)
+    rows = read_jsonl(out / "predictions.jsonl")
+    flipped = [x for x in rows if x["permutation"] is not None]
+    assert len(flipped) == 24 and all(x["record"]["calibrator"] for x in flipped)
+    for x in flipped:  # the permuted decision really saw the permuted order
+        assert x["permutation"] == permuted_schema(SCHEMA, x["case_id"])[1][x["field"]]
+
+
+def test_a_run_that_skips_every_case_exits_non_zero(tiny_dir, tmp_path):
+    lines = [{"id": f"c{i}", "schema": SCHEMA, "context": TEXTS[i], "split": "test",
+              "labels": {"topic": "weather", "tags": []}} for i in range(3)]
+    data = tmp_path / "bad.jsonl"
+    data.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    r = CliRunner().invoke(app, ["eval", "--data", str(data), "--track", "parallel", "--modes", "labels", "--model",
+                                 str(tiny_dir), "--out", str(tmp_path / "run"), "--quiet"])
+    assert r.exit_code == 1, r.output
+    said = [ln for ln in r.stderr.splitlines() if ln.strip() and "Loading weights" not in ln]  # model-load bars
+    assert said[0].startswith("error: every case was skipped (3 of 3)") and "'weather'" in said[0]
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "failed"
+
+
+ONE_TOPIC = {"description": "Classify a short text.",
+             "fields": {"topics": {"type": "multi", "description": "Which topics does the text discuss?",
+                                   "choices": ["sport", "politics", "technology", "health", "weather", "food"]}}}
+ONE_TOPIC_TEXTS = [
+    "The home team won the football final 3-1 after a late goal from their young striker.",
+    "Parliament voted on the new budget today; the opposition leader criticised the finance minister.",
+    "The company unveiled a faster smartphone chip and a new operating system update for its laptops.",
+    "Doctors recommend regular exercise and a balanced diet to lower the risk of heart disease.",
+    "Heavy rain and strong winds are expected across the north tomorrow, with snow on high ground.",
+]
+
+
+@pytest.mark.real_model
+def test_one_topic_texts_select_few_options_with_defaults(real):
+    sizes = [len(decide(ONE_TOPIC, t, engine=real).fields["topics"].value) for t in ONE_TOPIC_TEXTS]
+    assert sum(sizes) / len(sizes) <= 1.5, sizes

@@ -1,0 +1,114 @@
+"""Choosing each field's decision rule by cross-validation on the calibration split only.
+
+Candidates per field (every one computed from the same stored raw scores, :mod:`typedlm.decide.calibrate.collect`):
+
+- scalar fields: prior mode (``priors``: none / neutral, batch on request) × calibrator kind and its ``l2``
+  (:func:`typedlm.decide.calibrate.fit.select_scalar`);
+- multi fields: prior mode × set rule (threshold / count / cardinality, :mod:`typedlm.decide.cardinality`),
+  each with the pooled logistic calibrator and its threshold fitted inside the fold.
+
+Each candidate is fitted on :data:`FOLDS` − 1 folds and scored on the held-out fold: accuracy (multi: the
+exact set). The choice: the best cross-validated accuracy; candidates within one standard error of it
+(sqrt(p (1 - p) / n)) count as tied and the tie goes to the lowest cross-validated NLL (scalar) / the
+smallest mean |set size - gold size| (multi), then to the earlier candidate (the default prior first).
+The chosen rule is refitted on every calibration case. Nothing here sees another split.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+
+from .bundle import SCALAR_KINDS, FieldCalibration, ece
+from .fit import (FOLDS, Example, _multi_data, _scalar_data, best_set, field_points, fit_kind,
+                          fit_logistic, fit_threshold, multi_rows, select_scalar)
+from ..cardinality import SET_RULES, fitted
+
+PRIORS = ("neutral", "none")  # the default first: it wins exact ties
+
+
+def _near_best(rows: list[dict]) -> list[dict]:
+    best = max(r["cv_acc"] for r in rows)
+    n = max(rows[0]["n"], 1)
+    se = math.sqrt(best * (1 - best) / n)
+    return [r for r in rows if r["cv_acc"] >= best - se - 1e-12]
+
+
+def fit_multi(examples: list[Example], field: str, n: int, rule: str, prior: str) -> FieldCalibration:
+    """The multi rule ``rule`` fitted on ``examples``: logistic (a, b), the set-size prior, the threshold."""
+    a, b = fit_logistic(*_multi_data(examples, field))
+    card = fitted([len(ex.gold[field]) for ex in examples if ex.gold.get(field) is not None], n) \
+        if rule == "cardinality" else None
+    t = fit_threshold(multi_rows(examples, field, a, b), size_term(rule, card))
+    return FieldCalibration(type="multi", kind="logistic", a=a, b=b, threshold=t, prior=prior, set_rule=rule,
+                            cardinality=card)
+
+
+def size_term(rule: str, card: list[float] | None) -> Callable:
+    """row's count-question log-probs -> the set-size term of ``rule``."""
+    if rule == "count":
+        return lambda count: count
+    if rule == "cardinality":
+        return lambda count: card
+    return lambda count: None
+
+
+def cv_multi(examples: list[Example], field: str, n: int, rule: str, prior: str) -> dict:
+    """Cross-validated exact-set accuracy, mean |size - gold size|, option-level ECE of one multi candidate."""
+    ex = [e for e in examples if e.scores.get(field) is not None and e.gold.get(field) is not None]
+    folds = min(FOLDS, len(ex))
+    hit, off, conf, ok = [], [], [], []
+    for f in range(folds):
+        train = [e for i, e in enumerate(ex) if i % folds != f]
+        held = [e for i, e in enumerate(ex) if i % folds == f]
+        fc = fit_multi(train, field, n, rule, prior)
+        term = size_term(rule, fc.cardinality)
+        for opts, z, count, gold in multi_rows(held, field, fc.a, fc.b):
+            sel = {opts[i] for i in best_set(z, fc.threshold, term(count))}
+            hit.append(sel == gold)
+            off.append(abs(len(sel) - len(gold)))
+        c, k = field_points(held, field, "multi", fc)
+        conf += c
+        ok += k
+    return {"prior": prior, "set_rule": rule, "cv_acc": float(np.mean(hit)) if hit else 0.0,
+            "cv_size_error": float(np.mean(off)) if off else 0.0, "cv_ece": ece(conf, ok), "n": len(hit)}
+
+
+def choose_field(name: str, ftype: str, n_options: int, by_prior: dict[str, list[Example]], *, kinds=SCALAR_KINDS,
+                 set_rules=SET_RULES) -> tuple[FieldCalibration, dict]:
+    """One field's rule: every candidate cross-validated, the choice refitted on every example; and its record
+    ({"chosen": the winning row, "candidates": every row})."""
+    rows = []
+    for prior, ex in by_prior.items():
+        if ftype == "multi":
+            rows += [cv_multi(ex, name, n_options, rule, prior) for rule in set_rules]
+        else:
+            keys, x, gold = _scalar_data(ex, name)
+            rows += [{"prior": prior, **r} for r in select_scalar(keys, ftype, x, gold, kinds)[1]]
+    if not rows:
+        raise ValueError(f"field '{name}': too few labelled calibration cases to cross-validate a rule")
+    tie = (lambda r: r["cv_size_error"]) if ftype == "multi" else (lambda r: r["cv_nll"])
+    best = min(_near_best(rows), key=tie)
+    ex = by_prior[best["prior"]]
+    if ftype == "multi":
+        fc = fit_multi(ex, name, n_options, best["set_rule"], best["prior"])
+    else:
+        keys, x, gold = _scalar_data(ex, name)
+        l2 = best["l2"] if best["l2"] is not None else 1.0
+        fc = fit_kind(keys, ftype, x, gold, best["kind"], l2).model_copy(update={"prior": best["prior"]})
+    return fc, {"chosen": best, "candidates": rows}
+
+
+def choose_rules(types: dict[str, str], sizes: dict[str, int], by_prior: dict[str, list[Example]], *,
+                 kinds=SCALAR_KINDS, set_rules=SET_RULES, progress: Callable | None = None) -> tuple[dict, dict]:
+    """Every field's rule ({field: FieldCalibration}) and records ({field: {"chosen", "candidates"}}).
+    ``by_prior``: the calibration examples under each candidate prior mode; ``progress(field)`` after each."""
+    fields, records = {}, {}
+    for name, ftype in types.items():
+        fields[name], records[name] = choose_field(name, ftype, sizes[name], by_prior, kinds=kinds,
+                                                   set_rules=set_rules)
+        if progress:
+            progress(name)
+    return fields, records
