@@ -106,3 +106,12 @@ def test_schema_classes_call_only_their_own_members():
                     if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"}
             stray += [f"{f.name}:{cls.name}.{name}" for name in sorted(used - own)]
     assert not stray, stray
+
+
+def test_bench_results_hold_current_files_only():
+    """``bench/results/``: at most 3 MB, and no raw per-case files (predictions, journals, scores: their command
+    writes them again)."""
+    results = ROOT / "bench" / "results"
+    files = [p for p in results.rglob("*") if p.is_file()]
+    assert sum(p.stat().st_size for p in files) <= 3_000_000
+    assert [p.name for p in files if p.suffix == ".jsonl"] == []
