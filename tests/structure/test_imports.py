@@ -71,7 +71,8 @@ def imports(path: Path, module: str, mods: dict[str, Path]):
                 mod = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
             else:
                 mod = node.module or ""
-            targets = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in mods else mod for a in node.names]
+            # ``from pkg import sub`` runs ``pkg/__init__.py`` too: the package is imported as well as ``sub``
+            targets = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in mods else mod for a in node.names] + [mod]
         else:
             continue
         yield node, id(node) in in_function, [t for t in targets if t in mods]
@@ -89,9 +90,9 @@ def unit_graph(pkg: Path) -> dict[str, dict[str, list[str]]]:
     graph: dict[str, dict[str, list[str]]] = {unit(m): {} for m in mods}
     for m, p in mods.items():
         for node, _, targets in imports(p, m, mods):
-            for t in targets:
-                if unit(t) != unit(m):
-                    graph[unit(m)].setdefault(unit(t), []).append(f"{m}:{node.lineno}")
+            for u in dict.fromkeys(unit(t) for t in targets):
+                if u != unit(m):
+                    graph[unit(m)].setdefault(u, []).append(f"{m}:{node.lineno}")
     return graph
 
 

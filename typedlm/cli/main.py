@@ -10,13 +10,22 @@ from __future__ import annotations
 import typer
 
 from .. import __version__
-from . import bench, calibrate, decide, doctor, generate, models, report, select, serve, validate
-from . import eval as eval_
+from .bench import app as bench_app
+from .calibrate import calibrate
+from .decide import decide
+from .doctor import doctor
+from .eval import eval_cmd
+from .generate import generate
+from .models import app as models_app
+from .report import report_cmd
+from .select import select_cmd
+from .serve import serve
+from .validate import validate
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="typedlm: typed outputs from local language models.")
-app.add_typer(bench.app, name="bench")
-app.add_typer(models.app, name="models")
+app.add_typer(bench_app, name="bench")
+app.add_typer(models_app, name="models")
 
 
 def _version(value: bool) -> None:
@@ -31,12 +40,12 @@ def main(version: bool = typer.Option(False, "--version", callback=_version, is_
     """typedlm: typed outputs from local language models."""
 
 
-app.command()(generate.generate)
-app.command()(doctor.doctor)
-app.command()(serve.serve)
-app.command()(decide.decide)
-app.command()(calibrate.calibrate)
-app.command()(validate.validate)
-app.command("eval")(eval_.eval_cmd)
-app.command("select")(select.select_cmd)
-app.command("report")(report.report_cmd)
+app.command()(generate)
+app.command()(doctor)
+app.command()(serve)
+app.command()(decide)
+app.command()(calibrate)
+app.command()(validate)
+app.command("eval")(eval_cmd)
+app.command("select")(select_cmd)
+app.command("report")(report_cmd)
