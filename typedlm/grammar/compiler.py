@@ -17,6 +17,7 @@ from .relax import RelaxedSchemaWarning, lenient_core
 from .schema import prepare_schema
 from .schema.ebnf import ebnf_literal, needs_grammar, to_ebnf
 from .spec import MAX_WHITESPACE, Constraint, canonical_json, engine_key
+from .unique import UniqueGrammar, has_unique, unique_plan, vocab_of
 
 KILL_SWITCH = "TYPEDLM_GRAMMAR"
 TIMEOUT_ENV = "TYPEDLM_COMPILE_TIMEOUT"
@@ -60,7 +61,7 @@ class CacheStats:
                 "compile_seconds": round(self.compile_seconds, 6), "timeouts": self.timeouts}
 
 
-Compiled = xgr.CompiledGrammar | LLGrammar
+Compiled = xgr.CompiledGrammar | LLGrammar | UniqueGrammar
 
 
 class Grammars:
@@ -174,21 +175,21 @@ class Grammars:
                 engine = c.engine or self.engine
                 if engine != "xgrammar":  # llguidance's core form: no automata (it reads patterns, lengths)
                     try:
-                        return self._build_llg(c, self._core_schema(c, deadline, automata=False)
-                                               if c.kind == "json_schema" else c.value)
+                        core = self._core_schema(c, deadline, automata=False) if c.kind == "json_schema" else c.value
+                        return self._guarded(core, self._build_llg(c, core))
                     except NotForLLGuidance:
                         if engine == "llguidance":
                             raise
                 schema = self._core_schema(c, deadline) if c.kind == "json_schema" else c.value
                 if c.kind == "json_schema" and needs_grammar(schema):
-                    return self.compiler.compile_grammar(to_ebnf(
+                    return self._guarded(schema, self.compiler.compile_grammar(to_ebnf(
                         schema, any_whitespace=c.any_whitespace, strict=c.strict,
-                        max_whitespace=MAX_WHITESPACE if c.any_whitespace else None))
-                return self.compiler.compile_json_schema(
+                        max_whitespace=MAX_WHITESPACE if c.any_whitespace else None)))
+                return self._guarded(schema, self.compiler.compile_json_schema(
                     canonical_json(schema), any_whitespace=c.any_whitespace,
                     separators=None if c.any_whitespace else (",", ":"),
                     strict_mode=c.strict if c.kind == "json_schema" else False,
-                    max_whitespace_cnt=MAX_WHITESPACE if c.any_whitespace else None)
+                    max_whitespace_cnt=MAX_WHITESPACE if c.any_whitespace else None))
             if c.kind == "regex":
                 return self.compiler.compile_regex(c.value)
             if c.kind == "choice":
@@ -207,6 +208,13 @@ class Grammars:
         except Exception as e:  # xgrammar raises RuntimeError / ValueError / TypeError with a reason
             raise GrammarCompileError(f"{c.kind} does not compile: {_clean(e)}") from e
         raise GrammarCompileError(f"unknown constraint kind {c.kind!r}")
+
+    def _guarded(self, core, compiled) -> Compiled:
+        """``compiled`` with the decode-time unique-array guard when the core form asks for unique arrays
+        (:mod:`.unique`; GrammarCompileError where no such check is exact)."""
+        if not has_unique(core):
+            return compiled
+        return UniqueGrammar(compiled, unique_plan(core), vocab_of(self.tokenizer_info))
 
     def _build_llg(self, c: Constraint, core) -> LLGrammar:
         try:
@@ -265,6 +273,9 @@ def _checked_tag(node, relaxed: list[dict] | None, path: str = ""):
             else:
                 out[k], places = lenient_core(v)
                 relaxed += [{**d, "pointer": inner + (d["pointer"] if d["pointer"] != "/" else "")} for d in places]
+            if has_unique(out[k]):
+                raise GrammarCompileError("uniqueItems is enforced by a guard beside a schema's own grammar, "
+                                          "which a structural tag cannot embed", keyword="uniqueItems", pointer="/")
             private = needs_grammar(out[k])
             if private and node.get("type") == "json_schema" and node.get("style", "json") == "json":
                 # the core form needs EBNF of ours: the content becomes a grammar format

@@ -12,6 +12,10 @@ buffer (the sampler then fills every row's mask in one batched call per engine: 
 ``fill()`` -> (``state()`` complete/dead ends the row with no sampling) -> ``apply(logits)`` as the very last
 logits processor -> sample -> ``accept(token)`` -> ``fill()`` + ``state()`` again, so a grammar
 that just completed ends the row before another forward pass is spent on it.
+
+A schema with unique arrays compiles to a :class:`.unique.UniqueGrammar`: its row has a
+:class:`.unique.UniqueGuard` beside the matcher, the one hook being :meth:`GrammarRow._guarded` (after every
+mask fill), ``accept`` and ``jump_string``.
 """
 
 from __future__ import annotations
@@ -20,11 +24,15 @@ import torch
 import xgrammar as xgr
 
 from .llg import LLGMatcher, LLGrammar, batch_fill_next_token_bitmask
+from .unique import UniqueGrammar, UniqueGuard
+
+Compiled = xgr.CompiledGrammar | LLGrammar | UniqueGrammar
 
 
 class GrammarRow:
-    def __init__(self, compiled: xgr.CompiledGrammar | LLGrammar, *, vocab_size: int, stop_ids: frozenset[int]):
+    def __init__(self, compiled: Compiled, *, vocab_size: int, stop_ids: frozenset[int]):
         self.matcher = new_matcher(compiled)
+        self.guard = UniqueGuard(compiled, self.matcher) if isinstance(compiled, UniqueGrammar) else None
         self.vocab_size = vocab_size
         self.bitmask = xgr.allocate_token_bitmask(1, vocab_size)
         self.index = 0
@@ -44,8 +52,7 @@ class GrammarRow:
         """Compute the mask of tokens the grammar allows next (host-side, int32 bitmask); once per state."""
         if not self.filled:
             self.matcher.fill_next_token_bitmask(self.bitmask, self.index)
-            self.filled = True
-            self._state = None
+            self.mark_filled()
             if self._on_write:
                 self._on_write()
 
@@ -66,8 +73,11 @@ class GrammarRow:
         xgr.apply_token_bitmask_inplace(logits.view(1, -1), mask, vocab_size=self.vocab_size)
 
     def mark_filled(self) -> None:
-        """The mask of the current state was written into this row by a batched fill (:class:`GrammarBatch`)."""
+        """The mask of the current state was written into this row (by :meth:`fill` or a batched fill,
+        :class:`GrammarBatch`); the unique-array guard, if any, restricts it."""
         self.filled, self._state = True, None
+        if self.guard is not None and self.guard.restrict(self.bitmask[self.index]) and self._on_write:
+            self._on_write()
 
     def can_end(self) -> bool:
         """Could the grammar end here (an accepting or terminated state)? Then the next mask may allow only
@@ -76,7 +86,8 @@ class GrammarRow:
 
     def jump_string(self) -> str:
         """The text the grammar forces next (empty when the next bytes are not fixed)."""
-        return self.matcher.find_jump_forward_string()
+        forced = self.matcher.find_jump_forward_string()
+        return self.guard.cut(forced) if self.guard is not None and forced else forced
 
     def forbid(self, token: int) -> None:
         """Clear ``token`` in the filled mask (until the next ``fill``): a rejected jump-forward draft."""
@@ -87,7 +98,7 @@ class GrammarRow:
             self._on_write()
 
     def accept(self, token: int) -> bool:
-        ok = self.matcher.accept_token(int(token))
+        ok = self.matcher.accept_token(int(token)) and (self.guard is None or self.guard.accept(token))
         self.filled = False
         self._state = None
         return ok
@@ -121,15 +132,17 @@ def apply_bitmask(logits: torch.Tensor, mask: torch.Tensor, *, vocab_size: int, 
     xgr.apply_token_bitmask_inplace(logits, mask, vocab_size=vocab_size, indices=indices)
 
 
-def new_matcher(compiled: xgr.CompiledGrammar | LLGrammar):
+def new_matcher(compiled: Compiled):
     """A matcher in the grammar's start state, of the engine that compiled it (it ends on a stop token)."""
+    compiled = compiled.inner if isinstance(compiled, UniqueGrammar) else compiled
     return compiled.matcher() if isinstance(compiled, LLGrammar) else xgr.GrammarMatcher(compiled)
 
 
-def accepts_text(compiled: xgr.CompiledGrammar | LLGrammar, text: str) -> bool:
-    """Whether the grammar accepts the whole ``text`` and may stop right after it (suite checks, fuzzers)."""
+def accepts_text(compiled: Compiled, text: str) -> bool:
+    """Whether the grammar (and its unique-array guard) accepts the whole ``text`` and may stop right after
+    it (suite checks, fuzzers)."""
     m = new_matcher(compiled)
-    if not m.accept_string(text):
+    if not m.accept_string(text) or (isinstance(compiled, UniqueGrammar) and not compiled.accepts(text)):
         return False
     stop = m.stop_token_ids
     return bool(stop) and m.accept_token(stop[0])

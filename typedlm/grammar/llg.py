@@ -121,7 +121,7 @@ def _adapt(node, strict: bool):
         node = _format_as_pattern(node)
     out = {}
     for k, v in node.items():
-        if k in PRIVATE:
+        if k in PRIVATE or k == "uniqueItems":  # uniqueItems: the decode-time guard's (grammar/unique)
             continue
         if k in ("enum", "const"):
             out[k] = v
@@ -263,6 +263,9 @@ class LLGMatcher:
 
     def accept_token(self, token: int) -> bool:
         return not self.inner.is_error() and self.inner.consume_token(int(token))
+
+    def rollback(self, n: int) -> None:
+        self.inner.rollback(int(n))
 
     def accept_string(self, text: str) -> bool:
         ids = self._tokenizer.greedy_tokenize(text) if text else []

@@ -1,0 +1,218 @@
+"""The per-row guard: masks the tokens that would finish an item equal to an earlier item of its unique
+array, and the tokens after which every completion of the open items repeats one (a look-ahead search).
+
+:class:`UniqueGuard` sits beside a row's matcher (``GrammarRow`` calls ``restrict`` after each mask
+fill, ``accept`` with each accepted token, ``cut`` on a jump-forward string). The grammar stays
+context-free; the guard reads the emitted text with a :class:`.cursor.Cursor`.
+
+- **Sound**: each allowed token that could finish an item (outside a string: any; inside one: those
+  with a quote) is read on a copy of the cursor; one that finishes a repeated item is masked.
+- **Live**: where a token leaves an open item written as the start of an earlier one (or a new item
+  not begun), a depth-first search over single-byte tokens on the row's own matcher (accept, then
+  roll back) looks for a completion of the outermost such item that repeats nothing; the token is
+  masked only when the search proves there is none (a finite item space used up: an enum of N values
+  with ``minItems`` N completes). A search past its budget leaves the token allowed.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import torch
+
+from .cursor import WS, Cursor
+from .plan import Plan
+
+SEARCH_NODES = 48  # steps (a byte, or the grammar's forced bytes) one look-ahead search may take
+STEP_NODES = 128  # look-ahead steps one mask may spend in all
+CLOSERS = b'"]}'
+
+
+class Vocab:
+    """The bytes of every token id of one tokenizer (stop and special ids: none) and the masks the guard reads."""
+
+    def __init__(self, info):
+        special = set(info.special_token_ids) | set(info.stop_token_ids)
+        decoded = list(info.decoded_vocab)
+        self.size = info.vocab_size
+        self.bytes = [b"" if i in special or i >= len(decoded) else decoded[i] for i in range(self.size)]
+        self.quote = np.array([b'"' in t for t in self.bytes] + [False] * 32)
+        self.bracket = np.array([b"[" in t for t in self.bytes] + [False] * 32)
+        self.comma = np.array([b"," in t for t in self.bytes] + [False] * 32)
+        self.blank = np.array([bool(t) and not t.strip(bytes(WS)) for t in self.bytes] + [False] * 32)
+        self.byte_token: dict[int, int] = {}
+        for i, t in enumerate(self.bytes):
+            if len(t) == 1:
+                self.byte_token.setdefault(t[0], i)
+        self.byte_values = np.array(sorted(self.byte_token), dtype=np.int64)
+        ids = np.array([self.byte_token[b] for b in self.byte_values], dtype=np.int64)
+        self.byte_words, self.byte_bits = ids // 32, ids % 32
+        self.by_text: dict[bytes, list[int]] = {}
+        for i, t in enumerate(self.bytes):
+            if t:
+                self.by_text.setdefault(t, []).append(i)
+
+
+_VOCABS: dict[int, tuple] = {}
+_LOCK = threading.Lock()
+
+
+def vocab_of(info) -> Vocab:
+    """:class:`Vocab` once per tokenizer info (kept with it so its id stays its own)."""
+    with _LOCK:
+        if id(info) not in _VOCABS:
+            _VOCABS[id(info)] = (info, Vocab(info))
+        return _VOCABS[id(info)][1]
+
+
+class UniqueGrammar:
+    """A compiled grammar whose schema asks for unique arrays: the engine's grammar, the plan, the vocabulary."""
+
+    def __init__(self, inner, plan: Plan, vocab: Vocab):
+        self.inner, self.plan, self.vocab = inner, plan, vocab
+
+    def accepts(self, text: str) -> bool:
+        """Whether ``text`` (accepted by the grammar) repeats no item of a unique array."""
+        return Cursor(self.plan.root).feed_bytes(text.encode("utf-8"))
+
+
+class UniqueGuard:
+    """One row's guard over its matcher (``matcher``: xgrammar's or :class:`..llg.LLGMatcher`)."""
+
+    def __init__(self, grammar: UniqueGrammar, matcher):
+        self.vocab, self.matcher = grammar.vocab, matcher
+        self.cursor = Cursor(grammar.plan.root)
+        self.scratch = torch.zeros(1, (self.vocab.size + 31) // 32, dtype=torch.int32)
+        self.nodes = 0
+
+    def accept(self, token: int) -> bool:
+        """Read an accepted token; False if it repeats an item (never, when every mask was restricted)."""
+        return self.cursor.feed_bytes(self.vocab.bytes[int(token)])
+
+    def cut(self, forced: str) -> str:
+        """The part of a jump-forward string that repeats no item."""
+        data, c = forced.encode("utf-8"), self.cursor.copy()
+        for i, b in enumerate(data):
+            if not c.feed(b):
+                return data[:i].decode("utf-8", "ignore")
+        return forced
+
+    def restrict(self, row: torch.Tensor) -> bool:
+        """Clear in the filled mask ``row`` (int32 words) every token the guard forbids; True if any was cleared."""
+        c, v = self.cursor, self.vocab
+        inside = any(f.unique for f in c.stack)
+        if not inside and c.mode not in ("value", "after"):
+            return False
+        words = row.numpy()
+        allowed = np.unpackbits(words.view(np.uint8), bitorder="little").astype(bool)[: len(v.quote)]
+        n = len(allowed)
+        if not inside:  # only a token that opens a unique array could finish two equal items in it
+            pick = allowed & v.bracket[:n]
+        elif not c.pending():  # no finished item yet: a repeat needs two items in one token
+            pick = allowed & (v.bracket[:n] | v.comma[:n])
+        elif c.mode in ("str", "esc"):
+            pick = allowed & v.quote[:n]
+        elif c.mode == "num":
+            pick = allowed
+        else:  # whitespace alone finishes nothing here
+            pick = allowed & ~v.blank[:n]
+        ids = set(np.flatnonzero(pick).tolist()) | self._extending(allowed)
+        self.nodes, cleared, here, memo = 0, False, c.key(), {}
+        for t in ids:
+            data = self.vocab.bytes[t]
+            if not data:
+                continue
+            trial = c.copy()
+            if not trial.feed_bytes(data) or (trial.prefix_of_seen() and trial.key() != here
+                                              and self._dead_after(t, trial, memo)):
+                w, b = divmod(t, 32)
+                words[w] &= np.int32(~(1 << b) if b < 31 else 0x7FFFFFFF)
+                cleared = True
+        return cleared
+
+    def _extending(self, allowed: np.ndarray) -> set:
+        """Allowed tokens inside a string that keep an open item written as the start of an earlier one."""
+        c = self.cursor
+        if c.mode not in ("str", "esc"):
+            return set()
+        out = set()
+        for f in c.stack:
+            if f.unique and f.cur is not None:
+                cur = bytes(f.cur).lstrip()
+                for text in f.texts:
+                    if text.startswith(cur):
+                        rest = text[len(cur):]
+                        out.update(i for k in range(1, len(rest) + 1) for i in self.vocab.by_text.get(rest[:k], ())
+                                   if allowed[i])
+        return out
+
+    def _dead_after(self, token: int, trial: Cursor, memo: dict) -> bool:
+        """Whether the search proves that after ``token`` every completion repeats an item (``memo``: by
+        the state up to whitespace, within one mask)."""
+        key = trial.key()
+        if key in memo:
+            return memo[key]
+        if self.nodes >= STEP_NODES or not self.matcher.accept_token(token):
+            return False
+        try:
+            target = next(i for i, f in enumerate(trial.stack) if f.unique and f.texts)
+            budget = [min(SEARCH_NODES, STEP_NODES - self.nodes)]
+            memo[key] = self._search(trial, target, trial.stack[target].count, budget) is False
+            return memo[key]
+        finally:
+            self.matcher.rollback(1)
+
+    def _search(self, c: Cursor, target: int, count: int, budget: list) -> bool | None:
+        """True: a completion of item ``count`` of frame ``target`` repeats nothing; False: none does;
+        None: the budget ran out first. The matcher stands at ``c``'s text and is left there."""
+        if len(c.stack) <= target or c.stack[target].count > count:
+            return True
+        if budget[0] <= 0:
+            return None
+        budget[0] -= 1
+        self.nodes += 1
+        forced = self.matcher.find_jump_forward_string().encode("utf-8")
+        if forced:
+            return self._forced(c, forced, target, count, budget)
+        self.matcher.fill_next_token_bitmask(self.scratch, 0)
+        v = self.vocab
+        on = (self.scratch[0].numpy()[v.byte_words] >> v.byte_bits) & 1
+        options = [int(b) for b in v.byte_values[on.astype(bool)]]
+        if c.mode not in ("str", "esc") and any(b not in WS for b in options):
+            options = [b for b in options if b not in WS]  # whitespace between tokens changes no value
+        tried = []
+        for b in options:
+            nxt = c.copy()
+            if nxt.feed(b):
+                done = len(nxt.stack) <= target or nxt.stack[target].count > count
+                tried.append((not done, nxt.prefix_of_seen(), b not in CLOSERS, b, nxt))
+        unknown = False
+        for *_, b, nxt in sorted(tried, key=lambda x: x[:4]):
+            if not self.matcher.accept_token(v.byte_token[b]):
+                continue
+            try:
+                found = self._search(nxt, target, count, budget)
+            finally:
+                self.matcher.rollback(1)
+            if found:
+                return True
+            unknown |= found is None
+        return None if unknown else False
+
+    def _forced(self, c: Cursor, forced: bytes, target: int, count: int, budget: list) -> bool | None:
+        """:meth:`_search` past the bytes the grammar forces next (False: they repeat an item)."""
+        nxt, taken = c.copy(), 0
+        try:
+            for b in forced:
+                if not nxt.feed(b):
+                    return False
+                if b not in self.vocab.byte_token or not self.matcher.accept_token(self.vocab.byte_token[b]):
+                    return None
+                taken += 1
+                if len(nxt.stack) <= target or nxt.stack[target].count > count:
+                    return True
+            return self._search(nxt, target, count, budget)
+        finally:
+            if taken:
+                self.matcher.rollback(taken)
