@@ -141,8 +141,8 @@ def test_jump_forward_strings_stop_before_a_repeat(tiny):
 @pytest.mark.parametrize("schema,pointer", [
     ({"anyOf": [{"type": "array", "uniqueItems": True, "items": {"type": "string"}},
                 {"type": "array", "items": {"type": "string", "maxLength": 1}}]}, "/"),
-    ({"type": "object", "properties": {"t": {"anyOf": [{"type": "array", "uniqueItems": True, "minItems": 3},
-                                                       {"type": "array", "maxItems": 3}]}}}, "/t"),
+    ({"type": "object", "properties": {"t": {"anyOf": [{"type": "array", "uniqueItems": True, "items": {"type": "integer"}},
+                                                       {"type": "array", "items": {"type": "boolean"}}]}}}, "/t"),
 ])
 def test_an_alternative_that_allows_repeats_beside_one_that_does_not_is_refused(tiny, schema, pointer):
     with pytest.raises(GrammarCompileError) as e:
