@@ -133,15 +133,21 @@ def _measured(fn, engine, *args) -> dict:
     return out
 
 
+def unique_schema() -> dict:
+    """:data:`SCHEMA` with ``uniqueItems`` on its array (the decode-time guard's cost: ``--unique-items``)."""
+    items = {**SCHEMA["properties"]["items"], "uniqueItems": True}
+    return {**SCHEMA, "properties": {**SCHEMA["properties"], "items": items}}
+
+
 def bench_gen(engine, *, batches=(1, 8, 32), max_tokens: int = 256, hf: bool = True, hf_static: bool = True,
-              progress=None) -> dict:
+              progress=None, schema: dict = SCHEMA) -> dict:
     import torch
 
     from ..grammar import make_constraint
 
     ids = engine.encode_prompt(messages=[{"role": "user", "content": PROMPT}]) if engine.chat.has_template \
         else engine.encode_prompt(prompt=PROMPT)
-    modes = {"free": None, "json_schema": make_constraint(json_schema=SCHEMA, any_whitespace=False)}
+    modes = {"free": None, "json_schema": make_constraint(json_schema=schema, any_whitespace=False)}
     compile_s = engine.grammars.compile(modes["json_schema"])[1]
     # warm-up: static KV for the largest batch + every CUDA graph bucket this run can meet, then
     # kernels, allocator, grammar path (not timed; the capture time is reported)
@@ -183,6 +189,7 @@ def bench_gen(engine, *, batches=(1, 8, 32), max_tokens: int = 256, hf: bool = T
         "prompt_tokens": len(ids),
         "max_tokens": max_tokens,
         "schema_compile_s": round(compile_s, 4),
+        "unique_items": schema is not SCHEMA,
         "kv": type(kv).__name__,
         "warmup_capture_s": round(warmup_s, 2),
         "cuda_graphs": len(getattr(kv, "graphs", {})),
@@ -236,6 +243,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         out: Optional[Path] = typer.Option(None, "--json", help="write the results JSON here"),
         deterministic: bool = typer.Option(False, "--deterministic",
                                            help="typedlm rows on the batch-invariant kernels (decode uncompiled)"),
+        unique_items: bool = typer.Option(False, "--unique-items",
+                                          help="the JSON schema's array with uniqueItems (the decode-time guard)"),
     ):
         """Throughput: typedlm continuous batching vs HF generate, free vs JSON Schema."""
         batches = tuple(batch or (1, 8, 32))
@@ -251,12 +260,13 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             init_s = time.perf_counter() - t0
             res = bench_gen(engine, batches=batches, max_tokens=max_tokens, hf=hf,
                             hf_static=hf_static and engine.device.type == "cuda",
-                            progress=lambda m: typer.echo(f"... {m}", err=True))
+                            progress=lambda m: typer.echo(f"... {m}", err=True),
+                            schema=unique_schema() if unique_items else SCHEMA)
         res["model_init_s"] = round(init_s, 2)
         res["command"] = "typedlm bench gen " + " ".join(
             [f"--arch {arch}", f"--device {device}"] + ([f"--dtype {dtype}"] if dtype else [])
             + [f"--batch {b}" for b in batches] + [f"--max-tokens {max_tokens}"] + ([] if hf else ["--no-hf"])
-            + ([] if hf_static else ["--no-hf-static"]) + (["--deterministic"] if deterministic else []))
+            + ([] if hf_static else ["--no-hf-static"]) + (["--deterministic"] if deterministic else []) + (["--unique-items"] if unique_items else []))
         res["deterministic"] = deterministic
         print_json(res)
         print_table(res)
