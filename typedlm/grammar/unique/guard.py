@@ -40,6 +40,9 @@ class Vocab:
         self.quote = np.array([b'"' in t for t in self.bytes] + [False] * 32)
         self.bracket = np.array([b"[" in t for t in self.bytes] + [False] * 32)
         self.comma = np.array([b"," in t for t in self.bytes] + [False] * 32)
+        # a quote, then a ']' or '}': a token that may close a string and the container around it
+        self.quote_close = np.array([b'"' in t and (b"]" in t.split(b'"', 1)[1] or b"}" in t.split(b'"', 1)[1])
+                                     for t in self.bytes] + [False] * 32)
         self.blank = np.array([bool(t) and not t.strip(bytes(WS)) for t in self.bytes] + [False] * 32)
         self.byte_token: dict[int, int] = {}
         for i, t in enumerate(self.bytes):
@@ -111,8 +114,10 @@ class UniqueGuard:
             pick = allowed & v.bracket[:n]
         elif not c.pending():  # no finished item yet: a repeat needs two items in one token
             pick = allowed & (v.bracket[:n] | v.comma[:n])
-        elif c.mode in ("str", "esc"):
+        elif c.mode in ("str", "esc") and c.stack[-1].unique and not c.is_key:  # the string is the item
             pick = allowed & v.quote[:n]
+        elif c.mode in ("str", "esc"):  # a string inside an item: the item ends only after a ']' or '}'
+            pick = allowed & v.quote_close[:n]
         elif c.mode == "num":
             pick = allowed
         else:  # whitespace alone finishes nothing here
