@@ -156,3 +156,11 @@ def test_a_structural_tag_cannot_embed_the_guard(tiny):
     with pytest.raises(GrammarCompileError) as e:
         tiny.grammars.compile(make_constraint(structural_tag=tag))
     assert e.value.keyword == "uniqueItems"
+
+
+def test_a_unique_array_beside_key_classes_compiles(tiny):
+    """A listed property next to patternProperties (the core form's key classes) is found by its name."""
+    schema = {"type": "object", "properties": {"a": {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}},
+              "patternProperties": {"^x": {"type": "integer"}}}
+    compiled, _ = tiny.grammars.compile(make_constraint(json_schema=schema, strict=False, any_whitespace=False))
+    assert accepts_text(compiled, '{"a":[1,2],"x1":3}') and not accepts_text(compiled, '{"a":[1,1]}')

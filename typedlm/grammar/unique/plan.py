@@ -140,8 +140,8 @@ def _values(s: dict, key) -> list:
     """The schemas a value under ``key`` may match in object schema ``s`` (a superset for an unlisted key)."""
     spec = s.get("x-typedlm-object") or {}
     if key is not OTHER:
-        return [s["properties"][key]] * (key in s.get("properties", {})) + [x[1] for x in spec.get("listed", [])
-                                                                            if x[0] == key]
+        props = s.get("properties", {})
+        return ([props[key]] if key in props else []) + [x[1] for x in spec.get("listed", []) if x[0] == key]
     return (list(s.get("patternProperties", {}).values()) + [s.get("additionalProperties", True)]
             + [x[1] for x in spec.get("others", [])])
 
