@@ -82,6 +82,7 @@ class Loc:
     def __init__(self, plan: Plan, schemas: list):
         self.plan, self.schemas = plan, schemas
         self._kids: dict = {}
+        self._small: bool | None = None
         says, repeats = False, False
         for s in schemas:
             if "enum" in s or "const" in s:
@@ -124,6 +125,31 @@ class Loc:
                     out += [x for sub in _values(s, key) for x in self.plan.expand(sub)]
             self._kids[key] = self.plan.loc(out)
         return self._kids[key]
+
+    def small(self, depth: int = 0) -> bool:
+        """Whether values here come from a small space (enums, booleans, null, bounded integers, strings of at
+        most 3 characters, objects and bounded arrays of such): where the guard's look-ahead may use it up."""
+        if depth > 4:
+            return False
+        if self._small is None:
+            self._small = self._all_small(depth)
+        return self._small
+
+    def _all_small(self, depth: int) -> bool:
+        for s in self.schemas:
+            t = s.get("type")
+            if "enum" in s or "const" in s or t in ("boolean", "null"):
+                continue
+            if t == "integer" and "minimum" in s and "maximum" in s and s["maximum"] - s["minimum"] <= 64:
+                continue
+            if t == "string" and s.get("maxLength", 4) <= 3:
+                continue
+            if t == "object" and all(self.child(k).small(depth + 1) for k in _listed(s)):
+                continue
+            if t == "array" and "maxItems" in s and self.item(0).small(depth + 1):
+                continue
+            return False
+        return True
 
     def keys(self) -> list:
         return [k for s in self.schemas for k in _listed(s)] + [OTHER]
