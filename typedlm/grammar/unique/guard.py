@@ -7,8 +7,8 @@ context-free; the guard reads the emitted text with a :class:`.cursor.Cursor`.
 
 - **Sound**: each allowed token that could finish an item (outside a string: any; inside one: those
   with a quote) is read on a copy of the cursor; one that finishes a repeated item is masked.
-- **Live**: where a token leaves an open item of a small item space (``Loc.small``) written as the start
-  of an earlier one (or a new item not begun), a depth-first search over single-byte tokens on the row's own matcher (accept, then
+- **Live**: where a token leaves an open item written as the first half or more of an earlier one (of a
+  small item space, ``Loc.small``: any start, or a new item not begun), a depth-first search over single-byte tokens on the row's own matcher (accept, then
   roll back) looks for a completion of the outermost such item that repeats nothing; the token is
   masked only when the search proves there is none (a finite item space used up: an enum of N values
   with ``minItems`` N completes). A search past its budget leaves the token allowed.
@@ -160,8 +160,10 @@ class UniqueGuard:
             return memo[key]
         target = next(i for i, f in enumerate(trial.stack) if f.unique and f.texts)
         frame = trial.stack[target]
-        if not frame.loc.item(frame.count).small() or self.nodes >= STEP_NODES:
-            return False  # a large item space: another item is always within reach
+        cur = bytes(frame.cur) if frame.cur is not None else b""
+        near = any(t.startswith(cur) and 2 * len(cur) >= len(t) for t in frame.texts)
+        if not (near or frame.loc.item(frame.count).small()) or self.nodes >= STEP_NODES:
+            return False  # a large item space, the item barely begun: another item is within reach
         if not self.matcher.accept_token(token):
             return False
         try:
