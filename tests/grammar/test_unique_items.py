@@ -170,24 +170,26 @@ def test_a_unique_array_beside_key_classes_compiles(tiny):
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_batched_fill_restricts_guarded_rows_and_rollback_rereads(tiny, engine):
     """GrammarBatch fills a guarded row and a plain row of one engine together; the guarded row's mask is
-    then narrowed (no second "a"), the plain one's is not; a rollback puts the cursor back with the engine."""
-    unique = make_constraint(json_schema={"type": "array", "items": {"enum": ["a", "b"]}, "uniqueItems": True},
-                             engine=engine, any_whitespace=False)
-    plain = make_constraint(json_schema={"type": "array", "items": {"enum": ["a", "b"]}}, engine=engine,
-                            any_whitespace=False)
+    then narrowed (no quote that ends a second "a"), the plain one's is not; a rollback puts the cursor back with the engine."""
+    items = {"type": "string", "maxLength": 3}
+    unique = make_constraint(json_schema={"type": "array", "items": items, "uniqueItems": True}, engine=engine,
+                             any_whitespace=False)
+    plain = make_constraint(json_schema={"type": "array", "items": items}, engine=engine, any_whitespace=False)
     rows = [GrammarRow(tiny.grammars.compile(c)[0], vocab_size=tiny.model_vocab_size, stop_ids=tiny.stop_ids)
             for c in (unique, plain)]
     assert rows[0].cursor.filler is rows[1].cursor.filler  # one engine: one batched call for both
-    prefix = tiny.tokenizer.encode('["a",', add_special_tokens=False)
+    prefix = tiny.tokenizer.encode('["a","a', add_special_tokens=False)
     for r in rows:
         assert r.cursor.accept(prefix)
     bitmask = torch.zeros(2, rows[0].bitmask.shape[1], dtype=torch.int32)
     for i, r in enumerate(rows):
         r.attach(bitmask, i)
     GrammarBatch().fill(rows, bitmask)
-    a_ids = [i for i, t in enumerate(tiny.grammars.compile(unique)[0].vocab.bytes) if t.startswith(b'"a"')]
-    allowed = [{i for i in a_ids if int(bitmask[k, i // 32]) >> (i % 32) & 1} for k in range(2)]
+    guarded = tiny.grammars.compile(unique)[0]
+    assert isinstance(guarded, GuardedCompiled)
+    quotes = [i for i, t in enumerate(guarded.vocab.bytes) if t.startswith(b'"')]  # each one ends the item "a"
+    allowed = [{i for i in quotes if int(bitmask[k, i // 32]) >> (i % 32) & 1} for k in range(2)]
     assert not allowed[0] and allowed[1]
     state = rows[0].cursor
-    state.rollback(1)  # back to '["a"' : the comma is allowed again, then '"a"' still repeats
-    assert state.accept(prefix[-1:]) and not state.accept_text('"a"')
+    state.rollback(1)  # the cursor re-reads the text before the last token; "a" still repeats after it
+    assert state.accept(prefix[-1:]) and not state.accept_text('"')
