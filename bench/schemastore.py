@@ -343,6 +343,9 @@ def main() -> None:
     add_engine_options(ap)
     ap.add_argument("--shard", default="0/1", help="I/N: every N-th schema from the I-th (run N at once)")
     ap.add_argument("--merge", type=Path, nargs="*", help="instead of running: join these shards' JSON files")
+    ap.add_argument("--refused-in", type=Path, default=None,
+                    help="only the schemas this earlier results file refused by a --refused-by keyword (a subset)")
+    ap.add_argument("--refused-by", action="append", default=[], help="keyword for --refused-in (repeatable)")
     args = ap.parse_args()
     commit = subprocess.run(["git", "--git-dir", str(args.repo), "rev-parse", "HEAD"], check=True,
                             capture_output=True, text=True).stdout.strip()
@@ -352,6 +355,10 @@ def main() -> None:
         schemas, rows = extract(args.repo)
         i, n = map(int, args.shard.split("/"))
         rows = (rows[:args.limit] if args.limit else rows)[i::n]
+        if args.refused_in:
+            before = json.loads(args.refused_in.read_text(encoding="utf-8"))["rows"]
+            keep = {r["name"] for r in before if r.get("refused") in set(args.refused_by)}
+            rows = [r for r in rows if r["name"] in keep]
         results = run_all(schemas, rows, args.timeout, engine=args.engine, job_fn=job_for(args))
     out = {"source": f"SchemaStore/schemastore@{commit}", "engine": "auto" if args.phases else args.engine,
            "summary": summarize(results, args.split, args.phases), "rows": results}

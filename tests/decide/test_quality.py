@@ -131,8 +131,8 @@ def test_fair_naive_schema_is_bounded_and_compiles(tiny):
     v = jsonschema.Draft202012Validator(js)
     assert v.is_valid({"topics": ["sport", "tech"]}) and not v.is_valid({"topics": ["sport", "sport"]})
     track = NaiveTrack(tiny)
-    # 5 options: 326 distinct arrays, over the grammar's 256: bounded by maxItems alone; 4 options: exact
-    assert "uniqueItems" not in track.json_schema(schema)["properties"]["topics"]
+    # 5 options (326 distinct arrays) and 4: uniqueItems kept (the decode-time guard enforces it)
+    assert track.json_schema(schema)["properties"]["topics"]["uniqueItems"] is True
     four = DecisionSchema.from_dict({"fields": {"t": {**MULTI["fields"]["topics"], "choices": OPTS[:4]}}})
     assert track.json_schema(four)["properties"]["t"] == {**naive_json_schema(four)["properties"]["t"],
                                                           "uniqueItems": True}

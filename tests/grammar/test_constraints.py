@@ -118,7 +118,7 @@ def test_structural_tag(tiny):
 
 def test_structural_tag_schema_goes_through_refusal(tiny):
     tag = {"type": "structural_tag", "format": {"type": "json_schema",
-                                                "json_schema": {"type": "array", "uniqueItems": True}}}
+                                                "json_schema": {"type": "array", "uniqueItems": True, "contains": {"type": "integer"}}}}
     with pytest.raises(GrammarCompileError, match="uniqueItems") as e:
         generate("x", engine=tiny, structural_tag=tag)
     assert e.value.pointer.startswith("/format/json_schema")
@@ -201,7 +201,7 @@ REFUSED = [
     ({"not": {"type": "string", "format": "email"}}, "not", "/not"),
     ({"type": "object", "properties": {"a": {"if": {"type": "string", "format": "email"}, "else": {"minLength": 3}}}}, "if",
      "/properties/a/if"),
-    ({"type": "array", "uniqueItems": True}, "uniqueItems", "/uniqueItems"),
+    ({"type": "array", "uniqueItems": True, "contains": {"type": "integer"}}, "uniqueItems", "/uniqueItems"),
     ({"type": "array", "contains": {"const": 1}, "minContains": 5000}, "contains", "/"),
     ({"type": "number", "multipleOf": 0.5}, "multipleOf", "/multipleOf"),
     ({"oneOf": [{"type": "string", "format": "email"}, {"type": "string", "format": "uuid"}]}, "oneOf", "/oneOf"),

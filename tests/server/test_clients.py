@@ -9,12 +9,13 @@ The README's client table lists the same paths.
 import asyncio
 import json
 import os
+import uuid
 from typing import Literal
 
 import jsonschema
 import openai
 import pytest
-from pydantic import BaseModel, ConfigDict, Field, HttpUrl
+from pydantic import AnyUrl, BaseModel, ConfigDict, Field, HttpUrl, IPvAnyAddress
 
 
 os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"  # before litellm is imported: no fetch of the cost map
@@ -225,3 +226,30 @@ def test_outlines_from_sglang_regex(client, model):
 
     out = outlines.from_sglang(client, model)("Three digits.", Regex("[0-9]{3}"), max_tokens=8)
     assert len(out) == 3 and out.isdigit()
+
+
+STRICT_TYPES = {  # the issue's strict-mode Pydantic types through .parse(); unbounded strings close at once
+    "set[str]": set[str], "frozenset[int]": frozenset[int], "HttpUrl": HttpUrl, "AnyUrl": AnyUrl,
+    "UUID": uuid.UUID, "IPvAnyAddress": IPvAnyAddress,
+}
+
+
+@pytest.mark.parametrize("name", sorted(STRICT_TYPES))
+def test_openai_parse_strict_pydantic_types(client, model, tiny, name):
+    """``.parse()`` sends the model's schema in strict mode: each type compiles exactly (200) and the
+    answer parses. Tokens that begin with '"' are favoured, so a free string closes as soon as its
+    grammar allows (a set of such strings must still differ: the unique-array guard)."""
+    m = type("M", (BaseModel,), {"__annotations__": {"v": STRICT_TYPES[name]}})
+    tok = tiny.tokenizer
+    quote = {str(i): 100 for i in range(len(tok)) if tok.decode([i]).startswith('"')}
+    if name == "AnyUrl":  # a scheme ends at ':' ("a:" is a URL to Pydantic): favoured too
+        quote[str(tok.convert_tokens_to_ids(":"))] = 100
+    for seed in range(6):
+        try:
+            r = client.chat.completions.parse(model=model, messages=[{"role": "user", "content": "A value."}],
+                                              response_format=m, max_tokens=MAX, logit_bias=quote, seed=seed)
+        except openai.LengthFinishReasonError:  # this seed ran to max_tokens (a 200, not parsed)
+            continue
+        assert isinstance(r.choices[0].message.parsed, m)
+        return
+    pytest.fail(f"{name}: no seed finished within {MAX} tokens")

@@ -344,7 +344,8 @@ def test_a_schema_with_more_refusals_than_the_old_loop_allowed_is_relaxed_in_one
     pass, so the output keeps the schema's structure and each place is named."""
     schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9},
                                                **{f"k{i}": {"type": "array", "items": {"type": "integer"},
-                                                            "uniqueItems": True} for i in range(70)}},
+                                                            "uniqueItems": True, "contains": {"const": 1}}
+                                                  for i in range(70)}},
               "required": ["n"], "additionalProperties": False}
     body = {"model": model, "messages": MSG, "max_tokens": 200, "seed": 3,
             "response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": schema,

@@ -157,7 +157,7 @@ def test_generate_streams_with_badges(page):
 
 def test_refused_schema_shows_keyword_and_pointer(page, base):
     schema = {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"},
-                                                        "uniqueItems": True}}}
+                                                        "uniqueItems": True, "contains": {"const": "a"}}}}
     body = {"model": httpx.get(base + "/v1/models").json()["data"][0]["id"], "messages": [{"role": "user", "content": "x"}],
             "response_format": {"type": "json_schema", "json_schema": {"name": "playground", "schema": schema,
                                                                        "strict": True}}}

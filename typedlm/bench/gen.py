@@ -127,11 +127,17 @@ def _measured(fn, engine, *args) -> dict:
     return out
 
 
+def unique_schema() -> dict:
+    """:data:`SCHEMA` with ``uniqueItems`` on its array (the decode-time guard's cost: ``--unique-items``)."""
+    items = {**SCHEMA["properties"]["items"], "uniqueItems": True}
+    return {**SCHEMA, "properties": {**SCHEMA["properties"], "items": items}}
+
+
 def bench_gen(engine, *, batches=(1, 8, 32), max_tokens: int = 256, hf: bool = True, hf_static: bool = True,
-              progress=None) -> dict:
+              progress=None, schema: dict = SCHEMA) -> dict:
     ids = engine.encode_prompt(messages=[{"role": "user", "content": PROMPT}]) if engine.chat.has_template \
         else engine.encode_prompt(prompt=PROMPT)
-    modes = {"free": None, "json_schema": make_constraint(json_schema=SCHEMA, any_whitespace=False)}
+    modes = {"free": None, "json_schema": make_constraint(json_schema=schema, any_whitespace=False)}
     compile_s = engine.grammars.compile(modes["json_schema"])[1]
     # warm-up: static KV for the largest batch + every CUDA graph bucket this run can meet, then
     # kernels, allocator, grammar path (not timed; the capture time is reported)
@@ -173,6 +179,7 @@ def bench_gen(engine, *, batches=(1, 8, 32), max_tokens: int = 256, hf: bool = T
         "prompt_tokens": len(ids),
         "max_tokens": max_tokens,
         "schema_compile_s": round(compile_s, 4),
+        "unique_items": schema is not SCHEMA,
         "kv": type(kv).__name__,
         "warmup_capture_s": round(warmup_s, 2),
         "cuda_graphs": engine.runner.graph_stats(kv)[0],

@@ -18,6 +18,7 @@ from .relax import RelaxedSchemaWarning, lenient_core
 from .schema import prepare_schema
 from .schema.ebnf import needs_grammar, to_ebnf
 from .spec import ENGINES, MAX_WHITESPACE, Constraint, engine_key
+from .unique import GuardedCompiled, has_unique, unique_plan, vocab_of
 
 LLG_MISSING = "the llguidance engine is not installed: pip install 'typedlm[llguidance]'"
 DEFAULT_ENGINE = "xgrammar"
@@ -173,12 +174,16 @@ class Grammars:
 
     def _build(self, c: Constraint, deadline: float) -> Compiled:
         """The first backend of the engine choice that reads ``c`` exactly (the kinds llguidance does not
-        compile are xgrammar's)."""
+        compile are xgrammar's); a core form with unique arrays: wrapped in the decode-time guard
+        (:mod:`.unique`; GrammarCompileError where no such check is exact)."""
         order = [n for n in ORDER[c.engine or self.engine] if c.kind in KINDS[n]] or ["xgrammar"]
         for i, name in enumerate(order):
             backend = self._backend(name)
             try:
-                return backend.compile(c, self._source(c, deadline, backend.automata))
+                source = self._source(c, deadline, backend.automata)
+                plan = unique_plan(source) if c.kind == "json_schema" and has_unique(source) else None
+                compiled = backend.compile(c, source)
+                return compiled if plan is None else GuardedCompiled(compiled, plan, vocab_of(self.tokenizer_info))
             except NotForEngine:
                 if i == len(order) - 1:
                     raise
@@ -247,6 +252,9 @@ def _checked_tag(node, relaxed: list[dict] | None, path: str = ""):
             else:
                 out[k], places = lenient_core(v)
                 relaxed += [{**d, "pointer": inner + (d["pointer"] if d["pointer"] != "/" else "")} for d in places]
+            if has_unique(out[k]):
+                raise GrammarCompileError("uniqueItems is enforced by a guard beside a schema's own grammar, "
+                                          "which a structural tag cannot embed", keyword="uniqueItems", pointer="/")
             private = needs_grammar(out[k])
             if private and node.get("type") == "json_schema" and node.get("style", "json") == "json":
                 # the core form needs EBNF of ours: the content becomes a grammar format

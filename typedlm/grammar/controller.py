@@ -100,8 +100,9 @@ class GrammarBatch:
         for g in rows:
             groups.setdefault(g.cursor.filler, []).append(g)
         for filler, group in groups.items():
-            filler.fill([g.cursor for g in group], bitmask, [g.index for g in group])
+            filler.fill([g.cursor.base for g in group], bitmask, [g.index for g in group])
         for g in rows:
+            g.cursor.restrict(bitmask, g.index)  # a wrapper state's rule over its engine's mask (unique arrays)
             g.mark_filled()
 
 

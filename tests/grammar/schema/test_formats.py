@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from typedlm.grammar.schema import find_refusals, prepare_schema
-from typedlm.grammar.schema.formats import LENGTHS, PATTERNS, STRICTER, XGRAMMAR
+from typedlm.grammar.schema.formats import FORMAT_CHECKER, LENGTHS, PATTERNS, PYDANTIC, STRICTER, XGRAMMAR
 from typedlm.grammar.spec import make_constraint
 
 CHECKER = jsonschema.Draft202012Validator.FORMAT_CHECKER
@@ -30,6 +30,8 @@ ALPHABET = {
     "uuid": "0123456789abcdefABCDEF-", "email": "ab@.-_+", "hostname": "aZ09-._", "idn-hostname": "aZ09-._\u00e9", "idn-email": "ab@.-_+\u00e9", "uri": "ab:/?#[]@%._~-09", "uri-reference": "ab:/?#[]@%._~-09 ",
     "uri-template": "a{}+#./;?&,:*19_%= ",
     "iri": "ab:/?#[]@%._~-09\u00e9\ue000 ", "iri-reference": "ab:/?#[]@%._~-09\u00e9\ue000 ",
+    **{f"uuid{v}": "0123456789abcdefABCDEF-{}" for v in (1, 3, 4, 5, 6, 7, 8)},
+    "ipvanyaddress": "0123456789abcdefABCDEF:.", "name-email": "Ab <>@.-_+'",
 }
 SEEDS = {
     "date": st.one_of(st.dates().map(datetime.date.isoformat),
@@ -45,6 +47,10 @@ SEEDS = {
     "json-pointer": st.sampled_from(["", "/a~0/b", "/~1", "/0/a"]),
     "relative-json-pointer": st.sampled_from(["0", "1/a", "2#", "10/~0"]),
     "uuid": st.uuids().map(str),
+    **{f"uuid{v}": st.uuids(version=v if v <= 5 else None).map(
+        lambda u, v=v: str(u)[:14] + str(v) + str(u)[15:19] + "8" + str(u)[20:]) for v in (1, 3, 4, 5, 6, 7, 8)},
+    "ipvanyaddress": st.one_of(st.ip_addresses(v=4).map(str), st.ip_addresses(v=6).map(str)),
+    "name-email": st.sampled_from(["a@b.co", "Joe Bloggs <joe.bloggs@example.com>", "O'Neil <a+b@c.org>"]),
     "idn-hostname": st.sampled_from(["example.com", "a", "a-b.c-d.e9", "xn--bcher-kva.example"]),
     "idn-email": st.sampled_from(["a@b.co", "joe.bloggs@example.com", "\u00e9@b.co"]),
     "hostname": st.sampled_from(["example.com", "a", "xn--bcher-kva.example.", "a-b.c-d.e9", "1.2.3.4",
@@ -66,6 +72,8 @@ CHECKER_BUGS = {  # the checker accepts, the suite (and RFC 3339) does not: Pyth
     "date-time": lambda s: s.endswith("\n"), "time": lambda s: s.endswith("\n"),
     "uri": lambda s: s.endswith("\n") or _zero_in_literal(s),
     "uri-reference": lambda s: s.endswith("\n") or _zero_in_literal(s),
+    # jsonschema 4.26 rejects a digit after any '0' of the leading integer ('100/a'), not just a leading zero
+    "relative-json-pointer": lambda s: re.match(r"[1-9][0-9]*0[0-9]", s) is not None,
 }
 
 
@@ -119,13 +127,14 @@ def test_format_grammar_agrees_with_the_checker(grammars, fmt):
     @SETTINGS
     @given(text=_mutated(fmt))
     def check(text):
-        ok = CHECKER.conforms(text, fmt)
+        ok = (FORMAT_CHECKER if fmt in PYDANTIC else CHECKER).conforms(text, fmt)
         got = _accepts(grammars, fmt, text)
+        checker_bug = CHECKER_BUGS.get(fmt, lambda s: False)(text)
         if got:
-            assert ok, f"grammar accepts {text!r}, the {fmt} checker does not"
+            assert ok or (checker_bug and fmt == "relative-json-pointer"), f"grammar accepts {text!r}, the {fmt} checker does not"
             lo, hi = LENGTHS.get(fmt, (0, None))
             assert lo <= len(text) and (hi is None or len(text) <= hi), (fmt, text)
-        elif fmt in EXACT and not CHECKER_BUGS.get(fmt, lambda s: False)(text):
+        elif fmt in EXACT and not checker_bug:
             assert not ok, f"the {fmt} checker accepts {text!r}, the grammar does not"
 
     check()

@@ -143,3 +143,22 @@ def test_complement_of_additional_properties_within_a_closed_object(grammars, in
     compiled, _ = grammars.compile(make_constraint(json_schema=SORT_OPTIONS, strict=False, any_whitespace=False))
     valid = jsonschema.Draft202012Validator(SORT_OPTIONS).is_valid(instance)
     assert any(accepts(compiled, t) for t in renderings(instance, prepare_schema(SORT_OPTIONS))) == valid
+
+
+def test_one_of_told_apart_by_a_required_tag_compiles_as_any_of():
+    """Branches that both require 'kind' with disjoint const/enum values exclude each other: exact as anyOf
+    even where intersecting them would be refused (two patternProperties)."""
+    from typedlm.grammar.schema import find_refusals
+
+    def branch(tag, pat):
+        return {"type": "object", "required": ["kind"], "properties": {"kind": tag},
+                "patternProperties": {pat: {"type": "integer"}}}
+
+    told = {"oneOf": [branch({"const": "a"}, "^x"), branch({"enum": ["b", "c"]}, "^y")],
+            "discriminator": {"propertyName": "kind"}}
+    assert find_refusals(told) == []
+    overlapping = {"oneOf": [branch({"const": "a"}, "^x"), branch({"enum": ["a", "c"]}, "^y")]}
+    assert [r.keyword for r in find_refusals(overlapping)] in (["oneOf"], ["patternProperties"])
+    untyped = {"oneOf": [{k: v for k, v in branch({"const": "a"}, "^x").items() if k != "type"},
+                         branch({"const": "b"}, "^y")]}
+    assert find_refusals(untyped) != []  # a string matches the untyped branch whatever its tag

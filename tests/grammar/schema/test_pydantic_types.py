@@ -4,10 +4,10 @@ random model may run a free string to ``max_tokens``, so at least one seed must 
 finished output must validate).
 
 ``LAXER``: rows whose Pydantic JSON Schema accepts more than Pydantic does (the grammar enforces the
-schema exactly, so there the output is checked against the schema only). The README lists this table.
-``RELAXED``: ``set[str]`` (uniqueItems over strings: not context-free) is refused by default, and with
-``lenient=True`` (opt-in) compiles as a superset with a ``RelaxedSchemaWarning``; the output is then
-validated against the original schema (``schema_valid``). ``HttpUrl`` (``maxLength: 2083`` beside
+schema exactly, so there the output is checked against the schema only).
+``set[str]``/``frozenset[...]`` (uniqueItems) are exact: the decode-time guard (``typedlm/grammar/unique``);
+Pydantic's format names (``uuid4``, ``ipvanyaddress``, ``name-email``) are asserted as Pydantic means them.
+docs/guides/pydantic-types.md lists the table. ``HttpUrl`` (``maxLength: 2083`` beside
 ``format: uri``) compiles to the stricter-but-sound ``formats.BOUNDED_URI``.
 ``test_default_model_table``: the issue's table on the default model (its outputs validate).
 """
@@ -22,7 +22,8 @@ from typing import Annotated, Literal, Optional, Union
 
 import pytest
 import jsonschema
-from pydantic import AnyHttpUrl, AnyUrl, BaseModel, EmailStr, Field, HttpUrl, conint, conlist, constr, confloat
+from pydantic import (UUID1, UUID4, AnyHttpUrl, AnyUrl, BaseModel, EmailStr, Field, HttpUrl, IPvAnyAddress, NameEmail,
+                      conint, conlist, constr, confloat)
 
 from typedlm.errors import GrammarCompileError
 from typedlm.generate import generate
@@ -36,7 +37,8 @@ LAXER = {
 # a free URI never ends under a random-weight model: this row checks a written instance through the
 # compiled grammar instead of sampling
 NOT_SAMPLED = {"AnyUrl": '{"v":"https://example.com/a?b=1#c"}', "AnyHttpUrl": '{"v":"http://example.com/x"}',
-               "HttpUrl": '{"v":"https://example.com/a?b=1#c"}', "EmailStr": '{"v":"joe.bloggs@example.com"}'}
+               "HttpUrl": '{"v":"https://example.com/a?b=1#c"}', "EmailStr": '{"v":"joe.bloggs@example.com"}',
+               "set[str]": '{"v":["a","b"]}', "NameEmail": '{"v":"Joe Bloggs <joe@example.com>"}'}
 
 
 class Color(enum.Enum):
@@ -74,13 +76,13 @@ TABLE = {
     "discriminated union": Annotated[Union[Cat, Dog], Field(discriminator="kind")],
     "constr": constr(min_length=2, max_length=5), "constr(pattern)": constr(pattern=r"^[a-z]{1,8}$"),
     "constr(pattern, lengths)": constr(pattern=r"^[a-z]+$", min_length=2, max_length=6), "AnyHttpUrl": AnyHttpUrl,
-    "HttpUrl": HttpUrl, "EmailStr": EmailStr,
+    "HttpUrl": HttpUrl, "EmailStr": EmailStr, "set[str]": set[str], "frozenset[int]": frozenset[int],
+    "NameEmail": NameEmail, "IPvAnyAddress": IPvAnyAddress, "UUID4": UUID4, "UUID1": UUID1,
     "conint": conint(ge=0, le=10), "conint(multiple_of)": conint(multiple_of=5, ge=0, le=100),
     "conint(multiple_of, ge)": conint(multiple_of=5, ge=3),
     "confloat": confloat(gt=0, lt=1), "list length bounds": conlist(int, min_length=1, max_length=3),
     "dict[str, int]": dict[str, int], "tuple[int, str]": tuple[int, constr(max_length=4)], "tuple[bool, ...]": tuple[bool, ...],
 }
-RELAXED = {"set[str]": (set[str], "uniqueItems")}
 
 
 def _model(t):
@@ -114,50 +116,16 @@ def test_standard_type_compiles_and_samples_validate(tiny, name):
     assert finished, f"{name}: no seed finished within max_tokens"
 
 
-@pytest.mark.parametrize("name", sorted(RELAXED))
-def test_unenforceable_standard_types_are_refused_by_keyword(tiny, name):
-    t, keyword = RELAXED[name]
-    with pytest.raises(GrammarCompileError) as e:
-        generate("x", engine=tiny, json_schema=_model(t), max_tokens=4)
-    assert e.value.keyword == keyword
-
-
-@pytest.mark.parametrize("name,good,superset", [("set[str]", '{"v":["a","b"]}', '{"v":["a","a"]}')])
-def test_unenforceable_standard_types_relax_on_request(tiny, name, good, superset):
-    """lenient=True: a superset grammar (the refused keyword dropped, named in the warning)."""
+def test_sets_are_exact_at_decode_time(tiny):
+    """set[...] / frozenset[...] (uniqueItems): compiled exactly (the decode-time guard), no relaxing:
+    a repeated item is rejected by the compiled grammar, and what the model writes Pydantic reads."""
     from tests.support.grammar import accepts
-    from typedlm.grammar.relax import RelaxedSchemaWarning
     from typedlm.grammar.spec import make_constraint
 
-    t, keyword = RELAXED[name]
-    model = _model(t)
-    with pytest.warns(RelaxedSchemaWarning, match=keyword):
-        compiled, _ = tiny.grammars.compile(make_constraint(json_schema=model, lenient=True, any_whitespace=False))
-    assert accepts(compiled, good)
-    model.model_validate_json(good)
-    if superset is not None:
-        assert accepts(compiled, superset)
-        assert not jsonschema.Draft202012Validator(model.model_json_schema()).is_valid(json.loads(superset))
-
-
-def test_relaxed_outputs_are_validated_against_the_original_schema(tiny):
-    """A set of short strings, relaxed: each finished output's ``schema_valid`` is jsonschema's verdict
-    on the original schema (duplicates: False), and Pydantic reads every one."""
-    from typedlm.grammar.relax import RelaxedSchemaWarning
-
-    model = _model(Annotated[set[constr(max_length=2)], Field(max_length=3)])
-    schema = model.model_json_schema()
-    finished = 0
-    for seed in SEEDS:
-        with pytest.warns(RelaxedSchemaWarning, match="uniqueItems"):
-            r = generate("x", engine=tiny, json_schema=model, lenient=True, seed=seed, max_tokens=48,
-                         any_whitespace=False)
-        if r.finish_reason != "stop":
-            continue
-        finished += 1
-        assert r.schema_valid == jsonschema.Draft202012Validator(schema).is_valid(json.loads(r.text))
-        model.model_validate_json(r.text)
-    assert finished, "no seed finished within max_tokens"
+    model = _model(set[str])
+    compiled, _ = tiny.grammars.compile(make_constraint(json_schema=model, any_whitespace=False))
+    assert accepts(compiled, '{"v":["a","b"]}') and not accepts(compiled, '{"v":["a","a"]}')
+    model.model_validate_json('{"v":["a","b"]}')
 
 
 class Site(BaseModel):
@@ -184,7 +152,7 @@ DEFAULT_MODEL_TABLE = {  # the issue's Pydantic table: model, prompt, lenient
     "HttpUrl": (Site, "The website of the Python programming language, as JSON.", False),
     "AnyHttpUrl": (Homepage, "The homepage of Wikipedia, as JSON.", False),
     "EmailStr": (Contact, "An email address for John at example.com, as JSON.", False),
-    "set[str]": (Tags, "Three tags for a blog post about cooking pasta, as JSON.", True),
+    "set[str]": (Tags, "Three tags for a blog post about cooking pasta, as JSON.", False),
     "constr(pattern, lengths)": (Code, "A product code: two capital letters then digits, as JSON.", False),
 }
 
@@ -192,7 +160,7 @@ DEFAULT_MODEL_TABLE = {  # the issue's Pydantic table: model, prompt, lenient
 @pytest.mark.real_model
 @pytest.mark.parametrize("name", sorted(DEFAULT_MODEL_TABLE))
 def test_default_model_table(real, name):
-    """Each row compiles (``set[str]`` opting in to ``lenient``) and the default model's greedy output
+    """Each row compiles (exactly: ``lenient`` is off) and the default model's greedy output
     finishes and validates with ``Model.model_validate_json``."""
     import warnings
 

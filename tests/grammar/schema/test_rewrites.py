@@ -315,7 +315,7 @@ def test_pattern_rewrite():
     ({"type": "object", "propertyNames": {"pattern": "^a"}, "maxProperties": 2}, "maxProperties", ""),
     ({"type": "object", "properties": {"a": {}}, "patternProperties": {"^b": {"type": "integer"}},
       "minProperties": 1}, "minProperties", ""),
-    ({"type": "array", "uniqueItems": True}, "uniqueItems", "/uniqueItems"),
+    ({"type": "array", "uniqueItems": True, "contains": {"type": "integer"}}, "uniqueItems", "/uniqueItems"),
     ({"anyOf": [{"properties": {"a": {}}}, {"properties": {"b": {}}}], "unevaluatedProperties": False},
      "unevaluatedProperties", "/unevaluatedProperties"),
     ({"type": "number", "multipleOf": 0.5}, "multipleOf", "/multipleOf"),
@@ -323,7 +323,7 @@ def test_pattern_rewrite():
      "contentMediaType", "/contentMediaType"),
     ({"$schema": "http://json-schema.org/draft-04/schema#", "items": [{}, {"pattern": "(?=a)"}]},
      "pattern", "/items/1/pattern"),
-    ({"$schema": "http://json-schema.org/draft-07/schema#", "items": [{}], "additionalItems": {"uniqueItems": True}},
+    ({"$schema": "http://json-schema.org/draft-07/schema#", "items": [{}], "additionalItems": {"uniqueItems": True, "contains": {"type": "integer"}}},
      "uniqueItems", "/additionalItems/uniqueItems"),
     ({"$schema": "http://json-schema.org/draft-07/schema#", "dependencies": {"a": 3}}, "(schema)", "/dependencies/a"),
 ])

@@ -16,7 +16,7 @@ from typedlm.grammar.relax import RelaxedSchemaWarning, relaxed_core
 from typedlm.grammar.schema import prepare_relaxed, prepare_schema
 from typedlm.grammar.spec import make_constraint
 
-UNIQUE = {"type": "array", "uniqueItems": True}
+UNIQUE = {"type": "array", "uniqueItems": True, "contains": {"type": "integer"}}  # refused: uniqueItems beside contains
 # ECMA lookaround past the start: not a regular language, refused exactly (a leading ^(?!X) in a name is not)
 LOOK = "a(?!x)"
 
@@ -77,7 +77,7 @@ def test_unevaluated_properties_goes_when_a_part_it_reads_was_relaxed(grammars):
 
 def test_strict_refuses_and_lenient_warns_naming_the_keyword(grammars):
     schema = {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"},
-                                                        "uniqueItems": True}}}
+                                                        "uniqueItems": True, "contains": {"const": "a"}}}}
     with pytest.raises(GrammarCompileError) as e:
         grammars.compile(make_constraint(json_schema=schema, strict=False))
     assert e.value.keyword == "uniqueItems"

@@ -44,9 +44,11 @@ def gen(
     out: Optional[Path] = typer.Option(None, "--json", help="write the results JSON here"),
     deterministic: bool = typer.Option(False, "--deterministic",
                                        help="typedlm rows on the batch-invariant kernels (decode uncompiled)"),
+    unique_items: bool = typer.Option(False, "--unique-items",
+                                      help="the JSON schema's array with uniqueItems (the decode-time guard)"),
 ):
     """Throughput: typedlm continuous batching vs HF generate, free vs JSON Schema."""
-    from ...bench.gen import bench_gen, load_subject, print_table  # lazy: CLI start-up
+    from ...bench.gen import SCHEMA, bench_gen, load_subject, print_table, unique_schema  # lazy: CLI start-up
 
     batches = tuple(batch or (1, 8, 32))
     if any(b < 1 for b in batches) or max_tokens < 1:
@@ -61,12 +63,14 @@ def gen(
         init_s = time.perf_counter() - t0
         res = bench_gen(engine, batches=batches, max_tokens=max_tokens, hf=hf,
                         hf_static=hf_static and engine.device.type == "cuda",
-                        progress=lambda m: typer.echo(f"... {m}", err=True))
+                        progress=lambda m: typer.echo(f"... {m}", err=True),
+                        schema=unique_schema() if unique_items else SCHEMA)
     res["model_init_s"] = round(init_s, 2)
     res["command"] = "typedlm bench gen " + " ".join(
         [f"--arch {arch}", f"--device {device}"] + ([f"--dtype {dtype}"] if dtype else [])
         + [f"--batch {b}" for b in batches] + [f"--max-tokens {max_tokens}"] + ([] if hf else ["--no-hf"])
-        + ([] if hf_static else ["--no-hf-static"]) + (["--deterministic"] if deterministic else []))
+        + ([] if hf_static else ["--no-hf-static"]) + (["--deterministic"] if deterministic else [])
+        + (["--unique-items"] if unique_items else []))
     res["deterministic"] = deterministic
     print_json(res)
     print_table(res)

@@ -55,6 +55,25 @@ class RowState(Protocol):
     def jump_string(self) -> str:
         """The text the grammar forces next ("" when the next bytes are not fixed)."""
 
+    @property
+    def base(self) -> "RowState":
+        """The engine's own state that ``filler`` fills (this one, or the one a wrapper state wraps)."""
+
+    def restrict(self, bitmask: torch.Tensor, row: int) -> bool:
+        """Narrow the mask ``filler`` wrote into row ``row`` for :attr:`base` (a wrapper's rule, such as
+        the unique-array guard's); True if a token was cleared."""
+
+
+class EngineState:
+    """What an engine's own row state shares: it is its own :attr:`RowState.base` and narrows nothing."""
+
+    @property
+    def base(self) -> "EngineState":
+        return self
+
+    def restrict(self, bitmask: torch.Tensor, row: int) -> bool:
+        return False
+
 
 class Compiled(Protocol):
     """A compiled grammar: immutable, shared by every row that uses it."""

@@ -10,7 +10,7 @@ from typing import Any, Sequence
 import torch
 
 from ..spec import MAX_WHITESPACE, Constraint
-from .base import NotForEngine
+from .base import EngineState, NotForEngine
 from .llguidance_schema import llg_grammar
 
 NAME = "llguidance"
@@ -88,7 +88,7 @@ class LLGuidanceFiller:
                 bitmask[i].zero_()
 
 
-class LLGuidanceState:
+class LLGuidanceState(EngineState):
     def __init__(self, compiled: "LLGuidanceCompiled"):
         self.inner = compiled.proto.deep_copy()
         self.filler = compiled.filler

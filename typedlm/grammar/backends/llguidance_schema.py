@@ -50,7 +50,7 @@ def _adapt(node, strict: bool):
         node = _format_as_pattern(node)
     out = {}
     for k, v in node.items():
-        if k in PRIVATE:
+        if k in PRIVATE or k == "uniqueItems":  # uniqueItems: the decode-time guard's (grammar/unique)
             continue
         if k in ("enum", "const"):
             out[k] = v

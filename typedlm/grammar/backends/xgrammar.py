@@ -11,6 +11,7 @@ import xgrammar as xgr
 
 from ..schema.ebnf import ebnf_literal, needs_grammar, to_ebnf
 from ..spec import MAX_WHITESPACE, Constraint, canonical_json
+from .base import EngineState
 
 NAME = "xgrammar"
 
@@ -25,7 +26,7 @@ class XGrammarFiller:
         self._batch.batch_fill_next_token_bitmask([s.matcher for s in states], bitmask, list(rows))
 
 
-class XGrammarState:
+class XGrammarState(EngineState):
     def __init__(self, compiled: xgr.CompiledGrammar, filler: XGrammarFiller):
         self.matcher = xgr.GrammarMatcher(compiled)
         self.filler = filler

@@ -141,7 +141,7 @@ class Algebra:
             prefix=prefix, items=self.meet_opt(a.items, b.items, p, kw), min_items=max(lows) if lows else None,
             max_items=min(highs) if highs else None, contains=cs, at=a.at or p,
             evaluated=True if ia is True or ib is True else max(ia, ib), contained=a.contained + b.contained,
-            partial=a.partial or b.partial))
+            partial=a.partial or b.partial, unique=a.unique or b.unique))
 
     def meet_opt(self, x, y, p, kw):
         if x is None:

@@ -75,6 +75,7 @@ class Array:
     evaluated: int | bool = 0  # positions evaluated by prefixItems/items (True: all)
     contained: tuple = ()  # contains branches: the items they match are evaluated
     partial: bool = False
+    unique: bool = False  # uniqueItems, enforced beside the grammar (:mod:`typedlm.grammar.unique`)
     type = "array"
 
 
@@ -103,7 +104,7 @@ KEYWORD = {"lo": "minimum", "hi": "maximum", "multiple_of": "multipleOf", "not_m
            "frac": "type", "min_length": "minLength", "max_length": "maxLength", "prefix": "prefixItems",
            "min_items": "minItems", "max_items": "maxItems", "patterns": "patternProperties",
            "additional": "additionalProperties", "min_props": "minProperties", "max_props": "maxProperties",
-           "names": "propertyNames", "also": "pattern", "excluded": "pattern"}  # field -> the JSON Schema keyword it holds
+           "names": "propertyNames", "unique": "uniqueItems", "also": "pattern", "excluded": "pattern"}  # field -> the JSON Schema keyword it holds
 
 
 def _keyword_defaults(cls) -> tuple:

@@ -203,6 +203,8 @@ class Emitter:
                 out["minItems"] = b.min_items
             if mx is not None:
                 out["maxItems"] = mx
+            if b.unique and (mx is None or mx > 1):
+                out["uniqueItems"] = True  # the decode-time guard's keyword (grammar/unique)
             if out.get("minItems", 0) > out.get("maxItems", math.inf):
                 return None
             if b.contains and not self.emit_contains(b, out, pre):

@@ -35,6 +35,7 @@ import re
 
 import jsonschema
 import rfc3986_validator
+from pydantic import UUID1, UUID3, UUID4, UUID5, UUID6, UUID7, UUID8, IPvAnyAddress, NameEmail, TypeAdapter
 
 _YEAR = "([0-9]{3}[1-9]|[0-9]{2}[1-9][0-9]|[0-9][1-9][0-9]{2}|[1-9][0-9]{3})"  # Python's date: no year 0
 _LEAP = "([0-9]{2}(0[48]|[2468][048]|[13579][26])|(0[48]|[2468][048]|[13579][26])00)"  # minus 0000
@@ -148,6 +149,21 @@ PATTERNS = {
 }
 STRICTER = {"duration", "hostname", "idn-hostname", "uri-template"}  # regexes: accepted => checker accepts
 
+# Pydantic's own format names (its strict-mode types), asserted as Pydantic means them: the checker is
+# Pydantic's validator, the regex a subset of what it accepts (stricter, never looser). ``uuidN``: the RFC
+# 4122 form with version N and the RFC variant (Python's UUID has a version only then; Pydantic also takes
+# braces, no dashes, a 'urn:uuid:' prefix); ``ipvanyaddress``: ipv4 | ipv6; ``name-email``: 'Name <addr>'
+# or a bare address, the address a dot-atom at a host under a common top-level domain (email-validator
+# refuses dotless hosts and reserved names such as .test or .local).
+_HEX = "[0-9a-fA-F]"
+_ATOM = "[A-Za-z0-9_!#$%&'*+/=?^`{|}~-]+"
+_ADDRESS = f"{_ATOM}(\\.{_ATOM})*@({_LABEL}\\.){{1,3}}(com|org|net|edu|io|dev|app|info|de|fr|uk|jp)"
+PYDANTIC = {f"uuid{v}": f"{_HEX}{{8}}-{_HEX}{{4}}-{v}{_HEX}{{3}}-[89abAB]{_HEX}{{3}}-{_HEX}{{12}}" for v in (1, 3, 4, 5, 6, 7, 8)}
+PYDANTIC["ipvanyaddress"] = f"({_V4}|{_ipv6()})"
+PYDANTIC["name-email"] = f"([A-Za-z][A-Za-z .'-]{{0,62}}[A-Za-z] <{_ADDRESS}>|{_ADDRESS})"
+PATTERNS.update(PYDANTIC)
+STRICTER |= set(PYDANTIC)
+
 # ``uri``/``uri-reference`` beside a ``maxLength`` of at least BOUNDED_URI_LENGTHS[1] (Pydantic's ``HttpUrl``:
 # 2083): a stricter-but-sound form whose length bound holds by construction, as the product of the URI
 # automaton with a counter of 2,084 lengths is far too large to compile. An http(s) URL: a host of at least
@@ -183,9 +199,24 @@ def _every_drafts_checker() -> jsonschema.FormatChecker:
     return out
 
 
+def _pydantic_checker(name: str):
+    """Pydantic's validator of format ``name`` as a format check (a non-string passes, as formats do)."""
+    types = {"uuid1": UUID1, "uuid3": UUID3, "uuid4": UUID4, "uuid5": UUID5, "uuid6": UUID6, "uuid7": UUID7,
+             "uuid8": UUID8, "ipvanyaddress": IPvAnyAddress, "name-email": NameEmail}
+    adapter = TypeAdapter(types[name])
+    return lambda s: not isinstance(s, str) or bool(adapter.validate_python(s))
+
+
+def _with_pydantic(checker: jsonschema.FormatChecker) -> jsonschema.FormatChecker:
+    """``checker`` deciding Pydantic's format names too (:data:`PYDANTIC`) with Pydantic's own validators."""
+    for name in PYDANTIC:
+        checker.checks(name, raises=(ValueError, TypeError))(_pydantic_checker(name))
+    return checker
+
+
 # Formats are asserted under every draft: an author of a draft-04 schema who writes ``format: date``
 # (which draft 4 does not define) means a date, so typedlm enforces it, and judges instances with it.
-FORMAT_CHECKER = _every_drafts_checker()
+FORMAT_CHECKER = _with_pydantic(_every_drafts_checker())
 
 
 def known(name: str) -> bool:

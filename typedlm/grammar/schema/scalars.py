@@ -1,7 +1,7 @@
 """The branches of one JSON type built from a translated schema object: plain functions, no state.
 
 ``number_branch`` (bounds, ``multipleOf``), ``string_branch`` (lengths, ``pattern``, ``format``),
-``unique_items`` (``uniqueItems`` over a finite array space, as an enum).
+``unique_items`` (``uniqueItems``: a finite array space as an enum, else a guarded array).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import itertools
 import math
 from dataclasses import replace
 
-from .algebra import bound, check_string, fix_int
+from .algebra import bound, check_array, check_string, fix_int
 from .branches import Enum, Number, String, at, count, finite, is_num, same
 from .formats import BOUNDED_URI, BOUNDED_URI_FORMATS, BOUNDED_URI_LENGTHS, LENGTHS as FORMAT_LENGTHS, NOT_EXACT
 from .formats import PATTERNS as FORMAT_PATTERNS, XGRAMMAR, XGRAMMAR_NAME, known
@@ -83,26 +83,27 @@ def bounded_uri(lo: int, hi: int | None) -> bool:
 
 
 def unique_items(b, p: str):
-    """uniqueItems over a finite array space (every position an enum, boolean or null, and a
-    bounded length): every array of distinct values, as an enum."""
+    """uniqueItems: over a small finite array space (every position an enum, boolean or null, and a
+    bounded length) every array of distinct values, as an enum; else the array branch marked ``unique``
+    (enforced beside the grammar at decode time, :mod:`typedlm.grammar.unique`)."""
     pre, items = b.prefix or [], b.items
     hi = b.max_items
     if items == []:
         hi = len(pre) if hi is None else min(hi, len(pre))
-    refuse = Refuse("uniqueItems", ptr(p, "uniqueItems"),
-                    "uniqueItems is enforced only on arrays of at most one item or of a small finite space")
+    guarded = check_array(replace(b, unique=True))
     if hi is None and items is not None and finite(items) is not None:
         hi = len(pre) + len(finite(items))  # distinct items from a finite set: no longer than that
+        guarded = check_array(replace(b, unique=True, max_items=hi))
     if hi is None:
-        raise refuse
+        return guarded
     pos = [finite(pre[i] if i < len(pre) else items) for i in range(hi)]
     if any(v is None for v in pos) or math.prod(max(1, len(v)) for v in pos) > 4096:
-        raise refuse
+        return guarded
     arrays = []
     for k in range(b.min_items or 0, hi + 1):
         for combo in itertools.product(*pos[:k]):
             if all(not same(x, y) for i, x in enumerate(combo) for y in combo[i + 1:]):
                 arrays.append(list(combo))
     if len(arrays) > MAX_ENUM:
-        raise refuse
+        return guarded
     return Enum(arrays) if arrays else None
