@@ -54,6 +54,7 @@ class DecodeGraphs:
         self.graphs: dict[tuple[int, int], tuple] = {}
         self._pool = None
         self.capture_s = 0.0
+        self.spans: dict[tuple[int, int], float] = {}  # seconds each graph's capture took (its warm-up runs too)
 
     def __len__(self) -> int:
         return len(self.graphs)
@@ -62,6 +63,7 @@ class DecodeGraphs:
         """Drop every graph, and their memory pool with them: the next capture takes a new pool (capturing into a
         pool whose graphs are all gone trips the caching allocator's use-count assert)."""
         self.graphs.clear()
+        self.spans.clear()
         self._pool = None
 
     def get(self, b: int, cols: int):
@@ -81,7 +83,8 @@ class DecodeGraphs:
             with torch.cuda.graph(g, pool=self._pool, capture_error_mode=self.capture_mode):
                 out = self._run(b, cols)
             self.graphs[key] = (g, out)
-            self.capture_s += time.perf_counter() - t0
+            self.spans[key] = time.perf_counter() - t0
+            self.capture_s += self.spans[key]
         return self.graphs[key]
 
     def replay(self, b: int, cols: int) -> torch.Tensor:

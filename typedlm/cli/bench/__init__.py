@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from . import decide, generation, schema, soak
+from . import decide, generation, roofline, schema, soak
 
 app = typer.Typer(no_args_is_help=True, help="Benchmarks: print JSON and a table.")
 app.command("grammar")(generation.grammar_cmd)
@@ -19,3 +19,4 @@ app.command("trust")(decide.trust)
 app.command("scale")(decide.scale_cmd)
 app.command("prefix-cache")(generation.bench_prefix_cache)
 app.command("soak")(soak.soak)
+app.command("roofline")(roofline.roofline)

@@ -1,0 +1,283 @@
+"""``typedlm bench roofline``: the decision pass, a prefill and a decode step as fractions of the device's peaks.
+
+For each case: the median wall time of ``runs`` synchronized calls (after one first call, timed apart: it pays
+CUDA-graph captures, compiles and autotuning), the device's busy time in one more call (the union of its kernel and
+copy spans under ``torch.profiler``; CUDA only), the host time the device waits on (wall - busy), and the achieved
+TFLOPS and GB/s (:mod:`.cost`: FLOPs and bytes from the model's config) next to the device's peaks. Cases:
+
+* ``decide``: one decision (preset example, prefix cache off: the whole prompt computed); ``decide cached``: the
+  same decision again with the prefix cache on (its prompt read from the cache); ``decide_many xN``: N contexts of
+  ~400 tokens (prefix cache off). Near-tie rescoring is off (batched scoring alone, as ``bench decide --many``).
+* ``prefill N``: one prompt of N tokens into a static slot (prefix cache off).
+* ``decode bB``: one decode step of B rows, each after an N-token prompt.
+
+Warm-up: the static KV of the largest decode batch and every CUDA graph the cases meet (decode and short-prefill
+buckets up to N + a margin of columns), timed as ``bench gen`` times it, with the graphs' count and capture spans.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import platform
+import statistics
+import time
+from typing import Callable
+
+from rich.console import Console
+from rich.table import Table
+import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
+
+from ..decide import presets, ties
+from ..decide.api import decide, decide_many, plan_for
+from ..testing.contexts import contexts
+from .cost import Shape, causal_keys, peaks, rates
+
+SCORING = ("score", "score_expand", "prefill_prefix", "prefill_prefixes")  # runner calls that run one forward
+
+
+def union_s(spans: list[tuple[float, float]]) -> float:
+    """Length of the union of ``(start, end)`` spans (overlapping kernels on several streams count once)."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(spans):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
+
+
+def device_busy_s(fn: Callable, device: torch.device) -> float | None:
+    """Seconds the device is busy (kernels, copies, memsets) during ``fn()``; None off CUDA."""
+    if device.type != "cuda":
+        return None
+    torch.cuda.synchronize(device)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize(device)
+    spans = [(e.time_range.start, e.time_range.end) for e in prof.events() if e.device_type == DeviceType.CUDA]
+    return union_s(spans) / 1e6  # the profiler's spans are in microseconds
+
+
+@contextlib.contextmanager
+def counted_forwards(runner):
+    """Count the runner's scoring forwards (``SCORING`` calls) while the block runs: ``n[0]``."""
+    n = [0]
+
+    def counting(fn):
+        def call(*args, **kwargs):
+            n[0] += 1
+            return fn(*args, **kwargs)
+        return call
+
+    for name in SCORING:
+        setattr(runner, name, counting(getattr(runner, name)))
+    try:
+        yield n
+    finally:
+        for name in SCORING:
+            delattr(runner, name)  # back to the class's methods
+
+
+@contextlib.contextmanager
+def no_rescoring():
+    """Near-tie rescoring off (the batched scoring alone is measured)."""
+    saved = dict(ties.DRIFT_NATS)
+    ties.DRIFT_NATS.update({k: -1.0 for k in saved})
+    try:
+        yield
+    finally:
+        ties.DRIFT_NATS.update(saved)
+
+
+def decision_work(usages: list[dict], reads: int) -> dict:
+    """Tokens computed, logit rows, attention pairs and K/V traffic of one ``decide_many`` call from its decisions'
+    usage: the shared prefix once (less what the prefix cache gave), each context's own tokens after it, its row
+    tree (``scored_tokens``; attention counted as causal over the prompt: an upper estimate for a tree) and the
+    lm_head on its ``reads`` read positions; each context's prompt K/V read once."""
+    shared = usages[0]["shared_prefix_tokens"]
+    cached = [u["cached_prompt_tokens"] for u in usages]
+    tokens = keys = 0
+    if shared:
+        c0 = min(min(cached), shared)
+        tokens, keys = shared - c0, causal_keys(c0, shared - c0)
+    for u, c in zip(usages, cached):
+        n, tree = u["prompt_tokens"], u["scored_tokens"]
+        start = max(shared, c)
+        tokens += n - start + tree
+        keys += causal_keys(start, n - start) + causal_keys(n, tree)
+    return {"tokens": tokens, "logit_rows": reads * len(usages), "keys": keys,
+            "kv_read": sum(u["prompt_tokens"] for u in usages), "kv_written": tokens}
+
+
+def _timed(fn: Callable, engine) -> tuple[float, object]:
+    engine.sync()
+    t0 = time.perf_counter()
+    out = fn()
+    engine.sync()
+    return time.perf_counter() - t0, out
+
+
+def measure(name: str, fn: Callable, work: Callable[[object], dict], engine, shape: Shape, peak, runs: int) -> dict:
+    """One case: ``fn`` once (first), ``runs`` times (median wall), once profiled; ``work(result)`` -> the
+    :func:`decision_work`-style counts plus ``forwards``."""
+    first, out = _timed(fn, engine)
+    walls = []
+    for _ in range(runs):
+        t, out = _timed(fn, engine)
+        walls.append(t)
+    wall = statistics.median(walls)
+    busy = device_busy_s(fn, engine.device)
+    w = work(out)
+    flops = shape.flops(w["tokens"], w["logit_rows"], w["keys"])
+    nbytes = shape.bytes(w["forwards"], w["kv_read"], w["kv_written"])
+    return {"case": name, **w, "first_s": first, "wall_s": wall, "device_s": busy,
+            "host_wait_s": None if busy is None else max(0.0, wall - busy),
+            "flops": flops, "bytes": nbytes, **rates(flops, nbytes, wall, peak)}
+
+
+def _decision_cases(engine, shape, peak, runs: int, preset: str, many: int) -> list[dict]:
+    p = presets.load(preset)
+    schema, context = p["schema"], p["examples"][0]
+    reads = sum(len(r.reads) for r in plan_for(schema, engine).rows)
+    cache = engine.runner.prefix_cache
+    counted: list[int] = []
+
+    def call(fn):
+        def run():
+            with counted_forwards(engine.runner) as n:
+                out = fn()
+            counted.append(n[0])
+            return out
+        return run
+
+    def work(ds):
+        return {**decision_work([d.usage for d in ds], reads), "forwards": counted[-1]}
+
+    one = call(lambda: [decide(schema, context, engine=engine)])
+    batch = contexts(engine, many, 400)
+    rows = []
+    limit = cache.limit_bytes
+    with no_rescoring():
+        cache.set_limit(0)
+        try:
+            rows.append(measure("decide", one, work, engine, shape, peak, runs))
+            rows.append(measure(f"decide_many x{many}", call(lambda: decide_many(schema, batch, engine=engine)),
+                                work, engine, shape, peak, runs))
+        finally:
+            cache.set_limit(limit)
+        if cache.enabled:
+            rows.append(measure("decide cached", one, work, engine, shape, peak, runs))
+    return rows
+
+
+def _generation_cases(engine, kv, shape, peak, runs: int, tokens: int, batches: tuple[int, ...]) -> list[dict]:
+    runner, cache = engine.runner, engine.runner.prefix_cache
+    ids = torch.randint(1000, 20000, (tokens,), generator=torch.Generator().manual_seed(0)).tolist()
+    rows = []
+    limit = cache.limit_bytes
+    cache.set_limit(0)
+    try:
+        def prefill():
+            slot = kv.acquire()
+            try:
+                return runner.prefill(kv, [ids], [slot])
+            finally:
+                kv.release(slot)
+
+        rows.append(measure(f"prefill {tokens}", prefill, lambda _: {
+            "tokens": tokens, "logit_rows": 1, "keys": causal_keys(0, tokens), "forwards": 1, "kv_read": 0,
+            "kv_written": tokens}, engine, shape, peak, runs))
+        for b in batches:
+            slots = [kv.acquire() for _ in range(b)]
+            try:
+                runner.prefill(kv, [ids] * b, slots)
+                ctx = tokens + 1 + runs // 2  # the timed steps' median context
+                rows.append(measure(f"decode b{b}", lambda: runner.run(kv, [[ids[0]]] * b, slots), lambda _: {
+                    "tokens": b, "logit_rows": b, "keys": b * (ctx + 1), "forwards": 1, "kv_read": b * ctx,
+                    "kv_written": b}, engine, shape, peak, runs))
+            finally:
+                for s in slots:
+                    kv.release(s)
+    finally:
+        cache.set_limit(limit)
+    return rows
+
+
+def warm_up(engine, batch: int, columns: int) -> tuple[object, dict]:
+    """The static KV of ``batch`` rows and its CUDA graphs up to ``columns`` -> (kv, what it took)."""
+    runner = engine.runner
+    t0 = time.perf_counter()
+    kv = runner.decode_cache(batch)
+    runner.capture(kv, columns)
+    took = time.perf_counter() - t0
+    out = {"warmup_s": took, "graphs": 0}
+    fw = runner.forwards(kv)
+    parts = {"decode": getattr(fw, "graphs", None), "short_prefill": getattr(getattr(fw, "short", None), "graphs",
+                                                                             None)}
+    for part, graphs in parts.items():
+        if graphs is not None and len(graphs):
+            spans = sorted(graphs.spans.values())
+            out["graphs"] += len(graphs)
+            out[part] = {"graphs": len(graphs), "capture_s": graphs.capture_s, "slowest_s": spans[-1],
+                         "median_s": statistics.median(spans)}
+    return kv, out
+
+
+def device_name(engine) -> str:
+    if engine.device.type == "cuda":
+        return torch.cuda.get_device_name(engine.device)
+    return platform.processor() or platform.machine()
+
+
+def bench_roofline(engine, *, tokens: int = 512, runs: int = 5, many: int = 16, batches: tuple[int, ...] = (1, 32),
+                   preset: str = "support_triage", progress=None) -> dict:
+    """Every case of the module's docstring on ``engine`` (a torch engine) -> the results JSON."""
+    if engine.backend != "torch":
+        raise ValueError(f"bench roofline runs on the torch backend (this engine runs on {engine.backend})")
+    if tokens < 1 or runs < 1 or many < 1 or min(batches) < 1:
+        raise ValueError("--tokens, --runs, --many and --batch must be >= 1")
+    say = progress or (lambda m: None)
+    name = device_name(engine)
+    peak = peaks(name, engine.dtype)
+    shape = Shape.of(engine.model.config, engine.model_vocab_size, engine.dtype)
+    say("warm-up: static KV and CUDA graphs")
+    kv, warm = warm_up(engine, max(batches), tokens + runs + 8)
+    if tokens + runs + 8 > kv.max_len:
+        raise ValueError(f"--tokens {tokens} does not fit the static KV ({kv.max_len} tokens)")
+    say("prefill and decode")
+    rows = _generation_cases(engine, kv, shape, peak, runs, tokens, batches)
+    say("decisions")
+    rows = _decision_cases(engine, shape, peak, runs, preset, many) + rows
+    return {"bench": "roofline", "model": engine.name, "device": str(engine.device), "device_name": name,
+            "dtype": str(engine.dtype).replace("torch.", ""),
+            "peaks": None if peak is None else {"tflops": peak[0] / 1e12, "gb_s": peak[1] / 1e9},
+            "weight_bytes": shape.weight_bytes, "kv_bytes_per_token": shape.kv_bytes_per_token,
+            "flops_per_token": shape.flops(1, 0, 0), "tokens": tokens, "runs": runs,
+            "invariant": engine.runner.capabilities.invariant, "warmup": warm, "results": rows}
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def _ms(x: float | None) -> str:
+    return "n/a" if x is None else f"{1e3 * x:.2f}"
+
+
+def print_table(res: dict) -> None:
+    p = res["peaks"]
+    t = Table(title=f"bench roofline: {res['model']} on {res['device_name']} ({res['dtype']}); peaks "
+                    + (f"{p['tflops']:.0f} TFLOPS, {p['gb_s']:.0f} GB/s" if p else "n/a"))
+    for col in ("case", "tokens", "first s", "wall ms", "device ms", "host wait ms", "TFLOPS", "of peak", "GB/s",
+                "of peak BW"):
+        t.add_column(col, justify="left" if col == "case" else "right")
+    for r in res["results"]:
+        t.add_row(r["case"], str(r["tokens"]), f"{r['first_s']:.2f}", _ms(r["wall_s"]), _ms(r["device_s"]),
+                  _ms(r["host_wait_s"]), f"{r['tflops']:.3f}", _pct(r["tflops_fraction"]), f"{r['gb_s']:.1f}",
+                  _pct(r["gb_s_fraction"]))
+    con = Console(stderr=True, width=150)
+    con.print(t)
+    w = res["warmup"]
+    con.print(f"warm-up (static KV + CUDA graph capture): {w['warmup_s']:.2f} s, {w['graphs']} graphs " + ", ".join(
+        f"({k}: {v['graphs']}, slowest capture {v['slowest_s']:.2f} s)" for k, v in w.items() if isinstance(v, dict)))
