@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import torch
 
+from .compiled import compiled_layer
 from .graphs import DecodeGraphs, MIN_BUCKET, bucket, column_buckets
 from .layers import out_mlp, qkv_rope
 from .tensors import device_tensor
@@ -59,7 +60,7 @@ class ShortPrefill:
         self.graphs = DecodeGraphs(dev, self._run, self._reset, self._io)
         self._layer = extend_layer
         if self.enabled and kv.compile_decode:  # as the decode step's layer
-            self._layer = torch.compile(extend_layer, dynamic=True)
+            self._layer = compiled_layer(extend_layer)
 
     def fits(self, rows: int, tokens: int) -> bool:
         """Rows of ``tokens`` new tokens each go through the graphs, one replay a row (up to 4 rows)."""

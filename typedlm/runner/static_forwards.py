@@ -26,6 +26,7 @@ import weakref
 import torch
 
 from ..errors import TypedLMError
+from .compiled import compiled_layer
 from .graphs import MIN_BUCKET, DecodeGraphs, batch_buckets, bucket, column_buckets
 from .layers import attend, decode_layer, fuse, invariant_decode_layer, project_qkv
 from .short_prefill import ShortPrefill
@@ -66,7 +67,7 @@ class StaticForwards:
             # one decoder layer compiled once (inductor fuses norms, rope, softmax, SiLU), shared by every
             # layer and bucket
             torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
-            self._layer = torch.compile(decode_layer, dynamic=True)
+            self._layer = compiled_layer(decode_layer)
         self.graphs = DecodeGraphs(device, self._decode, self._reset_inputs, self._io)
         self.short = ShortPrefill(self, enabled=short_prefill)  # short prefills (a cached prompt's tail) as CUDA graphs
 
