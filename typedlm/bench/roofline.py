@@ -31,10 +31,9 @@ from torch.profiler import ProfilerActivity, profile
 
 from ..decide import presets, ties
 from ..decide.api import decide, decide_many, plan_for
+from ..runner.static_kv import StaticKV
 from ..testing.contexts import contexts
 from .cost import Shape, causal_keys, peaks, rates
-
-SCORING = ("score", "score_expand", "prefill_prefix", "prefill_prefixes")  # runner calls that run one forward
 
 
 def union_s(spans: list[tuple[float, float]]) -> float:
@@ -61,7 +60,7 @@ def device_busy_s(fn: Callable, device: torch.device) -> float | None:
 
 @contextlib.contextmanager
 def counted_forwards(runner):
-    """Count the runner's scoring forwards (``SCORING`` calls) while the block runs: ``n[0]``."""
+    """Count the runner's scoring forwards (calls of its methods that run one) while the block runs: ``n[0]``."""
     n = [0]
 
     def counting(fn):
@@ -70,12 +69,14 @@ def counted_forwards(runner):
             return fn(*args, **kwargs)
         return call
 
-    for name in SCORING:
-        setattr(runner, name, counting(getattr(runner, name)))
+    methods = {"score": runner.score, "score_expand": runner.score_expand, "prefill_prefix": runner.prefill_prefix,
+               "prefill_prefixes": runner.prefill_prefixes}
+    for name, fn in methods.items():
+        setattr(runner, name, counting(fn))
     try:
         yield n
     finally:
-        for name in SCORING:
+        for name in methods:
             delattr(runner, name)  # back to the class's methods
 
 
@@ -212,11 +213,11 @@ def warm_up(engine, batch: int, columns: int) -> tuple[object, dict]:
     runner.capture(kv, columns)
     took = time.perf_counter() - t0
     out = {"warmup_s": took, "graphs": 0}
+    if not isinstance(kv, StaticKV):  # the dynamic cache: no graphs
+        return kv, out
     fw = runner.forwards(kv)
-    parts = {"decode": getattr(fw, "graphs", None), "short_prefill": getattr(getattr(fw, "short", None), "graphs",
-                                                                             None)}
-    for part, graphs in parts.items():
-        if graphs is not None and len(graphs):
+    for part, graphs in {"decode": fw.graphs, "short_prefill": fw.short.graphs}.items():
+        if len(graphs):
             spans = sorted(graphs.spans.values())
             out["graphs"] += len(graphs)
             out[part] = {"graphs": len(graphs), "capture_s": graphs.capture_s, "slowest_s": spans[-1],
