@@ -26,6 +26,7 @@ from typing import Callable
 from rich.console import Console
 from rich.table import Table
 import torch
+from torch._dynamo.utils import counters
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
@@ -206,13 +207,15 @@ def _generation_cases(engine, kv, shape, peak, runs: int, tokens: int, batches: 
 
 
 def warm_up(engine, batch: int, columns: int) -> tuple[object, dict]:
-    """The static KV of ``batch`` rows and its CUDA graphs up to ``columns`` -> (kv, what it took)."""
+    """The static KV of ``batch`` rows and its CUDA graphs up to ``columns`` -> (kv, what it took: seconds, graphs
+    captured, graphs ``torch.compile`` made (dynamo's count), each part's capture spans)."""
     runner = engine.runner
+    compiled = counters["stats"]["unique_graphs"]
     t0 = time.perf_counter()
     kv = runner.decode_cache(batch)
     runner.capture(kv, columns)
     took = time.perf_counter() - t0
-    out = {"warmup_s": took, "graphs": 0}
+    out = {"warmup_s": took, "graphs": 0, "compiled_graphs": counters["stats"]["unique_graphs"] - compiled}
     if not isinstance(kv, StaticKV):  # the dynamic cache: no graphs
         return kv, out
     fw = runner.forwards(kv)
@@ -232,8 +235,9 @@ def device_name(engine) -> str:
 
 
 def bench_roofline(engine, *, tokens: int = 512, runs: int = 5, many: int = 16, batches: tuple[int, ...] = (1, 32),
-                   preset: str = "support_triage", progress=None) -> dict:
-    """Every case of the module's docstring on ``engine`` (a torch engine) -> the results JSON."""
+                   preset: str = "support_triage", decisions: bool = True, progress=None) -> dict:
+    """Every case of the module's docstring on ``engine`` (a torch engine; ``decisions``: the decision cases too)
+    -> the results JSON."""
     if engine.backend != "torch":
         raise ValueError(f"bench roofline runs on the torch backend (this engine runs on {engine.backend})")
     if tokens < 1 or runs < 1 or many < 1 or min(batches) < 1:
@@ -248,8 +252,9 @@ def bench_roofline(engine, *, tokens: int = 512, runs: int = 5, many: int = 16, 
         raise ValueError(f"--tokens {tokens} does not fit the static KV ({kv.max_len} tokens)")
     say("prefill and decode")
     rows = _generation_cases(engine, kv, shape, peak, runs, tokens, batches)
-    say("decisions")
-    rows = _decision_cases(engine, shape, peak, runs, preset, many) + rows
+    if decisions:
+        say("decisions")
+        rows = _decision_cases(engine, shape, peak, runs, preset, many) + rows
     return {"bench": "roofline", "model": engine.name, "device": str(engine.device), "device_name": name,
             "dtype": str(engine.dtype).replace("torch.", ""),
             "peaks": None if peak is None else {"tflops": peak[0] / 1e12, "gb_s": peak[1] / 1e9},
@@ -280,5 +285,6 @@ def print_table(res: dict) -> None:
     con = Console(stderr=True, width=150)
     con.print(t)
     w = res["warmup"]
-    con.print(f"warm-up (static KV + CUDA graph capture): {w['warmup_s']:.2f} s, {w['graphs']} graphs " + ", ".join(
+    con.print(f"warm-up (static KV + CUDA graph capture): {w['warmup_s']:.2f} s, {w['graphs']} graphs, "
+              f"{w['compiled_graphs']} compiled " + ", ".join(
         f"({k}: {v['graphs']}, slowest capture {v['slowest_s']:.2f} s)" for k, v in w.items() if isinstance(v, dict)))

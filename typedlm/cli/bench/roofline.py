@@ -21,6 +21,7 @@ def roofline(
     many: int = typer.Option(16, "--many", help="contexts of the decide_many case"),
     runs: int = typer.Option(5, "--runs", help="timed calls per case (median)"),
     preset: str = typer.Option("support_triage", "--preset"),
+    decisions: bool = typer.Option(True, "--decisions/--no-decisions", help="the decision cases too"),
     machine: Optional[str] = typer.Option(None, "--machine", help="machine description for the report"),
     out: Optional[Path] = typer.Option(None, "--json", help="write the results JSON here"),
 ):
@@ -36,6 +37,7 @@ def roofline(
     with user_errors():
         engine = load_subject(arch, device, dtype)
         res = bench_roofline(engine, tokens=tokens, runs=runs, many=many, batches=batches, preset=preset,
+                             decisions=decisions,
                              progress=lambda m: typer.echo(f"... {m}", err=True))
     res["machine"] = machine or _machine(engine)
     res["command"] = ("typedlm bench roofline " + shlex.join(sys.argv[sys.argv.index("roofline") + 1:]
