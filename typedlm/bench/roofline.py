@@ -48,7 +48,8 @@ def union_s(spans: list[tuple[float, float]]) -> float:
 
 
 def device_busy_s(fn: Callable, device: torch.device) -> float | None:
-    """Seconds the device is busy (kernels, copies, memsets) during ``fn()``; None off CUDA."""
+    """Seconds the device is busy (kernels, copies, memsets) during ``fn()``; None off CUDA or when the profiler
+    recorded no device activity."""
     if device.type != "cuda":
         return None
     torch.cuda.synchronize(device)
@@ -56,7 +57,7 @@ def device_busy_s(fn: Callable, device: torch.device) -> float | None:
         fn()
         torch.cuda.synchronize(device)
     spans = [(e.time_range.start, e.time_range.end) for e in prof.events() if e.device_type == DeviceType.CUDA]
-    return union_s(spans) / 1e6  # the profiler's spans are in microseconds
+    return union_s(spans) / 1e6 if spans else None  # microseconds; none recorded: not known
 
 
 @contextlib.contextmanager
