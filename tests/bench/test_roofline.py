@@ -79,6 +79,7 @@ def test_bench_roofline_tiny(tmp_path, tiny):
     assert r.exit_code == 0, r.output
     res = json.loads(out.read_text())
     assert res["bench"] == "roofline" and res["peaks"] is None and res["command"].startswith("typedlm bench roofline")
+    assert res["errors"] == {}
     cases = [x["case"] for x in res["results"]]
     assert cases[:2] == ["decide", "decide_many x2"] and cases[-3:] == ["prefill 48", "decode b1", "decode b3"]
     for x in res["results"]:

@@ -225,7 +225,8 @@ def warm_up(engine, batch: int, columns: int) -> tuple[object, dict]:
             spans = sorted(graphs.spans.values())
             out["graphs"] += len(graphs)
             out[part] = {"graphs": len(graphs), "capture_s": graphs.capture_s, "slowest_s": spans[-1],
-                         "median_s": statistics.median(spans)}
+                         "median_s": statistics.median(spans),
+                         "spans": {f"{b}x{c}": t for (b, c), t in graphs.spans.items()}}  # rows|tokens x columns
     return kv, out
 
 
@@ -251,17 +252,21 @@ def bench_roofline(engine, *, tokens: int = 512, runs: int = 5, many: int = 16, 
     kv, warm = warm_up(engine, max(batches), tokens + runs + 8)
     if tokens + runs + 8 > kv.max_len:
         raise ValueError(f"--tokens {tokens} does not fit the static KV ({kv.max_len} tokens)")
-    say("prefill and decode")
-    rows = _generation_cases(engine, kv, shape, peak, runs, tokens, batches)
+    say(f"warm-up {warm['warmup_s']:.1f} s, {warm['graphs']} graphs, {warm['compiled_graphs']} compiled; "
+        "prefill and decode")
+    rows, errors = _generation_cases(engine, kv, shape, peak, runs, tokens, batches), {}
     if decisions:
         say("decisions")
-        rows = _decision_cases(engine, shape, peak, runs, preset, many) + rows
+        try:
+            rows = _decision_cases(engine, shape, peak, runs, preset, many) + rows
+        except Exception as e:  # noqa: BLE001 - written down: the generation cases and the warm-up still report
+            errors["decisions"] = f"{type(e).__name__}: {e}"
     return {"bench": "roofline", "model": engine.name, "device": str(engine.device), "device_name": name,
             "dtype": str(engine.dtype).replace("torch.", ""),
             "peaks": None if peak is None else {"tflops": peak[0] / 1e12, "gb_s": peak[1] / 1e9},
             "weight_bytes": shape.weight_bytes, "kv_bytes_per_token": shape.kv_bytes_per_token,
             "flops_per_token": shape.flops(1, 0, 0), "tokens": tokens, "runs": runs,
-            "invariant": engine.runner.capabilities.invariant, "warmup": warm, "results": rows}
+            "invariant": engine.runner.capabilities.invariant, "warmup": warm, "results": rows, "errors": errors}
 
 
 def _pct(x: float | None) -> str:
@@ -285,6 +290,8 @@ def print_table(res: dict) -> None:
                   _pct(r["gb_s_fraction"]))
     con = Console(stderr=True, width=150)
     con.print(t)
+    for part, err in res["errors"].items():
+        con.print(f"{part} failed: {err}")
     w = res["warmup"]
     con.print(f"warm-up (static KV + CUDA graph capture): {w['warmup_s']:.2f} s, {w['graphs']} graphs, "
               f"{w['compiled_graphs']} compiled " + ", ".join(
