@@ -8,7 +8,7 @@ from transformers import LlamaConfig
 from typer.testing import CliRunner
 
 from typedlm.bench.cost import Shape, causal_keys, peaks, rates
-from typedlm.bench.roofline import counted_forwards, decision_work, union_s
+from typedlm.bench.roofline import Meter, counted_forwards, decision_work, union_s
 from typedlm.cli import app
 from typedlm.testing.archs import ARCHS
 
@@ -97,3 +97,20 @@ def test_bench_roofline_tiny(tmp_path, tiny):
 def test_bench_roofline_bad_tokens():
     r = CliRunner().invoke(app, ["bench", "roofline", "--arch", "tiny", "--device", "cpu", "--tokens", "0"])
     assert r.exit_code == 2 and "--tokens" in r.output
+
+
+def test_meter_times_then_takes_the_profiled_busy_time(tiny):
+    shape = Shape.of(tiny.model.config, tiny.model_vocab_size, torch.float32)
+    calls = []
+    work = {"tokens": 2, "logit_rows": 1, "keys": 3, "forwards": 1, "kv_read": 0, "kv_written": 2}
+    timing = Meter(tiny, shape, None, runs=3)
+    timing("case", lambda: calls.append(1), lambda _: work)
+    assert len(calls) == 4 and timing.rows[0]["flops"] == shape.flops(2, 1, 3) and timing.rows[0]["device_s"] is None
+    profiled = Meter(tiny, shape, None, runs=3, profiling=True)
+    profiled("case", lambda: calls.append(2), lambda _: work)
+    # the warm call; on the CPU no profiled one (no device time to take)
+    assert calls.count(2) == 1 and profiled.rows == [] and profiled.busy == {"case": None}
+    profiled.busy["case"] = timing.rows[0]["wall_s"] / 4
+    timing.add_busy(profiled)
+    r = timing.rows[0]
+    assert r["device_s"] == r["wall_s"] / 4 and r["host_wait_s"] == pytest.approx(r["wall_s"] * 3 / 4)
