@@ -10,19 +10,23 @@ specializes sizes 0 and 1): each graph is a full inductor compile, the larger pa
 from __future__ import annotations
 
 import functools
+import threading
 from typing import Callable
 
 import torch
 import torch.fx.experimental._config as shape_config
 
+_PATCH = threading.Lock()  # the shape config is process-wide: one patched call at a time, so each restores it
+
 
 def compiled_layer(fn: Callable, backend: str = "inductor") -> Callable:
-    """``fn`` compiled with dynamic shapes, traced (at its first call and any recompile) without duck sizing."""
+    """``fn`` compiled with dynamic shapes, traced (at its first call and any recompile) without duck sizing. Its
+    calls run one at a time (on CUDA they are the graphs' warm-up and capture runs; replays do not call it)."""
     compiled = torch.compile(fn, dynamic=True, backend=backend)
 
     @functools.wraps(fn)
     def run(*args):
-        with shape_config.patch(use_duck_shape=False):
+        with _PATCH, shape_config.patch(use_duck_shape=False):
             return compiled(*args)
 
     return run
