@@ -4,7 +4,8 @@
 #    and decode steps at batch 1 and 32 as fractions of the H200's peaks (989 TFLOPS bf16 dense, 4.8 TB/s), the host
 #    time the GPU waits on, and its warm-up (30 graphs: the issue's 61.8 s row had 12, target <= 30 s; torch.compile
 #    graphs counted; each capture's seconds: the first of a compiled shape holds its compile);
-# 2. `bench gen` at batch 1 and 32 (its warm-up: 12 graphs, the compile cache now warm: 18.6 s before);
+# 2. `bench/scripts/decode_b1_probe.py`: a b1 decode step on its own (specialized, second compile) graph vs on the
+#    2-row graph, and each graph's first capture (compile included);
 # 3. the same without the decisions and with the decode layer uncompiled (TYPEDLM_COMPILE_DECODE=0): the capture
 #    alone, and the compiled layers' gain per step.
 # Usage (repository root, .whl carried): bash bench/scripts/h200_issue37.sh   (results: "$OUT"/*.json, log on stderr)
@@ -14,17 +15,14 @@ out=${OUT:-/tmp/h200-issue37}; mkdir -p "$out"; export PYTHONUNBUFFERED=1
 step() { local t=$1; shift; echo "== $* ($(date +%T))" >&2; timeout "$t" "$@"; echo "== rc $?" >&2; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$out/gpu.txt" 2>&1
 step 230 python3 -m typedlm bench roofline --arch qwen2.5-7b --device cuda --json "$out/roofline-h200.json" > /dev/null
-step 150 python3 -m typedlm bench gen --arch qwen2.5-7b --device cuda --batch 1 --batch 32 --max-tokens 256 --no-hf \
-    --no-hf-static --json "$out/gen-h200-warm.json" > /dev/null
+step 90 python3 bench/scripts/decode_b1_probe.py "$out/decode-b1-probe-h200.json" > /dev/null
 TYPEDLM_COMPILE_DECODE=0 step 80 python3 -m typedlm bench roofline --arch qwen2.5-7b --device cuda --no-decisions \
     --json "$out/roofline-h200-uncompiled.json" > /dev/null
 python3 - "$out" <<'PY' | tee "$out/summary.txt" >&2
 import json, pathlib, sys
 d = pathlib.Path(sys.argv[1])
-if (d / "gen-h200-warm.json").exists():
-    g = json.loads((d / "gen-h200-warm.json").read_text())
-    print(f"bench gen (warm compile cache): warm-up + capture {g['warmup_capture_s']} s, {g['cuda_graphs']} decode graphs; "
-          + ", ".join(f"{r['mode']} b{r['batch']} {r.get('tok_s')} tok/s" for r in g["results"]))
+if (d / "decode-b1-probe-h200.json").exists():
+    print("decode b1 probe:", (d / "decode-b1-probe-h200.json").read_text().replace("\n", " "))
 for f in sorted(d.glob("roofline-*.json")):
     r = json.loads(f.read_text())
     w = r["warmup"]
