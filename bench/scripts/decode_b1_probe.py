@@ -1,8 +1,8 @@
-"""A batch-1 decode step on its own 1-row CUDA graph vs on the 2-row graph (one padding row writing the scratch
-column), and what each compiled graph's first capture costs, compile included (a warm inductor cache makes it cheaper)
-(issue 37, warm-up): random Qwen2.5-7B bf16, StaticKV,
-the compiled decode layer, a 512-token prompt, column bucket 1024. torch.compile specializes one row, so the 1-row
-graph is a second inductor compile at warm-up; run on the 2-row graph, a b1 step would need none.
+"""Issue 37, warm-up: a batch-1 decode step on its own 1-row CUDA graph vs on the 2-row graph (one padding row
+writing the scratch column), and each graph's first capture, compile included (a warm inductor cache makes it
+cheaper). Random Qwen2.5-7B bf16, StaticKV, the compiled decode layer, a 512-token prompt, column bucket 1024.
+torch.compile specializes one row, so the 1-row graph is a second inductor compile at warm-up; a b1 step run on the
+2-row graph would need none.
 Usage: python3 bench/scripts/decode_b1_probe.py OUT.json"""
 
 import json
