@@ -3,8 +3,8 @@
 For each case: the median wall time of ``runs`` synchronized calls (after one first call, timed apart: it pays
 CUDA-graph captures, compiles and autotuning), the device's busy time in one more call, in a second pass after every
 timing (the union of its kernel and copy spans under ``torch.profiler``; CUDA only), the host time the device waits
-on (wall - busy), and the achieved
-TFLOPS and GB/s (:mod:`.cost`: FLOPs and bytes from the model's config) next to the device's peaks. Cases:
+on (wall - busy), and the achieved TFLOPS and GB/s (:mod:`.cost`: FLOPs and bytes from the model's config) next to
+the device's peaks. Cases:
 
 * ``decide``: one decision (preset example, prefix cache off: the whole prompt computed); ``decide cached``: the
   same decision again with the prefix cache on (its prompt read from the cache); ``decide_many xN``: N contexts of
