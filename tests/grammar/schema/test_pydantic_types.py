@@ -172,3 +172,16 @@ def test_default_model_table(real, name):
     assert r.finish_reason == "stop", r.text
     assert r.schema_valid, (r.text, r.schema_errors)
     model.model_validate_json(r.text)
+
+
+def test_the_base_install_imports_without_email_validator():
+    """email-validator is optional: without it the grammar package imports and name-email is judged by its
+    own regex (a subprocess, with the module blocked)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['email_validator'] = None\n"
+            "from typedlm.grammar.schema.formats import FORMAT_CHECKER as F\n"
+            "print(F.conforms('Joe <a@b.co>', 'name-email'), F.conforms('no', 'name-email'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["True", "False"]

@@ -31,6 +31,7 @@ Every pattern is written with ``{0,1}`` instead of ``(...)?``: xgrammar 0.2.9 co
 
 from __future__ import annotations
 
+import functools
 import re
 
 import jsonschema
@@ -200,11 +201,20 @@ def _every_drafts_checker() -> jsonschema.FormatChecker:
 
 
 def _pydantic_checker(name: str):
-    """Pydantic's validator of format ``name`` as a format check (a non-string passes, as formats do)."""
+    """Pydantic's validator of format ``name`` as a format check (a non-string passes, as formats do). The
+    validator is built on first use: ``name-email`` needs the optional ``email-validator`` package; without
+    it that format is judged by its own (stricter, sound) regex."""
     types = {"uuid1": UUID1, "uuid3": UUID3, "uuid4": UUID4, "uuid5": UUID5, "uuid6": UUID6, "uuid7": UUID7,
              "uuid8": UUID8, "ipvanyaddress": IPvAnyAddress, "name-email": NameEmail}
-    adapter = TypeAdapter(types[name])
-    return lambda s: not isinstance(s, str) or bool(adapter.validate_python(s))
+
+    @functools.cache
+    def validate():
+        try:
+            return TypeAdapter(types[name]).validate_python
+        except ImportError:  # email-validator missing: the format's own regex decides
+            return re.compile(PYDANTIC[name]).fullmatch
+
+    return lambda s: not isinstance(s, str) or bool(validate()(s))
 
 
 def _with_pydantic(checker: jsonschema.FormatChecker) -> jsonschema.FormatChecker:
