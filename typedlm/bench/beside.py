@@ -27,14 +27,17 @@ def _decisions(engine, schema, contexts: list[str]) -> list:
 
 
 def decide_beside_streams(engine, schema, contexts: list[str], *, streams: int = 4, max_tokens: int = 4096,
-                          warm: bool = True) -> dict:
+                          warm: bool = True, step_tokens: int | None = None) -> dict:
     """``decide`` on ``contexts[0]`` and ``decide_many`` on ``contexts``, alone and then beside ``streams``
     sampled rows -> max |Δ| over every field, whether the values agree, the rows decoding at the end and the work
-    forwards the decisions made. ``warm``: decide once first, so both runs read the prompts from the prefix cache."""
+    forwards the decisions made. ``warm``: decide once first, so both runs read the prompts from the prefix cache;
+    ``step_tokens``: the scheduler's step budget (default: the engine's setting)."""
     if warm:
         _decisions(engine, schema, contexts)
     alone = _decisions(engine, schema, contexts)
-    sched = Scheduler(engine, max_batch=streams, max_queue=streams).start()
+    sched = Scheduler(engine, max_batch=streams, max_queue=streams)
+    sched.work.step_tokens = step_tokens or sched.work.step_tokens
+    sched.start()
     try:
         ids = engine.encode_prompt(prompt="Tell me a very long story about numbers.")
         reqs = [sched.submit(Request(seq=build_sequence(
