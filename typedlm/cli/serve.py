@@ -106,9 +106,10 @@ def run_local(uvicorn, s, server_config, config_file: Optional[Path] = None) -> 
         torch.set_num_threads(s.threads)
     quiet_forked_tokenizers()
     try:
-        engine_settings = configure_process(resolve_engine({"backend": s.backend, "grammar_engine": s.grammar_engine,
-                                                            "prefix_cache_gb": s.prefix_cache_gb,
-                                                            "step_tokens": s.step_tokens}, config_file=config_file))
+        engine_settings = resolve_engine({"backend": s.backend, "grammar_engine": s.grammar_engine,
+                                          "prefix_cache_gb": s.prefix_cache_gb, "step_tokens": s.step_tokens},
+                                         config_file=config_file)
+        configure_process(engine_settings)  # (returns the settings it replaces)
     except ConfigError as e:
         fail(str(e))
     app = create_app(lambda: configure(load_engine(s.model, device=s.device, dtype=s.dtype, progress=True,

@@ -250,11 +250,3 @@ class BatchSampler:
             apply_bitmask(logits, mask, vocab_size=self.vocab,
                           indices=grammar_rows if len(grammar_rows) < logits.shape[0] else None)
 
-
-def sampler_class(backend: str) -> type[BatchSampler]:
-    """The logits pipeline on the backend's arrays (MLX: :mod:`.mlx_sampler`, imported only there: optional extra)."""
-    if backend == "mlx":
-        from .mlx_sampler import MLXSampler  # optional extra: mlx (the module imports mlx)
-
-        return MLXSampler
-    return BatchSampler

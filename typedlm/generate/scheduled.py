@@ -77,6 +77,10 @@ class ScheduledRunner:
         works = [self.scheduler.submit_work(Work(job, self)) for job in jobs]
         return [w.future.result() for w in works]
 
+    def _busy(self) -> bool:
+        """Are decode rows running or waiting? (then prompt prefills and large passes go in chunks)"""
+        return bool(self.scheduler.batch_size or self.scheduler.queue_depth)
+
     def _whole(self, tokens: int, fn, *args, **kwargs):
         """``fn`` as one work item (with this thread's batch-invariance setting)."""
         return self._submit([Whole(tokens, invariant.bound(fn), *args, **kwargs)])[0]
@@ -92,7 +96,7 @@ class ScheduledRunner:
 
     def prefill_prefixes(self, ids_list: list[list[int]]) -> list:
         """While decode rows run: each prompt its own chunked prefill; else the base's batched prefill whole."""
-        if self.scheduler.busy:
+        if self._busy():
             return self._submit([self.base.prompt_prefill(ids) for ids in ids_list])
         return self._whole(sum(map(len, ids_list)), self.base.prefill_prefixes, ids_list)
 
@@ -102,7 +106,7 @@ class ScheduledRunner:
         chunks: the prompt (``keep`` tokens, no prefix given) prefilled first, then the pass's queries on it
         (:class:`ChunkedPass`, when each query sees only keys before it)."""
         fresh = len(ids) - (self.base.cached_prefix(ids[:keep]) if prefix is None and keep else 0)
-        if not (self.scheduler.busy and fresh > self.scheduler.work.step_tokens and ChunkedPass.fits(
+        if not (self._busy() and fresh > self.scheduler.work.step_tokens and ChunkedPass.fits(
                 self.base, ids, prefix, allow, read, keep)):
             return self._whole(len(ids), self.base.score, ids, prefix, positions, allow, read, keep)
         if prefix is None:

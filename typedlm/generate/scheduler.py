@@ -16,8 +16,8 @@ verification is :mod:`.spec_decode`. One ``step()``:
   4. ``execute`` -> one ``runner.run`` of every running row's feed; ``hand_out`` gives each row its logits.
   5. ``settle``: one batched mask fill of the new grammar states, per row ``settle`` (a complete grammar or
      ``max_tokens`` ends it), then the step's one eviction (slot + matcher freed, ``done``).
-  6. the plan's decision work (:meth:`.work.WorkQueue.run`): prompt-prefill chunks and scoring passes that
-     decisions submitted (:class:`.scheduled.ScheduledRunner`), after the decode forward, on the same thread.
+  6. the plan's decision work (:meth:`.work.WorkQueue.run`, :class:`.scheduled.ScheduledRunner`): prefill chunks
+     and scoring passes after the decode forward, on the same thread.
 
 Two orders of 3-5, chosen at construction (``overlap_schedule``): ``_serial`` (accept, settle, execute) and
 ``_overlapped`` (default): ``execute`` needs only the tokens just accepted, so when a row that settling cannot
@@ -45,7 +45,7 @@ from ..engine import Engine
 from ..errors import TypedLMError
 from .requests import DoneEvent, QueueFull, Request, StepPlan, TokenEvent
 from .result import GenerationResult, finish_result
-from .sampler import sampler_class
+from .sampler import BatchSampler
 from .sequence import Sequence, fit
 from .spec_decode import verify_drafts
 from .work import Work, WorkQueue
@@ -63,7 +63,7 @@ class Scheduler:
         self.runner = engine.runner
         self.kv = self.runner.decode_cache(max_batch)  # a KVCache (typedlm.runner.contract)
         # a row keeps its slot (KV, bitmask, sampling params) for life; the KV hands them out
-        self.sampler = sampler_class(engine.backend)(max_batch=self.kv.capacity, vocab_size=engine.model_vocab_size,
+        self.sampler = _sampler_class(engine.backend)(max_batch=self.kv.capacity, vocab_size=engine.model_vocab_size,
                                               tokenizer_vocab_size=engine.tokenizer_vocab_size, device=engine.device)
         self.running: list[Request] = []
         self.waiting: collections.deque[Request] = collections.deque()
@@ -100,11 +100,6 @@ class Scheduler:
             self.work.push(work)
             self._cond.notify()
         return work
-
-    @property
-    def busy(self) -> bool:
-        """Are decode rows running or waiting? (a decision then cuts its prompt prefills into chunks)"""
-        return bool(self.running or self.waiting)
 
     def call(self, fn: Callable[..., Any], *args, **kwargs) -> concurrent.futures.Future:
         """Run ``fn`` on the engine thread between two steps (never during a forward pass)."""
@@ -306,8 +301,7 @@ class Scheduler:
         self._evict()
         self.work.drop_cancelled()
 
-    def _run_calls(self) -> None:
-        """Run the calls queued before this step; one queued meanwhile waits for the next step."""
+    def _run_calls(self) -> None:  # the calls queued before this step; one queued meanwhile waits for the next
         with self._cond:
             n = len(self._calls)
         for _ in range(n):
@@ -383,6 +377,15 @@ class Scheduler:
             if fut.set_running_or_notify_cancel():
                 fut.set_exception(TypedLMError(message))
         self.work.fail_all(message)
+
+
+def _sampler_class(backend: str) -> type[BatchSampler]:
+    """The logits pipeline on the backend's arrays (MLX: :mod:`.mlx_sampler`, imported only there: optional extra)."""
+    if backend == "mlx":
+        from .mlx_sampler import MLXSampler  # optional extra: mlx (the module imports mlx)
+
+        return MLXSampler
+    return BatchSampler
 
 
 def run_batch(engine: Engine, seqs: list[Sequence], *, max_batch: int = 8,
