@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextvars
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,11 +27,13 @@ MIN_CHUNK = 32  # tokens the step's one forced chunk gets when decode rows fill 
 
 @dataclass(eq=False)
 class Work:
-    """One job of a decision (``owner``: its runner, whose ``cancelled`` drops it) and the future it answers."""
+    """One job of a decision (``owner``: its runner, whose ``cancelled`` drops it) and the future it answers; the job
+    runs in a copy of the submitting thread's context (its prefix-cache tally sees the lookups)."""
 
     job: Job
     owner: Any
     future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+    context: contextvars.Context = field(default_factory=contextvars.copy_context)
 
     @property
     def tokens(self) -> int:
@@ -82,7 +85,7 @@ class WorkQueue:
                 continue
             self.chunks += 1
             try:
-                done = w.job.advance(n)
+                done = w.context.run(w.job.advance, n)
             except BaseException as e:  # noqa: BLE001 - handed to the decision's thread
                 self._leave(w)
                 w.future.set_exception(e)
