@@ -48,6 +48,7 @@ class Settings(BaseModel):
     grammar_engine: Literal["xgrammar", "llguidance", "auto"] = "xgrammar"  # JSON constraints' engine
     llg_threads: int | None = Field(None, ge=1)  # llguidance's mask threads; None: its default
     overlap_schedule: bool = True  # the scheduler's overlapped step (forward queued before the host's update)
+    step_tokens: int = Field(256, ge=1)  # tokens one scheduler step carries: decode rows, then decisions' work
     cache: Path | None = None  # model conversion cache; None: $XDG_CACHE_HOME/typedlm or ~/.cache/typedlm
 
     @property

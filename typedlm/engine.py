@@ -7,6 +7,7 @@ owns, by composition, the :class:`~typedlm.runner.model_runner.ModelRunner` that
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 from dataclasses import dataclass, field
 import importlib.util
@@ -84,6 +85,11 @@ class Engine:
     def sync(self) -> None:
         """Wait for queued device work (timings on CUDA); a no-op on the CPU."""
         self.runner.sync()
+
+    def with_runner(self, runner) -> "Engine":
+        """This engine with ``runner`` running its forwards (a decision beside streams: the scheduler's
+        :class:`~typedlm.generate.scheduled.ScheduledRunner`); everything else, caches included, shared."""
+        return dataclasses.replace(self, runner=runner)
 
     @property
     def backend(self) -> str:

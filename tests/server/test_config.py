@@ -82,7 +82,7 @@ def test_serve_with_config_file_env_and_flags(tiny_dir, tmp_path):
     port = free_port()
     f = tmp_path / "serve.toml"
     f.write_text(f'model = "{tiny_dir}"\ndevice = "cpu"\nmax_batch = 3\nmax_queue = 5\nport = 1\n'
-                 'decide_mode = "parallel"\nthreads = 1\n')
+                 'step_tokens = 96\nthreads = 1\n')
     env = {**os.environ, "PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""),
            "TYPEDLM_API_KEY": "sekret", "TYPEDLM_MAX_QUEUE": "9"}
     proc = subprocess.Popen([sys.executable, "-m", "typedlm", "serve", "--config", str(f), "--port", str(port)],
@@ -100,12 +100,12 @@ def test_serve_with_config_file_env_and_flags(tiny_dir, tmp_path):
                 pass
             assert time.monotonic() < deadline, "server did not become ready"
             time.sleep(0.2)
-        assert httpx.get(url + "/ready", headers=auth).json()["decide_mode"] == "parallel"
+        assert httpx.get(url + "/ready", headers=auth).json()["step_tokens"] == 96  # the file's, to the scheduler
         assert httpx.get(url + "/v1/config").status_code == 401
         cfg = httpx.get(url + "/v1/config", headers=auth).json()
         s = cfg["settings"]
         assert (s["port"], s["max_batch"], s["max_queue"], s["device"]) == (port, 3, 9, "cpu")
-        assert (s["decide_mode"], s["threads"], cfg["server"]["decide_mode"]) == ("parallel", 1, "parallel")
+        assert (s["step_tokens"], s["threads"]) == (96, 1)
         assert s["api_key"] == REDACTED and cfg["server"]["api_key"] == REDACTED
         assert "sekret" not in httpx.get(url + "/v1/config", headers=auth).text
     finally:

@@ -19,7 +19,7 @@ QUESTIONS = {
 
 
 def serve(engine):
-    """The real typedlm server (create_app: batching scheduler, run_exclusive on the engine thread)."""
+    """The real typedlm server (create_app: batching scheduler, decisions as work of its steps)."""
     return live_server(create_app(engine, ServerConfig(warmup=False)))
 
 

@@ -1,6 +1,6 @@
 """``typedlm bench itl``: inter-token latency of streaming requests, alone and beside decide traffic.
 
-A real server on loopback (the app ``typedlm serve`` runs, one server for every run: only its decide mode
+A real server on loopback (the app ``typedlm serve`` runs, one server for every run: only its step budget
 changes between runs) serves ``--streams`` streaming chat requests at once, ``--rounds`` times over; every SSE
 content chunk's arrival time is recorded per stream and the gaps between consecutive chunks are the
 inter-token latencies (the first chunk, TTFT, is not one). ``--decide-clients`` clients post ``/v1/decide``
@@ -8,12 +8,8 @@ back to back. Runs:
 
 - ``alone``        the streams only
 - ``decide-alone`` the decide clients only, until ``--decisions`` decisions: the decision's own latency
-- ``interleaved``  streams + decide clients; decide forwards between decode steps
-                   (:mod:`typedlm.server.interleave`)
-- ``parallel``     the same traffic, decide forwards on their own thread beside the decode steps
-- ``sliced``       the same traffic, the decision on its own thread inside a bounded slice of each decode step
-                   (:mod:`typedlm.server.slices`), once per ``--share`` (``sliced@0.5``: slices of half a step)
-- ``exclusive``    the same traffic with each decision run as one block between two steps
+- ``beside``       streams + decide clients: each decision's forwards are work of the engine's steps, within the
+                   step token budget (:mod:`typedlm.generate.work`); ``beside@N``: with a budget of N tokens
 
 Reported per run: p50 / p90 / p99 / max ITL, decisions that started and ended while the streams ran and their
 p50 / p99 latency, and the ratios against the targets: streams' p99 vs ``alone`` (target <= 1.2) and decide
@@ -35,12 +31,11 @@ import torch
 
 from ..decide import presets
 from ..server.app import create_app
-from ..server.interleave import resolve_decide_mode
 from ..server.state import ServerConfig
 from ..server.testing import live_server
 from .grammar import _pct
 
-MODES = ("alone", "decide-alone", "interleaved", "parallel", "sliced", "exclusive")
+MODES = ("alone", "decide-alone", "beside")
 TARGETS = {"p99_vs_alone": 1.2, "decide_p50_vs_alone": 2.0}  # issue 20, item 5
 
 
@@ -129,23 +124,19 @@ def _beside(url: str, model: str, mode: str, *, streams: int, rounds: int, max_t
 
 
 def _configure(state, mode: str) -> str:
-    """The server's decide mode for a run name (``sliced@0.5``: sliced, slices of half a decode step)."""
-    base, _, share = mode.partition("@")
-    state.config.decide_mode = "exclusive" if base in ("alone", "decide-alone") else base  # alone: as decide() runs
-    if share:
-        state.config.decide_step_share = float(share)
+    """The scheduler's step budget for a run name (``beside@128``: 128 tokens; else the engine's setting)."""
+    base, _, tokens = mode.partition("@")
+    state.scheduler.work.step_tokens = int(tokens) if tokens else state.engine.settings.step_tokens
     return base
 
 
 def bench_itl(engine, *, modes=MODES, streams: int = 4, rounds: int = 1, max_tokens: int = 64, decide_clients: int = 1,
-              decisions: int = 20, preset: str = "support_triage", chunk_tokens: int = 256, chunk_rows: int = 1,
-              progress=None) -> dict:
+              decisions: int = 20, preset: str = "support_triage", progress=None) -> dict:
     import httpx  # optional extra: server
 
     raw = presets.raw(preset)
     decide_body = {"schema": raw["schema"], "context": raw["examples"][0]}
-    app = create_app(engine, ServerConfig(warmup=True, max_batch=streams, decide_chunk_tokens=chunk_tokens,
-                                          decide_chunk_rows=chunk_rows))
+    app = create_app(engine, ServerConfig(warmup=True, max_batch=streams))
     runs = []
     with live_server(app, timeout=600) as url:
         model = httpx.get(url + "/v1/models").json()["data"][0]["id"]
@@ -164,9 +155,9 @@ def bench_itl(engine, *, modes=MODES, streams: int = 4, rounds: int = 1, max_tok
     return {"model": engine.name, "device": str(engine.device), "dtype": str(engine.dtype).replace("torch.", ""),
             "machine": f"{os.cpu_count()}-core {platform.machine()} CPU" if engine.device.type == "cpu"
             else torch.cuda.get_device_name(engine.device),
-            "torch_threads": torch.get_num_threads(), "auto_decide_mode": resolve_decide_mode("auto", engine),
+            "torch_threads": torch.get_num_threads(), "step_tokens": engine.settings.step_tokens,
             "streams": streams, "rounds": rounds, "max_tokens": max_tokens, "decide_clients": decide_clients,
-            "preset": preset, "decide_chunk_tokens": chunk_tokens, "decide_chunk_rows": chunk_rows,
+            "preset": preset,
             "targets": TARGETS, "runs": runs}
 
 
@@ -210,8 +201,7 @@ def to_markdown(res: dict) -> str:
              f"`{res['command']}`", "",
              f"{res['streams']} streams x {res['rounds']} round(s) x {res['max_tokens']} tokens, "
              f"{res['decide_clients']} decide client(s) (preset `{res['preset']}`), torch threads "
-             f"{res['torch_threads']}; interleaved chunks: at most {res['decide_chunk_tokens']} prefill tokens, "
-             f"{res['decide_chunk_rows']} rows per pass. Targets: streams' p99 <= {tg['p99_vs_alone']}x alone and "
+             f"{res['torch_threads']}; step budget {res['step_tokens']} tokens (``beside@N``: N). Targets: streams' p99 <= {tg['p99_vs_alone']}x alone and "
              f"decide p50 <= {tg['decide_p50_vs_alone']}x alone, in one run. Decisions beside the streams: those that "
              "started and ended while the streams ran.", ""] + _solo_line(res) + [
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
@@ -232,12 +222,9 @@ def _solo_line(res: dict) -> list[str]:
 
 def _check_modes(modes: tuple[str, ...]) -> str | None:
     for m in modes:
-        base, at, share = m.partition("@")
-        if base not in MODES or (at and base != "sliced"):
-            return f"--mode must be one of {', '.join(MODES)} (sliced@SHARE for a slice share), not {m!r}"
-        try:
-            if at and not float(share) > 0:
-                raise ValueError
-        except ValueError:
-            return f"--mode {m!r}: the share after @ must be a number > 0"
+        base, at, tokens = m.partition("@")
+        if base not in MODES or (at and base != "beside"):
+            return f"--mode must be one of {', '.join(MODES)} (beside@TOKENS for a step budget), not {m!r}"
+        if at and not (tokens.isdigit() and int(tokens) > 0):
+            return f"--mode {m!r}: the step budget after @ must be a whole number > 0"
     return None

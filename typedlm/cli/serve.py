@@ -41,13 +41,9 @@ def serve(
                                   help="critical | error | warning | info | debug | trace"),
     jump_forward: bool = typer.Option(D["jump_forward"], "--jump-forward/--no-jump-forward",
                                       help="append grammar-forced text without sampling (requests may override)"),
-    decide_mode: str = typer.Option(D["decide_mode"], "--decide-mode",
-                                    help="how /v1/decide shares the engine with streams: auto | interleaved "
-                                         "(between decode steps) | parallel (own thread; CPU) | sliced (own "
-                                         "thread, a bounded slice of each decode step) | exclusive"),
-    decide_step_share: float = typer.Option(D["decide_step_share"], "--decide-step-share",
-                                            help="sliced: decide time lent per decode step, as a fraction of "
-                                                 "the step's own measured time"),
+    step_tokens: Optional[int] = typer.Option(None, "--step-tokens",
+                                              help="tokens one engine step carries: decode rows first, then "
+                                                   "decisions' prefill chunks and scoring passes (default 256)"),
     prefix_cache_gb: Optional[float] = typer.Option(None, "--prefix-cache-gb",
                                                     help="KV of prompt prefixes kept across requests, in GB "
                                                          "(0: off; default 10% of a GPU's memory, max 16, "
@@ -55,8 +51,7 @@ def serve(
     deterministic: Optional[bool] = deterministic_option(),
     grammar_engine: Optional[str] = grammar_engine_option(),
     threads: Optional[int] = typer.Option(None, "--threads",
-                                          help="torch intra-op threads (CPU); fewer than the cores leaves "
-                                               "one for parallel decide"),
+                                          help="torch intra-op threads (CPU)"),
     ray: bool = typer.Option(False, "--ray", help="replicas on Ray Serve (typedlm[ray]; README 'Scale out')"),
     address: Optional[str] = typer.Option(None, "--address", help="with --ray: auto | ray://HOST:PORT"),
     replicas: int = typer.Option(1, "--replicas", help="with --ray: replicas, one engine each"),
@@ -92,7 +87,7 @@ def settings_from(given: dict, config: Optional[Path]):
     return s, ServerConfig(api_key=s.api_key or None, max_batch=s.max_batch, max_queue=s.max_queue,
                            max_tokens_cap=s.max_tokens_cap, max_prompt_tokens=s.max_prompt_tokens,
                            max_body_bytes=s.max_body_bytes, model_names=names, jump_forward=s.jump_forward,
-                           decide_mode=s.decide_mode, decide_step_share=s.decide_step_share, settings=s)
+                           settings=s)
 
 
 def run_local(uvicorn, s, server_config, config_file: Optional[Path] = None) -> None:
@@ -111,8 +106,10 @@ def run_local(uvicorn, s, server_config, config_file: Optional[Path] = None) -> 
         torch.set_num_threads(s.threads)
     quiet_forked_tokenizers()
     try:
-        engine_settings = configure_process(resolve_engine({"backend": s.backend, "grammar_engine": s.grammar_engine,
-                                                            "prefix_cache_gb": s.prefix_cache_gb}, config_file=config_file))
+        engine_settings = resolve_engine({"backend": s.backend, "grammar_engine": s.grammar_engine,
+                                          "prefix_cache_gb": s.prefix_cache_gb, "step_tokens": s.step_tokens},
+                                         config_file=config_file)
+        configure_process(engine_settings)  # (returns the settings it replaces)
     except ConfigError as e:
         fail(str(e))
     app = create_app(lambda: configure(load_engine(s.model, device=s.device, dtype=s.dtype, progress=True,

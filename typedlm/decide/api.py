@@ -113,7 +113,7 @@ def prepare(schema: Any, contexts: list[str], options: DecideOptions | None = No
 def run(job: Job, *, engine: Engine | None = None, budget_bytes: int = DEFAULT_BUDGET_BYTES,
         max_rows: int | None = None) -> list[Decision]:
     """The model work of a prepared job, step by step (module docstring). ``engine``: the job's own, or a
-    wrapper of it that runs the forwards (the server's interleaving ``SteppedEngine``)."""
+    handle of it whose runner runs the forwards elsewhere (beside streams: the scheduler's ``ScheduledRunner``)."""
     t0 = time.perf_counter()
     engine, plan, opts = engine or job.engine, job.plan, job.options
     packing = resolve_packing(opts.packing, engine, job.prompts)

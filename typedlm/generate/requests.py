@@ -1,5 +1,6 @@
 """What a scheduler holds per request and per step: :class:`Request` (one sequence and its slot), the events it
-sends (:class:`TokenEvent`, :class:`DoneEvent`) and :class:`StepPlan` (the rows that sample in a step)."""
+sends (:class:`TokenEvent`, :class:`DoneEvent`) and :class:`StepPlan` (the rows that sample in a step, and the
+decision work it carries)."""
 
 from __future__ import annotations
 
@@ -50,9 +51,11 @@ class Request:
 
 @dataclass
 class StepPlan:
-    """The rows that sample in this step (admitted, drafts verified, masks ready)."""
+    """The rows that sample in this step (admitted, drafts verified, masks ready) and the decision work the step
+    runs after their forward: (item, tokens) pairs (:meth:`.work.WorkQueue.take`)."""
 
     rows: list[Request]
+    work: list = field(default_factory=list)
 
     @property
     def overlap(self) -> bool:

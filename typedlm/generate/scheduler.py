@@ -4,29 +4,27 @@ Per-row rules stay in :class:`Sequence` (``begin_step`` / ``accept`` / ``more`` 
 goes through :func:`finish_result`; the model runs only in the runner (:mod:`typedlm.runner`); draft
 verification is :mod:`.spec_decode`. One ``step()``:
 
-  1. ``schedule()`` -> :class:`StepPlan`: cancelled rows end (``abort``), queued exclusive calls run
-     (``call``), waiting rows are admitted into free KV slots and prefilled (equal lengths together),
-     drafted rows verify their drafts, each row's mask is ready (``begin_step``: a complete grammar
-     ends the row before any sampling); the plan is the rows that sample now.
+  1. ``schedule()`` -> :class:`StepPlan`: cancelled rows end (``abort``) and cancelled decisions' work
+     leaves, queued exclusive calls run (``call``: warm-up), waiting rows are admitted into free KV slots and
+     prefilled (equal lengths together), drafted rows verify their drafts, each row's mask is ready
+     (``begin_step``: a complete grammar ends the row before any sampling); the plan is the rows that sample
+     now and the decision work that fills the step's token budget (:mod:`.work`).
   2. ``pick`` -> one ``BatchSampler`` pass for the whole plan: the ids on the device, their copy to the host
      queued (logprobs of the raw logits when asked for); ``collect`` waits for that copy alone.
   3. ``accept``: per row the token is accepted (stop ids / strings end rows), a ``token`` event goes out,
      forced tokens follow (``more``), a jump-forward draft is made; together they are the row's next ``feed``.
-  4. ``execute`` -> one ``runner.run`` of every running row's feed (logits after each row's last token; at
-     every fed position when a row verifies a draft); ``hand_out`` gives each row its logits.
+  4. ``execute`` -> one ``runner.run`` of every running row's feed; ``hand_out`` gives each row its logits.
   5. ``settle``: one batched mask fill of the new grammar states, per row ``settle`` (a complete grammar or
      ``max_tokens`` ends it), then the step's one eviction (slot + matcher freed, ``done``).
+  6. the plan's decision work (:meth:`.work.WorkQueue.run`, :class:`.scheduled.ScheduledRunner`): prefill chunks
+     and scoring passes after the decode forward, on the same thread.
 
-Two orders of 3-5, chosen at construction (the ``overlap_schedule`` setting): ``_serial`` (accept, settle,
-execute) and ``_overlapped`` (the default). **Overlapped**: ``execute`` needs only the tokens just accepted,
-so when the plan allows it (``StepPlan.overlap``: a row that settling cannot end) it is queued before
-``settle`` and the host fills the masks while the device runs the forward; a row that the fill then shows
-complete leaves with its share of that forward discarded. When settling could end every row the forward
-runs only after ``settle``: never a forward no row will use.
-**The device feed** (a cache with ``device_feed``: the static slots): when every row's next feed is just its
-sampled token (no forced tokens, drafts or logprobs) and some row may go on, the next forward is queued on the
-ids still on the device *before* ``collect``; the host then accepts, fills the masks and uploads them while
-that forward runs: no host sync between two forwards (vLLM's and SGLang's async scheduling).
+Two orders of 3-5, chosen at construction (``overlap_schedule``): ``_serial`` (accept, settle, execute) and
+``_overlapped`` (default): ``execute`` needs only the tokens just accepted, so when a row that settling cannot
+end exists (``StepPlan.overlap``) it is queued before ``settle`` and the host fills masks while the device runs
+it (a row the fill ends leaves its share unused); else it runs after ``settle``. **Device feed** (the static
+slots): when every next feed is just the sampled token, the next forward is queued on the ids still on the
+device *before* ``collect``: no host sync between two forwards (vLLM's and SGLang's async scheduling).
 
 ``Scheduler.start()`` runs ``step()`` in one background thread; ``run_batch`` drives it inline
 (tests, benchmarks). Events are delivered by calling ``Request.on_event`` on the engine thread.
@@ -50,6 +48,7 @@ from .result import GenerationResult, finish_result
 from .sampler import BatchSampler
 from .sequence import Sequence, fit
 from .spec_decode import verify_drafts
+from .work import Work, WorkQueue
 
 log = logging.getLogger("typedlm.scheduler")
 
@@ -73,7 +72,7 @@ class Scheduler:
         self._thread: threading.Thread | None = None
         self._stop = False
         self.peak_batch = 0  # most rows ever decoded together
-        self.side_work: Callable[[], None] | None = None  # run once per step (``_side_work``)
+        self.work = WorkQueue(engine.settings.step_tokens)  # decisions' forwards (.work, .scheduled)
         self._advance = self._overlapped if engine.settings.overlap_schedule else self._serial
 
     # -- client side (any thread) -----------------------------------------------------------------
@@ -94,6 +93,13 @@ class Scheduler:
         with self._cond:
             req.cancelled = True
             self._cond.notify()
+
+    def submit_work(self, work: Work) -> Work:
+        """Queue a decision's forward; a step runs it within its token budget (:mod:`.work`)."""
+        with self._cond:
+            self.work.push(work)
+            self._cond.notify()
+        return work
 
     def call(self, fn: Callable[..., Any], *args, **kwargs) -> concurrent.futures.Future:
         """Run ``fn`` on the engine thread between two steps (never during a forward pass)."""
@@ -130,7 +136,7 @@ class Scheduler:
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while not (self._stop or self.waiting or self.running or self._calls):
+                while not (self._stop or self.has_work()):
                     self._cond.wait()
                 if self._stop:
                     break
@@ -142,15 +148,16 @@ class Scheduler:
         self._fail_all("server shutting down", reason="abort")
 
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running or self._calls)
+        return bool(self.waiting or self.running or self._calls or len(self.work))
 
     @torch.inference_mode()
     def step(self) -> None:
-        """One engine step: the plan, one sampling pass over its rows, then the forward and the update in the
-        order chosen at construction (``_serial`` or ``_overlapped``, module docstring)."""
+        """One engine step: the plan, one sampling pass over its rows, the forward and the update in the order
+        chosen at construction (``_serial`` or ``_overlapped``, module docstring), then the plan's decision work."""
         plan = self.schedule()
         if plan.rows:
             self._advance(plan, self.pick(plan))
+        self.work.run(plan.work)
 
     def _serial(self, plan: StepPlan, ids: torch.Tensor) -> None:
         """Accept, settle, evict; then one forward of the rows that go on (nothing overlaps)."""
@@ -168,23 +175,18 @@ class Scheduler:
         self.settle(plan)
         self.hand_out(ahead if ahead is not None else self.execute())
 
-    def _side_work(self) -> None:
-        """Once per step, while the step's forward is queued on the device: ``side_work`` (the server's decide
-        slices, :mod:`typedlm.server.slices`)."""
-        if self.side_work is not None:
-            self.side_work()
-
     def schedule(self) -> StepPlan:
         self._drop_cancelled()
         self._run_calls()
         self._admit()
         self._verify()
         if not self.running:
-            return StepPlan([])
+            return StepPlan([], self.work.take(0))
         self.sampler.fill([r.seq for r in self.running])  # rows just admitted
         plan = StepPlan([r for r in self.running if r.seq.begin_step()])
         if not plan.rows:
             self._evict()
+        plan.work = self.work.take(len(self.running))
         return plan
 
     def pick(self, plan: StepPlan) -> torch.Tensor:
@@ -245,7 +247,6 @@ class Scheduler:
         else:
             out = self.runner.run(self.kv, [r.feed for r in rows], [r.slot for r in rows],
                                   every=any(r.draft for r in rows))
-        self._side_work()
         return out, rows
 
     def settle(self, plan: StepPlan) -> None:
@@ -298,10 +299,9 @@ class Scheduler:
             if r.cancelled:
                 r.seq.finish("abort")
         self._evict()
+        self.work.drop_cancelled()
 
-    def _run_calls(self) -> None:
-        """Run the calls queued before this step; one queued meanwhile waits for the next step, so a
-        caller that queues forward after forward (stepwise decide) lets a decode step run between them."""
+    def _run_calls(self) -> None:  # the calls queued before this step; one queued meanwhile waits for the next
         with self._cond:
             n = len(self._calls)
         for _ in range(n):
@@ -376,6 +376,7 @@ class Scheduler:
         for fut, *_ in calls:
             if fut.set_running_or_notify_cancel():
                 fut.set_exception(TypedLMError(message))
+        self.work.fail_all(message)
 
 
 def _sampler_class(backend: str) -> type[BatchSampler]:

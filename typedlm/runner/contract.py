@@ -21,6 +21,8 @@ Statements (each one is a test there):
 6. **Scoring.** ``prefill_prefix(ids)`` -> a prefix cache; ``score(ids, prefix, positions, allow, read)`` ->
    (logits ``[len(read), V]``, the prefix cut back to its length): scoring the same pass twice gives the same
    logits; ``cached_prefix(ids)`` -> tokens the prefix cache would supply (0 without one).
+   ``prompt_prefill(ids)`` -> a :class:`Job` giving what ``prefill_prefix(ids)`` gives, a chunk at a time
+   where the runner can cut it (``chunked``: each chunk continues one KV cache), else whole.
 7. **Deterministic mode.** ``set_deterministic(on)`` returns whether it is on; a runner whose capabilities
    say ``deterministic=False`` returns False and stays off.
 """
@@ -93,6 +95,35 @@ class Forwards(Protocol):
 
 
 @runtime_checkable
+class Job(Protocol):
+    """Model work a scheduler runs in pieces: ``advance(n)`` computes about ``n`` more of its ``left`` tokens (all of
+    them unless ``chunked``) and returns True when done, with ``result`` set."""
+
+    chunked: bool
+    result: Any
+
+    @property
+    def left(self) -> int: ...
+
+    def advance(self, n: int) -> bool: ...
+
+
+class Whole:
+    """A :class:`Job` that cannot be cut: ``fn(*args, **kwargs)`` at its first ``advance``, costing ``tokens``."""
+
+    chunked = False
+
+    def __init__(self, tokens: int, fn, *args, **kwargs):
+        self.left, self.result = max(1, int(tokens)), None
+        self._call = (fn, args, kwargs)
+
+    def advance(self, n: int) -> bool:
+        fn, args, kwargs = self._call
+        self.result, self.left = fn(*args, **kwargs), 0
+        return True
+
+
+@runtime_checkable
 class Runner(Protocol):
     """The one place a model runs (statements in the module docstring)."""
 
@@ -128,6 +159,8 @@ class Runner(Protocol):
     def prefill_prefix(self, ids: list[int]) -> Any: ...
 
     def prefill_prefixes(self, ids_list: list[list[int]]) -> list: ...
+
+    def prompt_prefill(self, ids: list[int]) -> Job: ...
 
     def cached_prefix(self, ids: list[int]) -> int: ...
 

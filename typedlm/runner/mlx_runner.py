@@ -33,7 +33,7 @@ import torch
 
 from ..errors import ModelLoadError, TypedLMError
 from .allow import rows_from
-from .contract import Capabilities
+from .contract import Capabilities, Whole
 from .mlx_kv import MLXKV, to_torch
 
 MX_DTYPES = {torch.float32: mx.float32, torch.float16: mx.float16, torch.bfloat16: mx.bfloat16}
@@ -202,6 +202,10 @@ class MLXRunner:
         if len(ids) >= self.max_context:
             raise TypedLMError(f"decision prompt has {len(ids)} tokens; the model's context is {self.max_context}")
         return self.last_logits(mx.array([ids]))[1]
+
+    def prompt_prefill(self, ids: list[int]) -> Whole:
+        """``prefill_prefix(ids)`` as a job a scheduler runs whole (mlx-lm's cache is not cut here)."""
+        return Whole(len(ids), self.prefill_prefix, ids)
 
     def prefill_prefixes(self, ids_list: list[list[int]]) -> list:
         """One prefill per prompt (the MLX backend's first version does not batch these)."""

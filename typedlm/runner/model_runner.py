@@ -12,8 +12,8 @@ What it runs:
     matrix and returns the logits at the positions asked for; ``score_expand`` runs rows as a batch
     on a broadcast prefix. A prefix cache is opaque to callers: the runner cuts it back after each pass.
   * ``forward`` — the raw model call (``(logits, cache)``); the only place that knows the model's
-    KV-cache keyword. ``wrapped(fn)`` gives a view whose forwards go through ``fn`` (the server's
-    interleaving of decide forwards with decode steps; tests that count or fail forwards).
+    KV-cache keyword. ``wrapped(fn)`` gives a view whose forwards go through ``fn`` (tests that count
+    or fail forwards). ``prompt_prefill`` is ``prefill_prefix`` as a job a scheduler cuts into chunks.
 
 Contract for a second backend (MLX): the same methods with the same shapes; logits float32 ``[.., V]``
 (``V`` the lm_head rows); caches owned by the runner; a scheduler's decode calls come from one thread,
@@ -38,7 +38,7 @@ from .contract import Capabilities, SlotBook
 from .dynamic_kv import DynamicKV
 from .invariant import mode as invariant
 from .prefix_cache import PrefixCache, default_limit, to_hf
-from .prefix_reuse import WeightsStamp, cached_pass, prefill_prompt, prefill_prompts, prefill_rows, store_pass
+from .prefix_reuse import PromptPrefill, WeightsStamp, cached_pass, prefill_prompts, prefill_rows, store_pass
 from .score_graph import ScoreGraphs
 from .static_forwards import StaticForwards
 from .static_kv import StaticKV, unsupported
@@ -205,11 +205,17 @@ class ModelRunner:
     @torch.inference_mode()
     def prefill_prefix(self, ids: list[int]):
         """A prompt -> its KV cache (no logits needed: rows start with a cue); its cached prefix is read from
-        the prefix cache, the rest computed and stored."""
+        the prefix cache, the rest computed and stored (:meth:`prompt_prefill` run whole)."""
+        job = self.prompt_prefill(ids)
+        while not job.advance(job.left):
+            pass
+        return job.result
+
+    def prompt_prefill(self, ids: list[int]) -> PromptPrefill:
+        """``prefill_prefix(ids)`` as a job a scheduler may run a chunk at a time."""
         if len(ids) >= self.max_context:
             raise TypedLMError(f"decision prompt has {len(ids)} tokens; the model's context is {self.max_context}")
-        with self._scoring():
-            return prefill_prompt(self, ids)
+        return PromptPrefill(self, ids)
 
     @torch.inference_mode()
     def prefill_prefixes(self, ids_list: list[list[int]]) -> list:

@@ -5,7 +5,7 @@
   the rest is prefilled (rows with the same cached prefix together); then the row's new whole blocks are
   stored, read back from its slot. The slot remembers how many tokens came from the cache
   (``kv.cached_tokens(slot)``: ``usage.prompt_tokens_details.cached_tokens``).
-* **Decisions** (:func:`prefill_prompt`, :func:`cached_pass` + :func:`store_pass`): the prompt prefix is
+* **Decisions** (:class:`PromptPrefill`, :func:`cached_pass` + :func:`store_pass`): the prompt prefix is
   looked up the same way and the KV a decision computes for it is stored. A decision prompt puts the plan's
   instructions and questions before the context, so after the first call on a schema every call reads
   that part from the cache and computes only its context.
@@ -66,15 +66,40 @@ def prefill_rows(cache: PrefixCache, kv, fw, prompts: list[list[int]], slots: li
     return torch.stack(out)
 
 
-def prefill_prompt(runner, ids: list[int]):
-    """A decision prompt's KV (a transformers cache): its cached prefix, the rest computed; stored."""
-    cache = runner.prefix_cache
-    hit = cache.match(ids)
-    past = to_hf(hit.kv()) if hit.length else None
-    if hit.length < len(ids):
-        _, past = runner.forward(device_tensor([ids[hit.length:]], runner.device), past, **runner._keep(1))
-    cache.insert(ids, lambda a, b: from_hf(past, 0, a, b), after=hit)
-    return past
+class PromptPrefill:
+    """A decision prompt's KV (a transformers cache) as a :class:`~typedlm.runner.contract.Job`: its cached prefix
+    (looked up at the first ``advance``), the rest computed ``n`` tokens a forward, each chunk continuing the one
+    cache (positions follow it; only the KV is kept), then stored. One ``advance`` of every ``left`` token is one
+    forward of the uncached rest."""
+
+    chunked = True
+
+    def __init__(self, runner, ids: list[int]):
+        self.runner, self.ids, self.result = runner, ids, None
+        self.hit, self.past, self.at = None, None, runner.prefix_cache.peek(ids)
+
+    @property
+    def left(self) -> int:
+        return len(self.ids) - self.at
+
+    def advance(self, n: int) -> bool:
+        runner, cache = self.runner, self.runner.prefix_cache
+        with runner._scoring():  # the tree the lookups walk and the forwards' ops: the scoring ones
+            if self.hit is None:
+                self.hit = cache.match(self.ids)
+                self.at = self.hit.length
+                self.past = to_hf(self.hit.kv()) if self.at else None
+            if self.at < len(self.ids):
+                end = min(len(self.ids), self.at + max(1, n))
+                ids = device_tensor([self.ids[self.at:end]], runner.device)
+                _, self.past = runner.forward(ids, self.past, **runner._keep(1))
+                self.at = end
+            if self.at < len(self.ids):
+                return False
+            past = self.past
+            cache.insert(self.ids, lambda a, b: from_hf(past, 0, a, b), after=self.hit)
+        self.result = past
+        return True
 
 
 def prefill_prompts(runner, ids_list: list[list[int]]) -> list:

@@ -44,8 +44,7 @@ class ServeSettings(BaseModel):
     dtype: Literal["float32", "bfloat16", "float16"] | None = None
     log_level: Literal["critical", "error", "warning", "info", "debug", "trace"] = "info"
     jump_forward: bool = False
-    decide_mode: Literal["auto", "interleaved", "parallel", "sliced", "exclusive"] = "auto"
-    decide_step_share: float = Field(1.0, gt=0)  # sliced: decide time per decode step, x the step's own
+    step_tokens: int | None = Field(None, ge=1)  # tokens per engine step (typedlm.config); None: its default
     threads: int | None = Field(None, ge=1)
     prefix_cache_gb: float | None = Field(None, ge=0)  # None: the device's default (runner/prefix_cache.py)
     deterministic: bool | None = None  # batch-invariant decisions + generation; None: decisions only

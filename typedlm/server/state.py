@@ -3,12 +3,9 @@ work without racing the decode loop.
 
 Contract (used by the serving objects of every endpoint family):
   ``state.engine``                          the one Engine (503 ``APIError`` while not loaded yet)
-  ``await state.run_exclusive(fn, *a, **kw)`` run blocking model work ``fn`` so that it never
-                                            overlaps another forward pass; returns fn's result
-                                            (it runs on the engine thread, between decode steps)
-  ``await state.run_stepwise(fn, *a, **kw)``  ``fn(*a, engine=..., **kw)`` for decide work: its forwards
-                                            interleave with decode steps instead of stalling them
-                                            (:mod:`typedlm.server.interleave`)
+  ``await state.run_decision(fn, *a, **kw)``  ``fn(*a, engine=..., **kw)`` for decide work on a worker thread:
+                                            its forwards are work of the scheduler, run inside engine steps
+                                            within their token budget (:mod:`typedlm.generate.scheduled`)
 """
 
 from __future__ import annotations
@@ -16,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -26,17 +22,13 @@ from ..engine import Engine
 from ..generate.api import build_sequence
 from ..generate.sampling import SamplingParams
 from ..generate.requests import Request
+from ..generate.scheduled import scheduled_engine
 from ..generate.scheduler import Scheduler
 from ..grammar.spec import make_constraint
 from .config import REDACTED
 from .errors import APIError
-from .interleave import DECIDE_MODES, resolve_decide_mode, run_stepwise
-from .slices import DecideSlices, decoder_layers
 
 log = logging.getLogger("typedlm.server")
-# Parallel decide: the engine thread waits for the GIL while the decision's thread runs Python between ops;
-# CPython hands it over after this interval (default 5 ms, as long as two GPU decode steps).
-PARALLEL_SWITCH_S = 0.0005
 
 
 @dataclass
@@ -51,17 +43,7 @@ class ServerConfig:
     model_names: tuple[str, ...] = ()  # extra names /v1/models lists and requests may use
     warmup: bool = True
     jump_forward: bool = False  # default for requests that do not set ``jump_forward``
-    decide_mode: str = "auto"  # auto | interleaved | parallel | sliced | exclusive (typedlm.server.interleave)
-    decide_step_share: float = 1.0  # sliced: decide time lent per decode step, x the step's own (server/slices.py)
-    decide_chunk_tokens: int = 256  # while streams decode: at most this many decide prefill tokens per forward ...
-    decide_chunk_rows: int = 1  # ... and decision rows per scoring pass (typedlm.server.interleave)
     settings: Any = None  # typedlm.server.config.ServeSettings under `typedlm serve` (/v1/config, the ready line)
-
-    def __post_init__(self):
-        if self.decide_mode not in DECIDE_MODES:
-            raise ValueError(f"decide_mode must be one of {', '.join(DECIDE_MODES)}, not {self.decide_mode!r}")
-        if not self.decide_step_share > 0:
-            raise ValueError(f"decide_step_share must be > 0, not {self.decide_step_share}")
 
     def redacted(self) -> dict:
         """The limits as /v1/config shows them: the API key is never returned."""
@@ -80,7 +62,6 @@ class ServerState:
     load_error: str | None = None
     started: float = field(default_factory=time.time)
     metrics: Any = None
-    _slices: DecideSlices | None = None
 
     @property
     def engine(self) -> Engine:
@@ -100,38 +81,17 @@ class ServerState:
         return APIError(503, "model is loading; retry shortly", type="server_error", code="not_ready",
                         headers={"Retry-After": str(self.config.retry_after_s)})
 
-    async def run_exclusive(self, fn: Callable[..., Any], *args, **kwargs) -> Any:
+    async def run_decision(self, fn: Callable[..., Any], *args, **kwargs) -> Any:
+        """``fn(*args, engine=<the engine with a ScheduledRunner>, **kwargs)`` on a worker thread: every forward it
+        makes is work of the scheduler (a step's token budget); a cancelled request drops what it has queued."""
         if not self.ready:
             raise self.not_ready()
-        return await asyncio.wrap_future(self.scheduler.call(fn, *args, **kwargs))
-
-    async def run_stepwise(self, fn: Callable[..., Any], *args, **kwargs) -> Any:
-        if not self.ready:
-            raise self.not_ready()
-        mode = self.decide_mode
-        if mode == "exclusive":
-            return await self.run_exclusive(fn, *args, engine=self.engine, **kwargs)
-        if mode in ("parallel", "sliced"):
-            sys.setswitchinterval(min(sys.getswitchinterval(), PARALLEL_SWITCH_S))
-        return await run_stepwise(self.engine, self.scheduler, fn, *args, prefill_chunk=self.config.decide_chunk_tokens,
-                                  row_chunk=self.config.decide_chunk_rows, parallel=mode == "parallel",
-                                  slices=self.decide_slices() if mode == "sliced" else None, **kwargs)
-
-    def decide_slices(self) -> DecideSlices:
-        """The sliced mode's gate, made on first use; the scheduler lends it a slice of every step."""
-        sched = self.scheduler
-        if self._slices is None:
-            model = self.engine.runner.model if self.engine.backend == "torch" else None
-            self._slices = DecideSlices(decoder_layers(model), lambda: bool(sched.batch_size or sched.queue_depth),
-                                        share=self.config.decide_step_share)
-            sched.side_work = self._slices.lend
-        self._slices.share = self.config.decide_step_share
-        return self._slices
-
-    @property
-    def decide_mode(self) -> str:
-        """The configured decide mode, ``auto`` resolved for the loaded engine."""
-        return resolve_decide_mode(self.config.decide_mode, self.engine)
+        engine = scheduled_engine(self.engine, self.scheduler)
+        try:
+            return await asyncio.to_thread(fn, *args, engine=engine, **kwargs)
+        except asyncio.CancelledError:
+            engine.runner.cancel()
+            raise
 
     # -- lifecycle --------------------------------------------------------------------------------
     def start_loading(self) -> threading.Thread:

@@ -149,12 +149,9 @@ def itl(
     decide_clients: int = typer.Option(1, "--decide-clients"),
     decisions: int = typer.Option(20, "--decisions", help="decisions the decide-alone run measures"),
     preset: str = typer.Option("support_triage", "--preset"),
-    chunk_tokens: int = typer.Option(256, "--chunk-tokens", help="interleaved: at most this many decide prefill "
-                                                                 "tokens per forward"),
-    chunk_rows: int = typer.Option(1, "--chunk-rows", help="interleaved: decision rows per scoring pass"),
     threads: Optional[int] = typer.Option(None, "--threads", help="torch intra-op threads"),
-    mode: Optional[list[str]] = typer.Option(None, "--mode", help="alone | decide-alone | interleaved | parallel | "
-                                             "sliced[@SHARE] | exclusive (repeatable)"),
+    mode: Optional[list[str]] = typer.Option(None, "--mode", help="alone | decide-alone | beside[@STEP_TOKENS] "
+                                             "(repeatable; beside@128: a step budget of 128 tokens)"),
     out: Optional[Path] = typer.Option(None, "--json", help="write the results JSON here"),
 ):
     """p50/p99 inter-token latency of streaming requests and decide latency, alone and together."""
@@ -166,9 +163,8 @@ def itl(
     modes = tuple(mode or MODES)
     if (bad := _check_modes(modes)) is not None:
         fail(bad)
-    if min(streams, rounds, chunk_tokens, chunk_rows, decisions) < 1 or max_tokens < 2 or decide_clients < 0:
-        fail("--streams, --rounds, --decisions, --chunk-tokens, --chunk-rows >= 1; --max-tokens >= 2; "
-             "--decide-clients >= 0")
+    if min(streams, rounds, decisions) < 1 or max_tokens < 2 or decide_clients < 0:
+        fail("--streams, --rounds, --decisions >= 1; --max-tokens >= 2; --decide-clients >= 0")
     import torch  # lazy: CLI start-up
 
     if threads:
@@ -184,7 +180,6 @@ def itl(
             engine = bench_engine(arch, model, device=device, backend=backend)
         res = bench_itl(engine, modes=modes, streams=streams, rounds=rounds, max_tokens=max_tokens,
                         decide_clients=decide_clients, decisions=decisions, preset=preset,
-                        chunk_tokens=chunk_tokens, chunk_rows=chunk_rows,
                         progress=lambda m: typer.echo(f"... {m}", err=True))
     res["command"] = "typedlm bench itl " + shlex.join(sys.argv[sys.argv.index("itl") + 1:]
                                                        if "itl" in sys.argv else [])

@@ -42,7 +42,7 @@ def enabled(on: bool = True):
 
 def bound(fn):
     """``fn`` carrying this thread's setting to whichever thread calls it (forwards queued to the engine
-    thread by the server's interleaving)."""
+    thread as a decision's work, :mod:`typedlm.generate.scheduled`)."""
     on = active()
 
     def call(*args, **kwargs):

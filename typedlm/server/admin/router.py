@@ -22,7 +22,7 @@ async def ready(http: Request):
         return JSONResponse({"status": "failed" if state.load_error else "loading", "error": e.message},
                             status_code=503, headers=e.headers)
     return {"status": "ready", "model": state.engine.name, "backend": state.engine.backend,
-            "decide_mode": state.decide_mode,
+            "step_tokens": state.scheduler.work.step_tokens,
             "cuda_graph_capture_s": round(state.engine.runner.graph_stats(state.scheduler.kv)[1], 2)}
 
 

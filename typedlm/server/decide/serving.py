@@ -1,6 +1,6 @@
 """The serving object of ``/v1/decide`` and ``/v1/systemone``: every check runs before model work is queued
 (:func:`typedlm.decide.api.prepare`, errors as 400s naming the field), then the decision runs through
-``state.run_stepwise`` (its forwards share the engine with the decode streams, :mod:`typedlm.server.state`).
+``state.run_decision`` (its forwards are work of the engine's scheduler, beside the decode streams).
 The decision logic lives in :mod:`typedlm.decide`."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class ServingDecide:
             raise APIError(400, str(e), param="prior") from e
         except TypedLMError as e:  # a context: empty, too long
             raise APIError(400, str(e), param="contexts" if body.contexts is not None else "context") from e
-        ds = await self.state.run_stepwise(run, job)
+        ds = await self.state.run_decision(run, job)
         return ds[0].to_dict() if body.context is not None else [d.to_dict() for d in ds]
 
     async def systemone(self, body: SystemOneRequest) -> dict:
@@ -46,7 +46,7 @@ class ServingDecide:
             raise APIError(400, "state is empty", param="state")
         schema, names = systemone_schema(body.questions)
         job = prepare(schema, [context], DecideOptions(scoring=body.scoring), engine=state.engine)  # checks -> 400
-        d = (await state.run_stepwise(run, job))[0]
+        d = (await state.run_decision(run, job))[0]
         n_prompt, n_scored = d.usage["prompt_tokens"], d.usage["scored_tokens"]
         return {"model": state.engine.name, "answers": systemone_answers(body.questions, names, d),
                 "usage": {"prompt_tokens": n_prompt, "completion_tokens": 0, "total_tokens": n_prompt,

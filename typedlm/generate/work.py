@@ -1,0 +1,118 @@
+"""Decision work as scheduler items: each forward a decision makes (:class:`~.scheduled.ScheduledRunner`) is a
+:class:`Work` with a token cost, queued here and run by the engine thread inside a step, after that step's decode
+forward (same thread, same CUDA stream).
+
+**The budget** (``Settings.step_tokens``, :meth:`WorkQueue.take`): a step carries at most ``step_tokens``
+tokens. Decode rows come first (one token each); work fills the rest in arrival order: a chunked job (a causal
+prompt prefill continuing one KV cache) gets a chunk cut to the room left, a whole job (a scoring pass) goes if
+it fits. Fairness: while work waits, every step carries at least one chunk (at least :data:`MIN_CHUNK` tokens,
+or the first whole job), so a burst of streams cannot starve decisions; the budget keeps a long ``decide_many``
+from starving streams. With no decode row running, jobs go whole (up to the budget, at least one).
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import contextvars
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import TypedLMError
+from ..runner.contract import Job
+
+MIN_CHUNK = 32  # tokens the step's one forced chunk gets when decode rows fill the budget
+
+
+@dataclass(eq=False)
+class Work:
+    """One job of a decision (``owner``: its runner, whose ``cancelled`` drops it) and the future it answers; the job
+    runs in a copy of the submitting thread's context (its prefix-cache tally sees the lookups)."""
+
+    job: Job
+    owner: Any
+    future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+    context: contextvars.Context = field(default_factory=contextvars.copy_context)
+
+    @property
+    def tokens(self) -> int:
+        return self.job.left
+
+
+class WorkQueue:
+    """Work waiting for steps, in arrival order; a chunked job keeps its place until its last chunk."""
+
+    def __init__(self, step_tokens: int):
+        if step_tokens < 1:
+            raise TypedLMError(f"step_tokens must be >= 1, not {step_tokens}")
+        self.step_tokens = step_tokens
+        self._items: collections.deque[Work] = collections.deque()
+        self._lock = threading.Lock()
+        self.chunks = 0  # work forwards run (tests, bench)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def push(self, work: Work) -> None:
+        with self._lock:
+            self._items.append(work)
+
+    def take(self, decode_tokens: int) -> list[tuple[Work, int]]:
+        """This step's work: (item, tokens) pairs within the budget left after ``decode_tokens`` (module
+        docstring)."""
+        with self._lock:
+            items = list(self._items)
+        room, out = self.step_tokens - decode_tokens, []
+        for w in items:
+            want = w.tokens
+            if not decode_tokens:
+                n = want if not out or want <= room else 0
+            elif w.job.chunked:
+                n = min(want, room) if room > 0 else 0 if out else min(want, MIN_CHUNK)
+            else:
+                n = want if want <= room or not out else 0
+            if n <= 0:
+                break
+            out.append((w, n))
+            room -= n
+        return out
+
+    def run(self, chunks: list[tuple[Work, int]]) -> None:
+        """Each item's chunk; a finished item answers its future and leaves, a failed one too (with the error)."""
+        for w, n in chunks:
+            if w.future.done():  # cancelled meanwhile
+                continue
+            self.chunks += 1
+            try:
+                done = w.context.run(w.job.advance, n)
+            except BaseException as e:  # noqa: BLE001 - handed to the decision's thread
+                self._leave(w)
+                w.future.set_exception(e)
+                continue
+            if done:
+                self._leave(w)
+                w.future.set_result(w.job.result)
+
+    def _leave(self, w: Work) -> None:
+        with self._lock:
+            if w in self._items:
+                self._items.remove(w)
+
+    def drop_cancelled(self) -> None:
+        """Items of cancelled owners leave; their futures raise."""
+        with self._lock:
+            gone = [w for w in self._items if w.owner.cancelled]
+            for w in gone:
+                self._items.remove(w)
+        for w in gone:
+            if not w.future.done():
+                w.future.set_exception(TypedLMError("decision cancelled"))
+
+    def fail_all(self, message: str) -> None:
+        with self._lock:
+            gone = list(self._items)
+            self._items.clear()
+        for w in gone:
+            if not w.future.done():
+                w.future.set_exception(TypedLMError(message))
