@@ -162,3 +162,13 @@ ONE_TOPIC_TEXTS = [
 def test_one_topic_texts_select_few_options_with_defaults(real):
     sizes = [len(decide(ONE_TOPIC, t, engine=real).fields["topics"].value) for t in ONE_TOPIC_TEXTS]
     assert sum(sizes) / len(sizes) <= 1.5, sizes
+
+
+def test_rule_ties_on_accuracy_go_to_the_lowest_cv_ece():
+    from typedlm.decide.calibrate.rulefit import pick
+
+    rows = [{"prior": "neutral", "kind": "matrix", "cv_acc": 0.50, "cv_nll": 1.00, "cv_ece": 0.12, "n": 120},
+            {"prior": "none", "kind": "temperature", "cv_acc": 0.47, "cv_nll": 1.10, "cv_ece": 0.03, "n": 120},
+            {"prior": "none", "kind": "bias", "cv_acc": 0.30, "cv_nll": 0.90, "cv_ece": 0.01, "n": 120}]
+    assert pick(rows, "enum")["kind"] == "temperature"  # within one SE of 0.50; the 0.30 row is not a tie
+    assert pick([dict(r, cv_ece=0.05) for r in rows], "enum")["kind"] == "matrix"  # equal ECE: lowest NLL

@@ -92,7 +92,7 @@ def prepare(schema: Any, contexts: list[str], options: DecideOptions | None = No
     plan = plan_for(schema, engine, opts.scoring, opts.allow_none_of_above)
     if opts.calibration is not None:
         opts.calibration.check(model_hash=fingerprint(engine), prompt_version=PROMPT_VERSION, scoring=plan.scoring,
-                               plan=plan)
+                               plan=plan, order=opts.order)
     rules = rules_for(plan, opts)
     check_contexts(rules, len(contexts))
     waves = dependency_waves(plan.schema)
