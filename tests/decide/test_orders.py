@@ -56,8 +56,8 @@ def test_averaged_decisions_are_the_same_for_any_choice_order(tiny, prior):
 def test_given_order_scores_depend_on_the_order_on_the_tiny_model(tiny):
     """The check above can fail: without averaging, a permutation moves the probabilities (by far more than
     its tolerance, though the random model's distributions are nearly flat)."""
-    a = decide(SCHEMA, TEXTS[0], engine=tiny, prior="none")
-    b = decide(_permuted(*PERMS[0]), TEXTS[0], engine=tiny, prior="none")
+    a = decide(SCHEMA, TEXTS[0], engine=tiny, prior="none", order="given")
+    b = decide(_permuted(*PERMS[0]), TEXTS[0], engine=tiny, prior="none", order="given")
     diff = max(abs(a.fields["topic"].probabilities[k] - b.fields["topic"].probabilities[k])
                for k in a.fields["topic"].probabilities)
     assert diff > 1e-5  # 10x the invariance check's tolerance (a prefix-cache hit moves scores ~1e-8)
@@ -65,7 +65,8 @@ def test_given_order_scores_depend_on_the_order_on_the_tiny_model(tiny):
 
 def test_each_candidate_scores_the_mean_of_its_two_views(tiny):
     schema = DecisionSchema.coerce(SCHEMA)
-    views = [decide(canonical_schema(schema, m), TEXTS[1], engine=tiny, prior="none") for m in (False, True)]
+    views = [decide(canonical_schema(schema, m), TEXTS[1], engine=tiny, prior="none", order="given")
+             for m in (False, True)]
     got = decide(SCHEMA, TEXTS[1], engine=tiny, prior="none", order="averaged")
     for name in ("topic", "level", "urgent"):
         mean = {k: sum(v.fields[name].log_scores[k] for v in views) / 2 for k in got.fields[name].log_scores}
@@ -76,7 +77,8 @@ def test_each_candidate_scores_the_mean_of_its_two_views(tiny):
     assert [p.schema["level"].values for p in plans] == [("low", "mid", "high")] * 2
     assert [p.schema["topic"].values for p in plans] == [("art", "politics", "sport", "tech"),
                                                          ("tech", "sport", "politics", "art")]
-    assert got.usage["prompt_tokens"] > decide(SCHEMA, TEXTS[1], engine=tiny, prior="none").usage["prompt_tokens"]
+    one = decide(SCHEMA, TEXTS[1], engine=tiny, prior="none", order="given").usage["prompt_tokens"]
+    assert got.usage["prompt_tokens"] > one
 
 
 def test_decide_many_averaged_matches_one_at_a_time(tiny):

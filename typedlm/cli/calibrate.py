@@ -25,8 +25,8 @@ def calibrate(
     scores: Optional[Path] = typer.Option(None, "--scores", help="scores.jsonl to reuse / extend (resumable)"),
     kind: str = typer.Option("auto", "--kind", help="scalar calibrator: auto (chosen by cross-validation "
                              "on the calibration split) | temperature | bias | vector | matrix"),
-    order: str = typer.Option("given", "--order", help="given | averaged: the decide option `order` the bundle is "
-                              "for (averaged: every case scored in two choice orders)"),
+    order: str = typer.Option("given", "--order", help="given | averaged: the decide option `order` the bundle "
+                              "is for (averaged: every case scored in two choice orders)"),
     model: str = typer.Option("default", "--model", "-m"),
     device: str = typer.Option("auto", "--device"),
     backend: Optional[str] = backend_option(),

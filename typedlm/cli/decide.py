@@ -101,8 +101,8 @@ def decide(
                                         help="neutral (the default: divide out the content-free prior) | none | "
                                              "batch (with --input: each chunk of contexts' own prior)"),
     calibration: Optional[Path] = typer.Option(None, "--calibration", help="bundle from `typedlm calibrate`"),
-    order: Optional[str] = typer.Option(None, "--order", help="given (the default) | averaged: each choice field "
-                                        "scored in two fixed orders, averaged (order-invariant; 2x the model work)"),
+    order: Optional[str] = typer.Option(None, "--order", help="given (the default) | averaged: each choice field scored "
+                                        "in two fixed orders, averaged (order-invariant; 2x the model work)"),
     device: str = typer.Option("auto", "--device"),
     backend: Optional[str] = backend_option(),
     as_json: bool = typer.Option(False, "--json", help="print the Decision as JSON"),

@@ -120,6 +120,7 @@ def _suite(out: Path, *, model, device, backend, quiet, **limits) -> None:
     from ..eval.provenance import provenance  # lazy: CLI start-up
     from ..decide.options import DecideOptions  # lazy: CLI start-up
     from ..eval.suite import run_suite  # lazy: CLI start-up
+    from torch import get_num_threads as torch_threads  # lazy: CLI start-up
 
     with user_errors():
         limits["order"] = DecideOptions.from_flags(order=limits["order"]).order
@@ -129,7 +130,9 @@ def _suite(out: Path, *, model, device, backend, quiet, **limits) -> None:
 
     with user_errors():
         engine = load_engine(model, device=device, backend=backend, progress=not quiet)
-        run_suite(engine, out, progress=None if quiet else progress, command=provenance()["command"], **limits)
+        prov = provenance()
+        run_suite(engine, out, progress=None if quiet else progress, command=prov["command"],
+                  machine=f"{prov['machine']}, {engine.device}, torch threads {torch_threads()}", **limits)
     typer.echo((out / "table.md").read_text())
 
 

@@ -30,7 +30,7 @@ from .scoring import Scored
 from .schema import DecisionSchema
 
 ORDER_MODES = ("given", "averaged")
-DEFAULT_ORDER = "given"
+DEFAULT_ORDER = "given"  # "averaged" costs two prompts per context (docs/guides/decision-quality.md)
 
 
 def canonical_schema(schema: DecisionSchema, mirrored: bool = False) -> DecisionSchema:

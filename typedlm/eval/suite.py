@@ -29,6 +29,7 @@ from typing import Callable
 from ..decide.calibrate import collect as fitting
 from ..decide.api import decide_many, plan_for
 from ..decide.options import DecideOptions
+from ..decide.orders import DEFAULT_ORDER
 from ..decide.prompt import PROMPT_VERSION
 from ..decide.result import QuestionScore
 from ..errors import TypedLMError
@@ -67,7 +68,7 @@ def _permuted(engine, cases: list[Case], path: Path, progress, order: str) -> li
     done = {d["id"]: d for d in read_jsonl(path) if d.get("prompt_version") == PROMPT_VERSION}
     out = []
     for case in cases:
-        schema, order = permuted_schema(case.schema, case.id)
+        schema, shown = permuted_schema(case.schema, case.id)
         plan = plan_for(schema, engine)
         if case.id not in done:
             t0 = time.perf_counter()
@@ -83,7 +84,7 @@ def _permuted(engine, cases: list[Case], path: Path, progress, order: str) -> li
         row = done[case.id]
         scored = fitting.Case(case.id, case.split, case.labels, [QuestionScore(tuple(s), 0.0) for s in row["scores"]],
                               row["latency_s"])
-        out.append((case, order, plan, [scored], [tuple(x) for x in row["neutral"]]))
+        out.append((case, shown, plan, [scored], [tuple(x) for x in row["neutral"]]))
     return out
 
 
@@ -106,7 +107,7 @@ def _naive(engine, name: str, cases: list[Case], path: Path, progress) -> list[d
 
 def run_dataset(engine, name: str, out: Path, *, cal_limit: int | None, test_limit: int | None,
                 flip_limit: int, naive_limit: int, n_boot: int, progress: Callable | None = None,
-                order: str = "given") -> dict:
+                order: str = DEFAULT_ORDER) -> dict:
     """One dataset of the suite: its run folder and its rows (see the module docstring)."""
     cases_all = load(name)
     cal, test = select(cases_all, "calibration", cal_limit), select(cases_all, "test", test_limit)
@@ -144,7 +145,7 @@ def run_dataset(engine, name: str, out: Path, *, cal_limit: int | None, test_lim
 
 def run_suite(engine, out: Path, *, datasets=DATASETS, cal_limit: int | None = None, test_limit: int | None = None,
               flip_limit: int = 50, naive_limit: int = 100, n_boot: int = 1000, progress: Callable | None = None,
-              command: str = "", order: str = "given") -> dict:
+              command: str = "", machine: str = "", order: str = DEFAULT_ORDER) -> dict:
     """Each of ``datasets`` (:func:`run_dataset`), then ``suite.json`` and ``table.md`` in ``out``. Datasets of an
     earlier call into the same ``out`` stay in the table (each row keeps the command and limits that made it)."""
     unknown = [d for d in datasets if d not in DATASETS]
@@ -157,7 +158,7 @@ def run_suite(engine, out: Path, *, datasets=DATASETS, cal_limit: int | None = N
     for d in datasets:
         r = run_dataset(engine, d, out, cal_limit=cal_limit, test_limit=test_limit, flip_limit=flip_limit,
                         naive_limit=naive_limit, n_boot=n_boot, progress=progress, order=order)
-        results[d] = {**r, "command": command, "limits": limits, "seconds": time.time() - t0}
+        results[d] = {**r, "command": command, "machine": machine, "limits": limits, "seconds": time.time() - t0}
         t0 = time.time()
     old = out / "suite.json"
     earlier = json.loads(old.read_text())["datasets"] if old.exists() else []

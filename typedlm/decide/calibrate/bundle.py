@@ -136,7 +136,7 @@ class CalibrationBundle(BaseModel):
         body = canonical_json({k: v for k, v in self.model_dump().items() if k != "fit"})
         return "cal-" + hashlib.sha256(body.encode()).hexdigest()[:10]
 
-    def check(self, *, model_hash: str, prompt_version: str, scoring: str, plan, order: str = "given") -> None:
+    def check(self, *, model_hash: str, prompt_version: str, scoring: str, plan, order: str) -> None:
         for what, mine, theirs in (("model", self.model_hash, model_hash),
                                    ("prompt version", self.prompt_version, prompt_version),
                                    ("scoring mode", self.scoring, scoring), ("order", self.order, order)):

@@ -31,7 +31,7 @@ from ..api import decide_many, plan_for, settle
 from ..cardinality import SET_RULES
 from ..logmath import log_softmax
 from ..options import DecideOptions
-from ..orders import average, view_plans
+from ..orders import DEFAULT_ORDER, average, view_plans
 from ..plan import Plan
 from ..prompt import PROMPT_VERSION, prompt_hash, prompt_record
 from ..result import Decision, QuestionScore, finish_decision
@@ -105,7 +105,7 @@ def _same_prompt(plan: Plan, run_json: Path) -> bool:
 
 
 def collect(engine: Engine, schema: Any, cases: list, path: Path | None = None, progress=None,
-            reuse: Path | None = None, order: str = "given") -> list[Case]:
+            reuse: Path | None = None, order: str = DEFAULT_ORDER) -> list[Case]:
     """Score ``cases`` (eval Cases) with ``decide_many`` in chunks; resumable through ``path`` (JSONL, each
     line stamped with the prompt version: lines of another version are scored again); cases an eval run
     already scored with this prompt (``reuse``: its predictions.jsonl) are taken from it.
@@ -171,7 +171,7 @@ def _collect_plan(engine: Engine, plan: Plan, cases: list, path: Path | None, pr
     return [done[c.id] for c in cases]
 
 
-def neutral_logs(engine: Engine, plan: Plan, order: str = "given") -> list[tuple[float, ...]]:
+def neutral_logs(engine: Engine, plan: Plan, order: str = DEFAULT_ORDER) -> list[tuple[float, ...]]:
     """The neutral prior of ``plan`` as ``decide`` computes it under ``order`` (averaged over the views)."""
     return average(plan, [(vp, P.neutral(engine, vp, lambda ids, vp=vp: [
         s.scores for s in score_prompts(engine, vp, ids, "packed", 1 << 30, None)], PROMPT_VERSION))
@@ -222,7 +222,7 @@ def final(plan: Plan, cases: list[Case], rules: dict, neutral: list | None,
 
 def fit_bundle(engine: Engine, plan: Plan, fit_cases: list[Case], neutral: list | None, *, data: str = "",
                priors=PRIORS, kinds=SCALAR_KINDS, set_rules=SET_RULES, batch: int = BATCH,
-               progress=None, order: str = "given") -> tuple[CalibrationBundle, dict]:
+               progress=None, order: str = DEFAULT_ORDER) -> tuple[CalibrationBundle, dict]:
     """A bundle of per-field rules chosen by cross-validation on ``fit_cases`` (the calibration split:
     :mod:`typedlm.decide.calibrate.rulefit`) and its report: cross-validated ECE of each field's chosen rule against the
     uncalibrated default, the choice and every candidate's row."""
@@ -268,7 +268,7 @@ def decisions(plan: Plan, cases: list[Case], engine_name: str, options: DecideOp
 
 def calibrate(engine: Engine, fit_cases: list, *, data: str = "", scores: Path | None = None, priors=PRIORS,
               kinds=SCALAR_KINDS, set_rules=SET_RULES, on_case=None, on_field=None,
-              order: str = "given") -> tuple[CalibrationBundle, dict]:
+              order: str = DEFAULT_ORDER) -> tuple[CalibrationBundle, dict]:
     """``typedlm calibrate``: score ``fit_cases`` (eval Cases of the calibration split, one schema; resumable
     through ``scores``), then choose every field's rule by cross-validation on them alone. ``on_case(n)`` after
     each scored chunk, ``on_field(name)`` after each field's choice. The report adds the seconds spent."""
