@@ -171,3 +171,28 @@ def test_decide_cli_refuses_unsatisfiable_constraints_before_loading(tmp_path):
     r = CliRunner().invoke(app, ["decide", "--schema", str(schema), "--context", "x", "--model", "/nonexistent"])
     assert r.exit_code == 2 and "constraints cannot all hold" in r.stderr
     assert "min_selected 2" in r.stderr and "exclusive ['local', 'world']" in r.stderr
+
+
+def test_averaged_variants_from_view_files_equal_decide_averaged(tiny, tmp_path):
+    """order="averaged": each view collected into its own file, averaged offline, equals decide's averaging
+    (neutral prior and a bundle fitted for that order included); a bundle of the other order is refused."""
+    schema = {"fields": {**SCHEMA["fields"], "topic": {**SCHEMA["fields"]["topic"],
+                                                         "choices": ["tech", "sport", "politics"]}}}
+    plan = plan_for(schema, tiny)
+    path = tmp_path / "scores.jsonl"
+    cases = fitting.collect(tiny, schema, _cases(), path, order="averaged")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["scores-canonical.jsonl", "scores-mirror.jsonl"]
+    neutral = fitting.neutral_logs(tiny, plan, "averaged")
+    bundle = CalibrationBundle(model="tiny", model_hash=fingerprint(tiny), prompt_version=PROMPT_VERSION,
+                               scoring="labels", order="averaged",
+                               fields={"topic": FieldCalibration(type="enum", kind="temperature", temperature=1.7,
+                                                                 prior="neutral")})
+    for b in (None, bundle):
+        opts = DecideOptions(calibration=b, order="averaged")
+        got = fitting.decisions(plan, cases, "tiny", opts, neutral, batch=len(cases))
+        want = decide_many(schema, TEXTS, engine=tiny, options=opts)
+        for g, w in zip(got, want):
+            assert g.value_dict() == w.value_dict()
+            assert g.fields["topic"].probabilities == pytest.approx(w.fields["topic"].probabilities, rel=1e-5)
+    with pytest.raises(Exception, match="order 'averaged'"):
+        decide_many(schema, TEXTS[:1], engine=tiny, calibration=bundle)

@@ -162,3 +162,27 @@ ONE_TOPIC_TEXTS = [
 def test_one_topic_texts_select_few_options_with_defaults(real):
     sizes = [len(decide(ONE_TOPIC, t, engine=real).fields["topics"].value) for t in ONE_TOPIC_TEXTS]
     assert sum(sizes) / len(sizes) <= 1.5, sizes
+
+
+def test_rule_ties_on_accuracy_go_to_the_lowest_cv_ece():
+    from typedlm.decide.calibrate.rulefit import pick
+
+    rows = [{"prior": "neutral", "kind": "matrix", "cv_acc": 0.50, "cv_nll": 1.00, "cv_ece": 0.12, "n": 120},
+            {"prior": "none", "kind": "temperature", "cv_acc": 0.47, "cv_nll": 1.10, "cv_ece": 0.03, "n": 120},
+            {"prior": "none", "kind": "bias", "cv_acc": 0.30, "cv_nll": 0.90, "cv_ece": 0.01, "n": 120}]
+    assert pick(rows, "enum")["kind"] == "temperature"  # within one SE of 0.50; the 0.30 row is not a tie
+    assert pick([dict(r, cv_ece=0.05) for r in rows], "enum")["kind"] == "matrix"  # equal ECE: lowest NLL
+
+
+def test_cv_folds_are_stratified_so_the_class_prior_scores_the_majority_share():
+    """Scores without signal, gold dealt so that case-order folds hold one class each: the class-prior
+    candidate must still cross-validate at the majority share (0.6), not below it."""
+    import numpy as np
+
+    from typedlm.decide.calibrate.fit import select_scalar, stratified_folds
+
+    gold = np.array([0 if i % 5 in (0, 1) else 1 for i in range(100)])
+    folds = stratified_folds(gold, 5)
+    assert all(np.bincount(gold[folds == f], minlength=2).tolist() == [8, 12] for f in range(5))
+    _fc, table = select_scalar(["a", "b"], "enum", np.zeros((100, 2)), gold)
+    assert next(r for r in table if r["kind"] == "class_prior")["cv_acc"] == pytest.approx(0.6)

@@ -170,3 +170,22 @@ def test_decide_route_dependencies_and_constrained_abstention(base, tiny):
         assert (f["tags"]["value"], f["tags"]["reason"]) == (None, "abstain")  # constrained, and it abstains
         assert f["tags"]["solver_value"] == w.fields["tags"].solver_value and len(f["tags"]["solver_value"]) == 1
         assert f["tone"]["probabilities"] == pytest.approx(w.fields["tone"].probabilities, rel=1e-4)
+
+
+def test_decide_route_takes_order(base):
+    """``order: "averaged"`` in the body: the same probabilities for either choice order; a bad value is a 4xx."""
+    flipped = {"fields": {**SCHEMA["fields"], "tone": {**SCHEMA["fields"]["tone"],
+                                                         "choices": {"angry": "shouting", "calm": ""}},
+                          "tags": {**SCHEMA["fields"]["tags"], "choices": ["link", "ads"]}}}
+    got = []
+    for s in (SCHEMA, flipped):
+        r = httpx.post(f"{base}/v1/decide", json={"schema": s, "context": "I am SO angry!!", "order": "averaged"},
+                       timeout=60)
+        assert r.status_code == 200, r.text
+        got.append(r.json()["fields"])
+    for name in ("tone", "tags"):
+        a, b = got[0][name]["probabilities"], got[1][name]["probabilities"]
+        assert list(b) == list(flipped["fields"][name]["choices"])  # listed in the request's order
+        assert a == pytest.approx(b, abs=1e-6)
+    bad = httpx.post(f"{base}/v1/decide", json={"schema": SCHEMA, "context": "x", "order": "sorted"}, timeout=60)
+    assert 400 <= bad.status_code < 500 and "order" in bad.text

@@ -25,6 +25,8 @@ def calibrate(
     scores: Optional[Path] = typer.Option(None, "--scores", help="scores.jsonl to reuse / extend (resumable)"),
     kind: str = typer.Option("auto", "--kind", help="scalar calibrator: auto (chosen by cross-validation "
                              "on the calibration split) | temperature | bias | vector | matrix"),
+    order: str = typer.Option("given", "--order", help="given | averaged: the decide option `order` the bundle "
+                              "is for (averaged: every case scored in two choice orders)"),
     model: str = typer.Option("default", "--model", "-m"),
     device: str = typer.Option("auto", "--device"),
     backend: Optional[str] = backend_option(),
@@ -46,6 +48,8 @@ def calibrate(
         fail(f"--priors must be a comma list of {', '.join(PRIOR_MODES)}, got {priors!r}")
     if kind != "auto" and kind not in SCALAR_KINDS:
         fail(f"--kind must be auto or one of {', '.join(SCALAR_KINDS)}, got {kind!r}")
+    if order not in ("given", "averaged"):
+        fail(f"--order must be given or averaged, got {order!r}")
     if limit is not None and limit < 2:
         fail("--limit must be at least 2")
     with user_errors():
@@ -55,10 +59,11 @@ def calibrate(
             fail(f"{name} needs at least 2 cases in the calibration split (has {len(fit_cases)})")
         engine = load_engine(model, device=device, backend=backend, progress=not quiet)
         n_fields = len(fit_cases[0].schema.get("fields", {}))
-        with _progress(quiet, len(fit_cases), n_fields) as (on_case, on_field):
+        views = 2 if order == "averaged" else 1  # cases are scored once per view
+        with _progress(quiet, views * len(fit_cases), n_fields) as (on_case, on_field):
             bundle, report = fitting.calibrate(engine, fit_cases, data=name, scores=scores, priors=modes,
                                                kinds=SCALAR_KINDS if kind == "auto" else (kind,),
-                                               on_case=on_case, on_field=on_field)
+                                               on_case=on_case, on_field=on_field, order=order)
     out.write_text(bundle.model_dump_json(indent=2) + "\n")
     if as_json:
         print_json({"bundle": bundle.model_dump(), "id": bundle.id, "report": report})

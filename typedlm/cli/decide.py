@@ -101,6 +101,8 @@ def decide(
                                         help="neutral (the default: divide out the content-free prior) | none | "
                                              "batch (with --input: each chunk of contexts' own prior)"),
     calibration: Optional[Path] = typer.Option(None, "--calibration", help="bundle from `typedlm calibrate`"),
+    order: Optional[str] = typer.Option(None, "--order", help="given (the default) | averaged: each choice field scored "
+                                        "in two fixed orders, averaged (order-invariant; 2x the model work)"),
     device: str = typer.Option("auto", "--device"),
     backend: Optional[str] = backend_option(),
     as_json: bool = typer.Option(False, "--json", help="print the Decision as JSON"),
@@ -125,7 +127,8 @@ def decide(
         return _list_presets()
     with user_errors():
         opts = DecideOptions.from_flags(scoring=scoring, allow_none_of_above=none_of_above,
-                                        abstain_below_margin=abstain_below, prior=prior, calibration=calibration)
+                                        abstain_below_margin=abstain_below, prior=prior, calibration=calibration,
+                                        order=order)
         sch, examples = schema_from(schema, preset)
         if input_file is not None:
             if context is not None or context_file is not None:
@@ -135,7 +138,7 @@ def decide(
                                      gpus_per_replica=gpus_per_replica, model=model, device=device,
                                      scoring=opts.scoring, allow_none_of_above=opts.allow_none_of_above,
                                      abstain_below_margin=opts.abstain_below_margin, prior=opts.prior,
-                                     calibration=opts.calibration)
+                                     calibration=opts.calibration, order=opts.order)
             return decide_file(sch, input_file, output, opts, model=model, device=device, backend=backend,
                                prefix_cache_gb=prefix_cache_gb, deterministic=deterministic)
         text = _context_text(context, context_file, examples)

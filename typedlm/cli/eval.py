@@ -31,6 +31,8 @@ def eval_cmd(
                                    "decided in one decide_many call takes its own prior; needs --no-flip)"),
     calibration: Optional[Path] = typer.Option(None, "--calibration",
                                                help="parallel track: apply this bundle (typedlm calibrate)"),
+    order: Optional[str] = typer.Option(None, "--order", help="parallel track (and --suite): given | averaged "
+                                        "(each choice field scored in two fixed orders, averaged)"),
     examples: int = typer.Option(0, "--examples", help="few-shot: add the first K train-split cases (seeded "
                                  "order) to every case's schema as examples (rendered in the shared prefix)"),
     chunk: Optional[int] = typer.Option(None, "--chunk", help="cases per decide_many call (default 8; "
@@ -55,7 +57,7 @@ def eval_cmd(
     if suite:
         return _suite(out, model=model, device=device, backend=backend, quiet=quiet, cal_limit=cal_limit,
                       datasets=tuple(d.strip() for d in datasets.split(",") if d.strip()),
-                      test_limit=limit, flip_limit=flip_limit, naive_limit=naive_limit)
+                      test_limit=limit, flip_limit=flip_limit, naive_limit=naive_limit, order=order)
     if data is None:
         fail("give --data (a dataset or a cases file), or --suite")
     from ..decide.options import DecideOptions  # lazy: CLI start-up
@@ -70,7 +72,7 @@ def eval_cmd(
     _check_flags(names, mode_list, modes, prior=prior, flip=flip, ray=ray, chunk=chunk, base_url=base_url,
                  limit=limit)
     with user_errors():
-        opts = DecideOptions.from_flags(prior=prior, calibration=calibration)
+        opts = DecideOptions.from_flags(prior=prior, calibration=calibration, order=order)
         dataset, all_cases = load_cases(data)
         cases = select(all_cases, split, limit)
         if not cases:
@@ -116,14 +118,21 @@ def _suite(out: Path, *, model, device, backend, quiet, **limits) -> None:
     """``--suite``: :func:`typedlm.eval.suite.run_suite` into ``out``, then its table on stdout."""
     from ..engine import load_engine  # lazy: CLI start-up
     from ..eval.provenance import provenance  # lazy: CLI start-up
+    from ..decide.options import DecideOptions  # lazy: CLI start-up
     from ..eval.suite import run_suite  # lazy: CLI start-up
+    from torch import get_num_threads as torch_threads  # lazy: CLI start-up
+
+    with user_errors():
+        limits["order"] = DecideOptions.from_flags(order=limits["order"]).order
 
     def progress(dataset, what, k):
         typer.echo(f"suite: {dataset} {what} +{k}", err=True)
 
     with user_errors():
         engine = load_engine(model, device=device, backend=backend, progress=not quiet)
-        run_suite(engine, out, progress=None if quiet else progress, command=provenance()["command"], **limits)
+        prov = provenance()
+        run_suite(engine, out, progress=None if quiet else progress, command=prov["command"],
+                  machine=f"{prov['machine']}, {engine.device}, torch threads {torch_threads()}", **limits)
     typer.echo((out / "table.md").read_text())
 
 

@@ -1,7 +1,8 @@
 """``decide`` / ``decide_many``: schema + contexts -> Decisions, as one pipeline of named steps.
 
     schema -> plan -> prompt              ``prepare``: every check before any model work (a ``Job``)
-    -> score                              ``batches.score_prompts``: shared prefix once, rows batched
+    -> score                              ``batches.score_prompts``: shared prefix once, rows batched;
+                                          ``order="averaged"``: two views of the choices, averaged by name
     -> prior / calibration                each field's rule (``rules.final_scores``: prior mode, calibrator),
                                           near ties rescored one row at a time
     -> constraints                        ``joint.solve_fields``: the exact joint choice (multi rule too)
@@ -24,6 +25,7 @@ from ..runner.prefix_cache import reused_by, tally
 from .constraints.depends import given_text, waves as dependency_waves
 from .constraints.joint import pins, solve_fields
 from .options import DecideOptions
+from .orders import Views, average, combined, view_plans
 from .passes import DEFAULT_BUDGET_BYTES, resolve_packing
 from .plan import DEFAULT_SCORING, NONE_OF_ABOVE, Plan, get_plan
 from .prior import fingerprint, mean_log_probs, neutral as neutral_prior
@@ -56,6 +58,8 @@ class Job:
     prompts: tuple[list[int], ...]
     waves: tuple[tuple[str, ...], ...]
     plans: tuple[Plan, ...]
+    views: tuple[tuple[Plan, ...], ...]  # per wave: the plans scored (``orders.view_plans``; given: the wave's plan)
+    view_prompts: tuple[tuple[list[int], ...], ...]  # [view][context] wave-0 prompt ids (view 0: ``prompts``)
     rules: dict[str, Rule]  # field -> its decision rule (the bundle's, else the options')
 
 
@@ -88,7 +92,7 @@ def prepare(schema: Any, contexts: list[str], options: DecideOptions | None = No
     plan = plan_for(schema, engine, opts.scoring, opts.allow_none_of_above)
     if opts.calibration is not None:
         opts.calibration.check(model_hash=fingerprint(engine), prompt_version=PROMPT_VERSION, scoring=plan.scoring,
-                               plan=plan)
+                               plan=plan, order=opts.order)
     rules = rules_for(plan, opts)
     check_contexts(rules, len(contexts))
     waves = dependency_waves(plan.schema)
@@ -96,6 +100,13 @@ def prepare(schema: Any, contexts: list[str], options: DecideOptions | None = No
     # children's first-pass scores are then replaced); later waves score their fields on "Given:" prompts
     plans = [plan] + [get_plan(engine, plan.schema.subset(w), opts.scoring, opts.allow_none_of_above)
                       for w in waves[1:]]
+    views = tuple(view_plans(engine, p, opts.order) for p in plans)
+    prompts = tuple(tuple(_checked_prompts(engine, vp, contexts)) for vp in views[0])
+    return Job(engine, plan, opts, tuple(contexts), prompts[0], tuple(waves), tuple(plans), views, prompts, rules)
+
+
+def _checked_prompts(engine: Engine, plan: Plan, contexts) -> list[list[int]]:
+    """Each context's prompt ids for ``plan``; a context too long for the model is refused, naming it."""
     longest = max((len(r.ids) for r in plan.rows), default=0)
     prompts = []
     for i, c in enumerate(contexts):
@@ -107,7 +118,7 @@ def prepare(schema: Any, contexts: list[str], options: DecideOptions | None = No
         except TypedLMError as e:
             raise TypedLMError(f"contexts[{i}]: {e}" if len(contexts) > 1 else str(e)) from e
         prompts.append(ids)
-    return Job(engine, plan, opts, tuple(contexts), tuple(prompts), tuple(waves), tuple(plans), rules)
+    return prompts
 
 
 def run(job: Job, *, engine: Engine | None = None, budget_bytes: int = DEFAULT_BUDGET_BYTES,
@@ -122,7 +133,8 @@ def run(job: Job, *, engine: Engine | None = None, budget_bytes: int = DEFAULT_B
         return score_prompts(engine, p, ids, packing, budget_bytes, max_rows)
 
     modes = set(prior_modes(job.rules).values())
-    neutral = neutral_prior(engine, plan, lambda ids: [s.scores for s in score(plan, ids)], PROMPT_VERSION) \
+    neutral = average(plan, [(vp, neutral_prior(engine, vp, lambda ids, vp=vp: [s.scores for s in score(vp, ids)],
+                                                PROMPT_VERSION)) for vp in job.views[0]]) \
         if "neutral" in modes else None
     compile_s = time.perf_counter() - t0
     n = len(job.contexts)
@@ -133,17 +145,19 @@ def run(job: Job, *, engine: Engine | None = None, budget_bytes: int = DEFAULT_B
     fixed: list[dict] = [{} for _ in range(n)]  # constrained fields of earlier waves: the solver keeps them
     index = {(q.field, q.kind, q.option): i for i, q in enumerate(plan.questions)}
     for k, (wave, wplan) in enumerate(zip(job.waves, job.plans)):
-        ids_k = list(job.prompts) if k == 0 else \
-            [prompt_ids(engine, wplan, c, given_text(plan.schema, values[i], wave)) for i, c in enumerate(job.contexts)]
+        ids_v = [list(p) for p in job.view_prompts] if k == 0 else \
+            [[prompt_ids(engine, vp, c, given_text(plan.schema, values[i], wave)) for i, c in enumerate(job.contexts)]
+             for vp in job.views[k]]
         with tally() as seen:  # the prefix cache's lookups: tokens each prompt read from it
-            scored = score(wplan, ids_k)  # score
+            views = Views(job.views[k], ids_v, [score(vp, ids) for vp, ids in zip(job.views[k], ids_v)])  # score
+        scored = [combined(wplan, views, i) for i in range(n)]
         if k == 0:
-            cached = [reused_by(ids, seen) for ids in ids_k]
+            cached = [sum(reused_by(ids[i], seen) for ids in ids_v) for i in range(n)]
         where = [index[(q.field, q.kind, q.option)] for q in wplan.questions]
         logs = {"neutral": [neutral[j] for j in where] if neutral is not None else None,
                 "batch": mean_log_probs([s.scores for s in scored]) if "batch" in modes else None}
         for i, s in enumerate(scored):
-            sc, ties = _prior_and_calibration(job, engine, wplan, wave if k == 0 else (), ids_k[i], s, logs, max_rows)
+            sc, ties = _prior_and_calibration(job, engine, wplan, wave if k == 0 else (), views, i, s, logs, max_rows)
             for j, qs in zip(where, sc):
                 final[i][j] = qs
             runs[i].append(s)
@@ -155,29 +169,32 @@ def run(job: Job, *, engine: Engine | None = None, budget_bytes: int = DEFAULT_B
                 values[i].update({name: got[name].value for name in wave})
                 fixed[i].update(pins(plan, chosen, wave))
     out, record = [], prompt_record(plan)
-    for i, ids in enumerate(job.prompts):
+    for i in range(n):
         _chosen, fields = _constraints_and_result(job, final[i], fixed[i], records[i])
         prefill_s, scoring_s = sum(r.prefill_s for r in runs[i]), sum(r.scoring_s for r in runs[i])
         timings = {"compile": compile_s, "prefill": prefill_s, "scoring": scoring_s,
                    "total": compile_s + prefill_s + scoring_s}
-        usage = {"prompt_tokens": len(ids), "cached_prompt_tokens": cached[i],
+        usage = {"prompt_tokens": sum(len(ids[i]) for ids in job.view_prompts), "cached_prompt_tokens": cached[i],
                  **merged_usage([r.stats.as_dict() for r in runs[i]])}
         out.append(finish_decision(plan, fields, timings=timings, usage=usage, model=engine.name, prompt=record))
         compile_s = 0.0
     return out
 
 
-def _prior_and_calibration(job: Job, engine: Engine, wplan: Plan, tie_fields, ids: list[int], s: Scored, logs,
-                           max_rows):
-    """One context's scores of one wave under each field's rule (prior, then calibrator); near ties among
-    ``tie_fields`` (the batch shape could pick these winners) rescored one row per forward first."""
+def _prior_and_calibration(job: Job, engine: Engine, wplan: Plan, tie_fields, views: Views, i: int, s: Scored,
+                           logs, max_rows):
+    """Context ``i``'s scores of one wave under each field's rule (prior, then calibrator); near ties among
+    ``tie_fields`` (the batch shape could pick these winners) rescored one row per forward first, in every view."""
     rules = job.rules
     sc = final_scores(wplan, s.scores, rules, logs)
     ties = near_ties(wplan, sc, tie_fields, drift(engine)) if tie_fields and max_rows != 1 else []
     if ties:
-        picked = rescore_one_row(engine, wplan, ids, ties, s.stats)
-        sc = final_scores(wplan, [question_score(q, qi, picked) if q.field in ties else old
-                                  for qi, (q, old) in enumerate(zip(wplan.questions, s.scores))], rules, logs)
+        again = []
+        for vp, ids, (_, old) in zip(views.plans, views.ids, views.context_views(i)):
+            picked = rescore_one_row(engine, vp, ids[i], ties, s.stats)
+            again.append((vp, [question_score(q, qi, picked) if q.field in ties else o
+                               for qi, (q, o) in enumerate(zip(vp.questions, old))]))
+        sc = final_scores(wplan, average(wplan, again), rules, logs)
     return sc, ties
 
 

@@ -19,13 +19,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..errors import TypedLMError
 from .calibrate.bundle import CalibrationBundle, load_bundle
 from .cardinality import DEFAULT_SET_RULE
+from .orders import DEFAULT_ORDER
 from .plan import DEFAULT_SCORING
 from .prior import DEFAULT_PRIOR
 from .passes import DEFAULT_PACKING
 
 
 FLAGS = {"scoring": "--scoring", "allow_none_of_above": "--none-of-above", "abstain_below_margin": "--abstain-below",
-         "prior": "--prior", "set_rule": "--set-rule", "calibration": "--calibration", "packing": "--packing"}  # CLI names of the options
+         "prior": "--prior", "set_rule": "--set-rule", "calibration": "--calibration", "packing": "--packing",
+         "order": "--order"}  # CLI names of the options
 
 
 class OptionsError(TypedLMError):
@@ -41,6 +43,7 @@ class DecideOptions(BaseModel):
     set_rule: Literal["threshold", "count", "cardinality"] = DEFAULT_SET_RULE  # multi fields (decide.cardinality)
     calibration: CalibrationBundle | None = None  # `typedlm calibrate`: per-field rules, overriding prior/set_rule
     packing: Literal["auto", "packed", "expand", "fused"] = DEFAULT_PACKING
+    order: Literal["given", "averaged"] = DEFAULT_ORDER  # "averaged": two choice orders scored, averaged (orders.py)
 
     @classmethod
     def from_flags(cls, **given) -> "DecideOptions":

@@ -4,7 +4,8 @@ settings, parallel with a bundle fitted on the calibration split — and one tab
 Per dataset (files under ``out``, all resumable):
 
 - ``scores/<dataset>.jsonl``: raw (prior ``none``) scores of the calibration and test cases
-  (:func:`typedlm.decide.calibrate.collect.collect`); every parallel variant is computed from them through decide's own
+  (:func:`typedlm.decide.calibrate.collect.collect`; with ``order="averaged"`` also ``<dataset>-mirror.jsonl``,
+  the other view, and both variants use the averaged scores); every parallel variant is computed from them through decide's own
   rule path (:func:`typedlm.decide.calibrate.collect.decisions`), so a variant's answers are what ``decide`` returns;
 - ``bundles/<dataset>.json``: the rules chosen by cross-validation on the calibration split only
   (:func:`typedlm.decide.calibrate.collect.fit_bundle`, as ``typedlm calibrate``);
@@ -28,6 +29,7 @@ from typing import Callable
 from ..decide.calibrate import collect as fitting
 from ..decide.api import decide_many, plan_for
 from ..decide.options import DecideOptions
+from ..decide.orders import DEFAULT_ORDER
 from ..decide.prompt import PROMPT_VERSION
 from ..decide.result import QuestionScore
 from ..errors import TypedLMError
@@ -61,19 +63,19 @@ def _lines(plan, cases: list[Case], scored: list, name: str, mode: str, opts, ne
     return out
 
 
-def _permuted(engine, cases: list[Case], path: Path, progress) -> list[tuple[Case, dict, object, list, list]]:
+def _permuted(engine, cases: list[Case], path: Path, progress, order: str) -> list[tuple[Case, dict, object, list, list]]:
     """(case, shown order, plan, [scored case], neutral logs) per case with choices permuted; resumable."""
     done = {d["id"]: d for d in read_jsonl(path) if d.get("prompt_version") == PROMPT_VERSION}
     out = []
     for case in cases:
-        schema, order = permuted_schema(case.schema, case.id)
+        schema, shown = permuted_schema(case.schema, case.id)
         plan = plan_for(schema, engine)
         if case.id not in done:
             t0 = time.perf_counter()
-            d = decide_many(plan.schema, [case.context], engine=engine, prior="none")[0]
+            d = decide_many(plan.schema, [case.context], engine=engine, prior="none", order=order)[0]
             row = {"id": case.id, "prompt_version": PROMPT_VERSION, "latency_s": time.perf_counter() - t0,
                    "scores": [list(s.log_scores) for s in fitting.question_scores(plan, d)],
-                   "neutral": [list(x) for x in fitting.neutral_logs(engine, plan)]}
+                   "neutral": [list(x) for x in fitting.neutral_logs(engine, plan, order)]}
             with open(path, "a", encoding="utf-8") as fh:
                 fh.write(json.dumps(row) + "\n")
             done[case.id] = row
@@ -82,7 +84,7 @@ def _permuted(engine, cases: list[Case], path: Path, progress) -> list[tuple[Cas
         row = done[case.id]
         scored = fitting.Case(case.id, case.split, case.labels, [QuestionScore(tuple(s), 0.0) for s in row["scores"]],
                               row["latency_s"])
-        out.append((case, order, plan, [scored], [tuple(x) for x in row["neutral"]]))
+        out.append((case, shown, plan, [scored], [tuple(x) for x in row["neutral"]]))
     return out
 
 
@@ -104,7 +106,8 @@ def _naive(engine, name: str, cases: list[Case], path: Path, progress) -> list[d
 
 
 def run_dataset(engine, name: str, out: Path, *, cal_limit: int | None, test_limit: int | None,
-                flip_limit: int, naive_limit: int, n_boot: int, progress: Callable | None = None) -> dict:
+                flip_limit: int, naive_limit: int, n_boot: int, progress: Callable | None = None,
+                order: str = DEFAULT_ORDER) -> dict:
     """One dataset of the suite: its run folder and its rows (see the module docstring)."""
     cases_all = load(name)
     cal, test = select(cases_all, "calibration", cal_limit), select(cases_all, "test", test_limit)
@@ -112,49 +115,50 @@ def run_dataset(engine, name: str, out: Path, *, cal_limit: int | None, test_lim
         (out / sub).mkdir(parents=True, exist_ok=True)
     plan = plan_for(cal[0].schema, engine)
     step = (lambda what: (lambda k: progress(name, what, k))) if progress else (lambda what: None)
-    scored = fitting.collect(engine, plan.schema, cal + test, out / "scores" / f"{name}.jsonl", progress=step("score"))
+    scored = fitting.collect(engine, plan.schema, cal + test, out / "scores" / f"{name}.jsonl", progress=step("score"),
+                             order=order)
     cal_s, test_s = scored[:len(cal)], scored[len(cal):]
-    neutral = fitting.neutral_logs(engine, plan)
-    bundle, rep = fitting.fit_bundle(engine, plan, cal_s, neutral, data=name)
+    neutral = fitting.neutral_logs(engine, plan, order)
+    bundle, rep = fitting.fit_bundle(engine, plan, cal_s, neutral, data=name, order=order)
     (out / "bundles" / f"{name}.json").write_text(bundle.model_dump_json(indent=2) + "\n")
-    variants = {"default": DecideOptions(), "calibrated": DecideOptions(calibration=bundle)}
+    variants = {"default": DecideOptions(order=order), "calibrated": DecideOptions(order=order, calibration=bundle)}
     lines = []
     for mode, opts in variants.items():
         lines += _lines(plan, test, test_s, name, mode, opts, neutral, engine.name)
-    for case, order, pplan, sc, pneutral in _permuted(engine, test[:flip_limit], out / "scores" / f"{name}-permuted.jsonl",
-                                                     step("flip")):
+    permuted = out / "scores" / (f"{name}-permuted.jsonl" if order == "given" else f"{name}-permuted-{order}.jsonl")
+    for case, shown, pplan, sc, pneutral in _permuted(engine, test[:flip_limit], permuted, step("flip"), order):
         for mode, opts in variants.items():
-            lines += _lines(pplan, [case], sc, name, mode, opts, pneutral, engine.name, permutation=order)
+            lines += _lines(pplan, [case], sc, name, mode, opts, pneutral, engine.name, permutation=shown)
     lines += _naive(engine, name, test[:naive_limit], out / "naive" / f"{name}.jsonl", step("naive"))
     folder = out / name
     (folder / "predictions.jsonl").write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines))
     (folder / "run.json").write_text(json.dumps({"run_id": f"suite-{name}", "dataset": name, "split": "test",
                                                  "status": "done", "cases": len(test), "model": engine.name,
-                                                 "bundle": bundle.id}, indent=2) + "\n")
+                                                 "bundle": bundle.id, "order": order}, indent=2) + "\n")
     groups = groups_from_lines(lines)
     metrics = {"/".join(k): summarize(g, n_boot=n_boot) for k, g in groups.items()}
     return {"dataset": name, "n_calibration": len(cal), "n_test": len(test),
             "n_test_split": len(select(cases_all, "test", None)), "n_flip": min(flip_limit, len(test)),
-            "n_naive": min(naive_limit, len(test)), "bundle": bundle.id, "rules": rep["rules"],
+            "n_naive": min(naive_limit, len(test)), "bundle": bundle.id, "rules": rep["rules"], "order": order,
             "fields": [f.name for f in plan.schema.fields], "metrics": metrics}
 
 
 def run_suite(engine, out: Path, *, datasets=DATASETS, cal_limit: int | None = None, test_limit: int | None = None,
               flip_limit: int = 50, naive_limit: int = 100, n_boot: int = 1000, progress: Callable | None = None,
-              command: str = "") -> dict:
+              command: str = "", machine: str = "", order: str = DEFAULT_ORDER) -> dict:
     """Each of ``datasets`` (:func:`run_dataset`), then ``suite.json`` and ``table.md`` in ``out``. Datasets of an
     earlier call into the same ``out`` stay in the table (each row keeps the command and limits that made it)."""
     unknown = [d for d in datasets if d not in DATASETS]
     if unknown or not datasets:
         raise TypedLMError(f"--datasets: unknown {unknown or 'none given'}; use a comma list of {', '.join(DATASETS)}")
     out.mkdir(parents=True, exist_ok=True)
-    limits = {"calibration": cal_limit, "test": test_limit, "flip": flip_limit, "naive": naive_limit}
+    limits = {"calibration": cal_limit, "test": test_limit, "flip": flip_limit, "naive": naive_limit, "order": order}
     t0 = time.time()
     results = {}
     for d in datasets:
         r = run_dataset(engine, d, out, cal_limit=cal_limit, test_limit=test_limit, flip_limit=flip_limit,
-                        naive_limit=naive_limit, n_boot=n_boot, progress=progress)
-        results[d] = {**r, "command": command, "limits": limits, "seconds": time.time() - t0}
+                        naive_limit=naive_limit, n_boot=n_boot, progress=progress, order=order)
+        results[d] = {**r, "command": command, "machine": machine, "limits": limits, "seconds": time.time() - t0}
         t0 = time.time()
     old = out / "suite.json"
     earlier = json.loads(old.read_text())["datasets"] if old.exists() else []

@@ -66,7 +66,8 @@ def markdown(summary: dict) -> str:
     for d in summary["datasets"]:
         lim = d["limits"]
         head.append(f"- {d['dataset']}: `{d['command']}` (calibration {lim['calibration'] or 'whole split'}, test "
-                    f"{lim['test'] or 'whole split'}, flip {lim['flip']}, naive {lim['naive']}; {d['seconds']:.0f} s)")
+                    f"{lim['test'] or 'whole split'}, flip {lim['flip']}, naive {lim['naive']}, candidate order "
+                    f"{lim.get('order', 'given')}; {d['seconds']:.0f} s" + (f"; {d['machine']}" if d.get("machine") else "") + ")")
     head += ["", "Accuracy (multi fields: exact set) with 95 % bootstrap intervals over test cases; verdicts: win / "
              "tie (intervals overlap) / loss against the majority and against naive_local.", ""]
     table = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]

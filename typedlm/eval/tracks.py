@@ -96,7 +96,7 @@ class ParallelTrack:
 
     def config(self) -> dict:  # prior and bundle are settings: a resumed run with others is refused
         cal = self.options.calibration
-        return {"track": self.name, "mode": self.mode, "prior": self.options.prior,
+        return {"track": self.name, "mode": self.mode, "prior": self.options.prior, "order": self.options.order,
                 "calibration": cal.id if cal is not None else None}
 
     def answer(self, schema_dict: dict, context: str) -> list[FieldAnswer]:

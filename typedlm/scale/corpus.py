@@ -26,7 +26,7 @@ def decide_dataset(schema: Any, data, output, *, model: str = "default", device:
                    gpus_per_replica: float = 0, cpus_per_replica: float = 1, threads: int | None = 1,
                    batch_size: int = BATCH_SIZE, scoring: str | None = None, allow_none_of_above: bool = False,
                    abstain_below_margin: float | None = None, prior: str | None = None, calibration: Any = None,
-                   resume: bool = False, address: str | None = None, num_cpus: int | None = None,
+                   order: str | None = None, resume: bool = False, address: str | None = None, num_cpus: int | None = None,
                    on_batch: Callable[[int, list], None] | None = None) -> dict:
     """Decide ``schema`` for every row of ``data`` (a path: JSONL / Parquet / CSV with ``id`` and ``context``, or a
     Ray Dataset with those columns) on ``replicas`` actors; write ``output`` (JSONL, or a ``.parquet`` folder).
@@ -34,11 +34,12 @@ def decide_dataset(schema: Any, data, output, *, model: str = "default", device:
     summary: ``decided``, ``skipped`` (bad rows with reasons), ``resumed`` (ids found already written),
     ``duplicates_dropped``, ``output``, ``busy_s`` (the first batch started to the last batch finished, on the
     actors). ``on_batch(decided_so_far, bad_rows)`` is called after each written batch.
-    ``scoring`` / ``prior`` None: ``decide_many``'s defaults. (Imports stay light: ``typedlm bench scale`` is
+    ``scoring`` / ``prior`` / ``order`` None: ``decide_many``'s defaults. (Imports stay light: ``typedlm bench scale`` is
     registered by the CLI, which must not load torch for ``--help``.)"""
     schema = DecisionSchema.coerce(schema)
     options = _options(scoring=scoring, allow_none_of_above=allow_none_of_above,
-                       abstain_below_margin=abstain_below_margin, prior=prior, calibration=calibration)
+                       abstain_below_margin=abstain_below_margin, prior=prior, calibration=calibration,
+                       order=order)
     if replicas < 1 or batch_size < 1:
         raise ScaleError(f"replicas and batch_size must be at least 1, got {replicas} and {batch_size}")
     sink = open_sink(output, resume)

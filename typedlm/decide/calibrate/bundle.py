@@ -19,7 +19,7 @@ The rules are chosen by cross-validation on the calibration split (:mod:`typedlm
 applied by :mod:`typedlm.decide.rules`.
 
 :class:`CalibrationBundle` carries what it was made for (model fingerprint, prompt version, scoring
-mode); :meth:`CalibrationBundle.check` refuses any mismatch with a :class:`CalibrationMismatch` naming it. ECE as the eval harness computes it (:mod:`typedlm.eval.metrics`):
+mode, candidate ``order`` mode); :meth:`CalibrationBundle.check` refuses any mismatch with a :class:`CalibrationMismatch` naming it. ECE as the eval harness computes it (:mod:`typedlm.eval.metrics`):
 15 equal-width bins; scalar fields on the top-1 confidence, multi fields on each option's yes/no decision
 (confidence max(P(yes), P(no))), pooled over options. :func:`ece_floor` is the ECE a perfectly calibrated
 predictor with the same confidences would show on as many cases (the estimator's own bias).
@@ -127,6 +127,7 @@ class CalibrationBundle(BaseModel):
     model_hash: str
     prompt_version: str
     scoring: str
+    order: Literal["given", "averaged"] = "given"  # the decide option ``order`` its scores were made with
     fields: dict[str, FieldCalibration]
     fit: dict = {}  # informational: data, sizes, each field's chosen rule with its CV score and the candidates
 
@@ -135,10 +136,10 @@ class CalibrationBundle(BaseModel):
         body = canonical_json({k: v for k, v in self.model_dump().items() if k != "fit"})
         return "cal-" + hashlib.sha256(body.encode()).hexdigest()[:10]
 
-    def check(self, *, model_hash: str, prompt_version: str, scoring: str, plan) -> None:
+    def check(self, *, model_hash: str, prompt_version: str, scoring: str, plan, order: str) -> None:
         for what, mine, theirs in (("model", self.model_hash, model_hash),
                                    ("prompt version", self.prompt_version, prompt_version),
-                                   ("scoring mode", self.scoring, scoring)):
+                                   ("scoring mode", self.scoring, scoring), ("order", self.order, order)):
             if mine != theirs:
                 raise CalibrationMismatch(f"calibration bundle {self.id} was made for {what} {mine!r}, "
                                           f"this decision uses {theirs!r}: refit it with `typedlm calibrate`")

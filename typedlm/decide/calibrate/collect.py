@@ -31,6 +31,7 @@ from ..api import decide_many, plan_for, settle
 from ..cardinality import SET_RULES
 from ..logmath import log_softmax
 from ..options import DecideOptions
+from ..orders import DEFAULT_ORDER, average, view_plans
 from ..plan import Plan
 from ..prompt import PROMPT_VERSION, prompt_hash, prompt_record
 from ..result import Decision, QuestionScore, finish_decision
@@ -104,11 +105,33 @@ def _same_prompt(plan: Plan, run_json: Path) -> bool:
 
 
 def collect(engine: Engine, schema: Any, cases: list, path: Path | None = None, progress=None,
-            reuse: Path | None = None) -> list[Case]:
+            reuse: Path | None = None, order: str = DEFAULT_ORDER) -> list[Case]:
     """Score ``cases`` (eval Cases) with ``decide_many`` in chunks; resumable through ``path`` (JSONL, each
     line stamped with the prompt version: lines of another version are scored again); cases an eval run
-    already scored with this prompt (``reuse``: its predictions.jsonl) are taken from it."""
+    already scored with this prompt (``reuse``: its predictions.jsonl) are taken from it.
+
+    ``order="averaged"``: each view of :func:`typedlm.decide.orders.view_plans` is collected on its own (a view
+    whose schema is the given one into ``path``, the others into ``<path>-canonical`` / ``<path>-mirror``), then
+    every case's scores are averaged by :func:`typedlm.decide.orders.average`, as ``decide`` averages them."""
     plan = plan_for(schema, engine)
+    if order == "given":
+        return _collect_plan(engine, plan, cases, path, progress, reuse)
+    views = view_plans(engine, plan, order)
+    parts = [_collect_plan(engine, vp, cases, _view_path(path, plan, vp, name), progress,
+                           reuse if vp.schema.key == plan.schema.key else None)
+             for vp, name in zip(views, ("canonical", "mirror"))]
+    return [replace(cs[0], scores=average(plan, [(vp, c.scores) for vp, c in zip(views, cs)]),
+                    latency_s=sum(c.latency_s for c in cs)) for cs in zip(*parts)]
+
+
+def _view_path(path: Path | None, plan: Plan, view: Plan, name: str) -> Path | None:
+    if path is None or view.schema.key == plan.schema.key:
+        return path
+    return path.with_name(f"{path.stem}-{name}{path.suffix}")
+
+
+def _collect_plan(engine: Engine, plan: Plan, cases: list, path: Path | None, progress,
+                  reuse: Path | None) -> list[Case]:
     done: dict[str, Case] = {}
     if path is not None and path.exists():
         for line in path.read_text().splitlines():
@@ -148,9 +171,11 @@ def collect(engine: Engine, schema: Any, cases: list, path: Path | None = None, 
     return [done[c.id] for c in cases]
 
 
-def neutral_logs(engine: Engine, plan: Plan) -> list[tuple[float, ...]]:
-    return P.neutral(engine, plan, lambda ids: [s.scores for s in score_prompts(engine, plan, ids, "packed",
-                                                                                 1 << 30, None)], PROMPT_VERSION)
+def neutral_logs(engine: Engine, plan: Plan, order: str = DEFAULT_ORDER) -> list[tuple[float, ...]]:
+    """The neutral prior of ``plan`` as ``decide`` computes it under ``order`` (averaged over the views)."""
+    return average(plan, [(vp, P.neutral(engine, vp, lambda ids, vp=vp: [
+        s.scores for s in score_prompts(engine, vp, ids, "packed", 1 << 30, None)], PROMPT_VERSION))
+        for vp in view_plans(engine, plan, order)])
 
 
 def corrected(plan: Plan, cases: list[Case], prior: str, neutral: list | None,
@@ -197,7 +222,7 @@ def final(plan: Plan, cases: list[Case], rules: dict, neutral: list | None,
 
 def fit_bundle(engine: Engine, plan: Plan, fit_cases: list[Case], neutral: list | None, *, data: str = "",
                priors=PRIORS, kinds=SCALAR_KINDS, set_rules=SET_RULES, batch: int = BATCH,
-               progress=None) -> tuple[CalibrationBundle, dict]:
+               progress=None, order: str = DEFAULT_ORDER) -> tuple[CalibrationBundle, dict]:
     """A bundle of per-field rules chosen by cross-validation on ``fit_cases`` (the calibration split:
     :mod:`typedlm.decide.calibrate.rulefit`) and its report: cross-validated ECE of each field's chosen rule against the
     uncalibrated default, the choice and every candidate's row."""
@@ -208,7 +233,7 @@ def fit_bundle(engine: Engine, plan: Plan, fit_cases: list[Case], neutral: list 
     chosen = {n: r["chosen"] for n, r in records.items()}
     report = {"n_fit": len(fit_cases), "rules": chosen, "candidates": {n: r["candidates"] for n, r in records.items()}}
     bundle = CalibrationBundle(model=engine.name, model_hash=P.fingerprint(engine), prompt_version=PROMPT_VERSION,
-                               scoring=plan.scoring, fields=fields,
+                               scoring=plan.scoring, order=order, fields=fields,
                                fit={"data": data, "n_fit": len(fit_cases), "split": "calibration",
                                     "folds": FOLDS, "rules": chosen})
     return bundle, report
@@ -242,7 +267,8 @@ def decisions(plan: Plan, cases: list[Case], engine_name: str, options: DecideOp
 
 
 def calibrate(engine: Engine, fit_cases: list, *, data: str = "", scores: Path | None = None, priors=PRIORS,
-              kinds=SCALAR_KINDS, set_rules=SET_RULES, on_case=None, on_field=None) -> tuple[CalibrationBundle, dict]:
+              kinds=SCALAR_KINDS, set_rules=SET_RULES, on_case=None, on_field=None,
+              order: str = DEFAULT_ORDER) -> tuple[CalibrationBundle, dict]:
     """``typedlm calibrate``: score ``fit_cases`` (eval Cases of the calibration split, one schema; resumable
     through ``scores``), then choose every field's rule by cross-validation on them alone. ``on_case(n)`` after
     each scored chunk, ``on_field(name)`` after each field's choice. The report adds the seconds spent."""
@@ -250,11 +276,11 @@ def calibrate(engine: Engine, fit_cases: list, *, data: str = "", scores: Path |
         raise TypedLMError(f"{data}: calibration needs one schema for every case")
     t0 = time.perf_counter()
     plan = plan_for(fit_cases[0].schema, engine)
-    scored = collect(engine, plan.schema, fit_cases, scores, progress=on_case)
-    neutral = neutral_logs(engine, plan) if "neutral" in priors else None
+    scored = collect(engine, plan.schema, fit_cases, scores, progress=on_case, order=order)
+    neutral = neutral_logs(engine, plan, order) if "neutral" in priors else None
     t1 = time.perf_counter()
     bundle, report = fit_bundle(engine, plan, scored, neutral, data=data, priors=priors, kinds=kinds,
-                                set_rules=set_rules, progress=on_field)
+                                set_rules=set_rules, progress=on_field, order=order)
     t2 = time.perf_counter()
     report["seconds"] = {"scoring": t1 - t0, "fitting": t2 - t1, "total": t2 - t0}
     return bundle, report

@@ -9,7 +9,7 @@ Every scalar kind of :mod:`typedlm.decide.calibrate.bundle` is a multinomial log
   temperature scaling, not towards the raw scores).
 
 :func:`select_scalar` cross-validates every kind (and its ``l2``) on the fit examples only
-(:data:`FOLDS` folds: accuracy, NLL, ECE); :mod:`typedlm.decide.calibrate.rulefit` chooses among them together with
+(:data:`FOLDS` folds stratified by gold class: accuracy, NLL, ECE); :mod:`typedlm.decide.calibrate.rulefit` chooses among them together with
 the prior mode. Multi fields get the pooled ``logistic`` (Newton, weight-1 L2) and a threshold for their
 set rule (:func:`fit_threshold`, :func:`best_set`).
 """
@@ -281,12 +281,21 @@ def candidates(kinds=SCALAR_KINDS) -> list[tuple[str, float | None]]:
             ((None,) if k == "temperature" else L2_GRID)] + extra
 
 
+def stratified_folds(gold: np.ndarray, folds: int) -> np.ndarray:
+    """Each example's fold: the examples sorted by gold class (stably), then dealt round-robin, so every fold
+    holds each class in its share. (Dealing in case order instead can leave a fold's training part with
+    another majority class than the fold itself: the class-prior candidate then scores below the majority.)"""
+    fold = np.empty(len(gold), dtype=int)
+    fold[np.argsort(gold, kind="stable")] = np.arange(len(gold)) % folds
+    return fold
+
+
 def select_scalar(keys: list[str], ftype: str, x: np.ndarray, gold: np.ndarray, kinds=SCALAR_KINDS):
     """The candidate with the lowest cross-validated NLL, refitted on every example; and the table
     [{"kind", "l2", "cv_acc", "cv_nll", "cv_ece", "n"}] it was chosen from."""
     n = len(gold)
     folds = min(FOLDS, n)
-    fold = np.arange(n) % max(folds, 1)
+    fold = stratified_folds(gold, max(folds, 1))
     table = []
     for kind, l2 in candidates(kinds):
         if folds < 2:

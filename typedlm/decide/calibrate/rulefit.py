@@ -9,8 +9,9 @@ Candidates per field (every one computed from the same stored raw scores, :mod:`
 
 Each candidate is fitted on :data:`FOLDS` − 1 folds and scored on the held-out fold: accuracy (multi: the
 exact set). The choice: the best cross-validated accuracy; candidates within one standard error of it
-(sqrt(p (1 - p) / n)) count as tied and the tie goes to the lowest cross-validated NLL (scalar) / the
-smallest mean |set size - gold size| (multi), then to the earlier candidate (the default prior first).
+(sqrt(p (1 - p) / n)) count as tied and the tie goes to the lowest cross-validated ECE, then NLL (scalar:
+among rules that decide equally well, the one whose probabilities are best calibrated) / the smallest mean
+|set size - gold size| (multi), then to the earlier candidate (the default prior first).
 The chosen rule is refitted on every calibration case. Nothing here sees another split.
 """
 
@@ -34,6 +35,13 @@ def _near_best(rows: list[dict]) -> list[dict]:
     n = max(rows[0]["n"], 1)
     se = math.sqrt(best * (1 - best) / n)
     return [r for r in rows if r["cv_acc"] >= best - se - 1e-12]
+
+
+def pick(rows: list[dict], ftype: str) -> dict:
+    """The chosen candidate row: the best CV accuracy, ties (within one standard error) to the lowest CV ECE then
+    NLL (scalar) / the smallest CV set-size error (multi), then to the earlier row."""
+    tie = (lambda r: r["cv_size_error"]) if ftype == "multi" else (lambda r: (r["cv_ece"], r["cv_nll"]))
+    return min(_near_best(rows), key=tie)
 
 
 def fit_multi(examples: list[Example], field: str, n: int, rule: str, prior: str) -> FieldCalibration:
@@ -89,8 +97,7 @@ def choose_field(name: str, ftype: str, n_options: int, by_prior: dict[str, list
             rows += [{"prior": prior, **r} for r in select_scalar(keys, ftype, x, gold, kinds)[1]]
     if not rows:
         raise ValueError(f"field '{name}': too few labelled calibration cases to cross-validate a rule")
-    tie = (lambda r: r["cv_size_error"]) if ftype == "multi" else (lambda r: r["cv_nll"])
-    best = min(_near_best(rows), key=tie)
+    best = pick(rows, ftype)
     ex = by_prior[best["prior"]]
     if ftype == "multi":
         fc = fit_multi(ex, name, n_options, best["set_rule"], best["prior"])
