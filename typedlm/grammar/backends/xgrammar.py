@@ -9,7 +9,8 @@ from typing import Any, Sequence
 import torch
 import xgrammar as xgr
 
-from ..schema.ebnf import ebnf_literal, needs_grammar, to_ebnf
+from ..schema.ebnf import ebnf_literal, to_ebnf
+from ..schema.ir import needs_grammar
 from ..spec import MAX_WHITESPACE, Constraint, canonical_json
 from .base import EngineState
 
