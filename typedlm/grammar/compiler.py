@@ -12,6 +12,7 @@ from typing import Any
 
 import xgrammar as xgr
 
+from ..config import MAX_GRAMMAR_BYTES
 from ..errors import GrammarCompileError
 from .backends import KINDS, ORDER, Backend, Compiled, NotForEngine, load
 from .schema import prepare_lenient, prepare_schema
@@ -68,16 +69,21 @@ class Grammars:
     else xgrammar); the kinds llguidance does not compile are xgrammar's. ``timeout_s``: the time limit of
     one compile, ``normalize_s`` of one normalizer run within it (past it: a refusal named ``(time limit)``);
     ``threads``: llguidance's mask-fill threads (None: its default); ``enabled=False``: every compile raises
-    :class:`GrammarDisabled`."""
+    :class:`GrammarDisabled`. ``max_grammar_bytes``: xgrammar's EBNF size cap (None: none; past it
+    :class:`~typedlm.errors.GrammarTooLarge`); ``cache_dir``: where compiled xgrammar grammars persist (None:
+    memory only), at most ``cache_bytes``."""
 
     def __init__(self, tokenizer_info: xgr.TokenizerInfo, *, engine: str = DEFAULT_ENGINE,
                  timeout_s: float = DEFAULT_COMPILE_TIMEOUT_S, normalize_s: float = DEFAULT_NORMALIZE_S,
-                 threads: int | None = None, enabled: bool = True, max_entries: int = 512, schema_registry=None):
+                 threads: int | None = None, enabled: bool = True, max_entries: int = 512, schema_registry=None,
+                 max_grammar_bytes: int | None = MAX_GRAMMAR_BYTES, cache_dir=None, cache_bytes: int = 1 << 30):
         self.tokenizer_info = tokenizer_info
         self.engine = check_engine(engine)
         self.timeout_s, self.normalize_s, self.threads, self.enabled = timeout_s, normalize_s, threads, enabled
         self.schema_registry = schema_registry  # referencing.Registry: documents remote $refs point to
         self.max_entries = max_entries
+        self._xgrammar_options = {"max_grammar_bytes": max_grammar_bytes, "cache_dir": cache_dir,
+                                  "cache_bytes": cache_bytes}
         self._backends: dict[str, Backend] = {}
         self._cache: OrderedDict[str, Compiled] = OrderedDict()
         self._lock = threading.Lock()
@@ -124,7 +130,8 @@ class Grammars:
         with self._lock:
             if name not in self._backends:
                 try:
-                    self._backends[name] = load(name, self.tokenizer_info, threads=self.threads)
+                    self._backends[name] = load(name, self.tokenizer_info, threads=self.threads,
+                                                **(self._xgrammar_options if name == "xgrammar" else {}))
                 except ImportError:
                     raise NotForEngine(LLG_MISSING, keyword="grammar_engine") from None
             return self._backends[name]
