@@ -35,7 +35,7 @@ def _masks(compiled, text: str, vocab_size: int) -> list[torch.Tensor]:
 
 
 def _fresh(tiny, directory, **kw) -> Grammars:
-    return Grammars(tiny.grammars.tokenizer_info, cache_dir=directory, **kw)
+    return Grammars(tiny.grammars.tokenizer_info, cache_dir=directory, cache_min_s=0.0, **kw)
 
 
 def test_a_fresh_compiler_loads_the_grammar_from_disk(tiny, tmp_path):
@@ -105,6 +105,12 @@ def test_the_directory_stays_under_its_bound(tiny, tmp_path):
 def test_no_directory_no_files(tiny, tmp_path):
     Grammars(tiny.grammars.tokenizer_info).compile(_constraint())
     assert not list(tmp_path.iterdir())
+
+
+def test_a_fast_compile_is_not_written(tiny, tmp_path):
+    """Reading an entry back costs about what a small grammar's compile does: below ``cache_min_s`` none is written."""
+    Grammars(tiny.grammars.tokenizer_info, cache_dir=tmp_path, cache_min_s=60.0).compile(_constraint())
+    assert not list(tmp_path.glob(f"*{SUFFIX}"))
 
 
 def test_the_settings_name_the_directory(tmp_path):

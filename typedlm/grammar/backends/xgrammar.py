@@ -6,6 +6,7 @@ compiled grammars persist on disk (:mod:`.disk_cache`) when a cache directory is
 
 from __future__ import annotations
 
+import time
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any, Sequence
@@ -21,6 +22,9 @@ from .base import EngineState
 from .disk_cache import DiskCache, fingerprint
 
 NAME = "xgrammar"
+# An entry holds the grammar's token-mask cache (megabytes for a 49k vocabulary): reading one back costs
+# about what a small grammar's compile does, so only slower compiles are written.
+CACHE_MIN_S = 0.5
 
 
 class XGrammarFiller:
@@ -79,10 +83,11 @@ class XGrammarBackend:
     automata = True
 
     def __init__(self, info: xgr.TokenizerInfo, *, max_grammar_bytes: int | None = None,
-                 cache_dir: Path | None = None, cache_bytes: int = 1 << 30):
+                 cache_dir: Path | None = None, cache_bytes: int = 1 << 30, cache_min_s: float = CACHE_MIN_S):
         self.info = info
         self.compiler = xgr.GrammarCompiler(info, cache_enabled=True)
         self.max_grammar_bytes = max_grammar_bytes  # json_schema/grammar EBNF past this: GrammarTooLarge
+        self.cache_min_s = cache_min_s  # a compile this fast is not written to disk (a hit would be slower)
         self.disk = None if cache_dir is None else DiskCache(
             cache_dir, cache_bytes, f"{fingerprint(info)}\0{NAME}\0{version('xgrammar')}")
         self.filler = XGrammarFiller()
@@ -112,8 +117,10 @@ class XGrammarBackend:
         hit = self.disk.get(text, lambda data: xgr.CompiledGrammar.deserialize_json(data, self.info))
         if hit is not None:
             return hit
+        t0 = time.perf_counter()
         compiled = self.compiler.compile_grammar(grammar)
-        self.disk.put(text, compiled.serialize_json())
+        if time.perf_counter() - t0 >= self.cache_min_s:
+            self.disk.put(text, compiled.serialize_json())
         return compiled
 
 
