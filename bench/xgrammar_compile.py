@@ -135,7 +135,7 @@ def main() -> None:
         print(json.dumps(rec), flush=True)
     pool.terminate()
     result = {"command": " ".join(["python"] + sys.argv), "machine": f"{platform.machine()} {os.cpu_count()} cores "
-              "(shared, nice 10)", "stride": args.stride, "summary": summary(out), "rows": out}
+              f"(shared, nice 10; load average at the end {os.getloadavg()[0]:.1f})", "stride": args.stride, "summary": summary(out), "rows": out}
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")
 

@@ -118,6 +118,11 @@ class Grammars:
                                                f"{note}"), stacklevel=2)
         return out
 
+    def flush(self) -> None:
+        """Wait for the compiled grammars still being written to the disk cache."""
+        for backend in list(self._backends.values()):
+            backend.flush()
+
     def relaxed_places(self, c: Constraint) -> list[dict]:
         """What compiling the lenient constraint ``c`` relaxed (``[{keyword, pointer, action}]``, the
         pointers into its schema, or into its structural tag); empty when it compiled exactly, or was not

@@ -7,6 +7,7 @@ compiled grammars persist on disk (:mod:`.disk_cache`) when a cache directory is
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any, Sequence
@@ -22,9 +23,11 @@ from .base import EngineState
 from .disk_cache import DiskCache, fingerprint
 
 NAME = "xgrammar"
-# An entry holds the grammar's token-mask cache (megabytes for a 49k vocabulary): reading one back costs
-# about what a small grammar's compile does, so only slower compiles are written.
+# An entry holds the grammar's token-mask cache (3-40 MB for a 49k vocabulary) and reading one back costs
+# about READ_S_PER_MB a megabyte: an entry is written (in the background) only where its compile took at
+# least CACHE_MIN_S and longer than reading it back would.
 CACHE_MIN_S = 0.5
+READ_S_PER_MB = 0.15
 
 
 class XGrammarFiller:
@@ -87,7 +90,8 @@ class XGrammarBackend:
         self.info = info
         self.compiler = xgr.GrammarCompiler(info, cache_enabled=True)
         self.max_grammar_bytes = max_grammar_bytes  # json_schema/grammar EBNF past this: GrammarTooLarge
-        self.cache_min_s = cache_min_s  # a compile this fast is not written to disk (a hit would be slower)
+        self.cache_min_s = cache_min_s  # a compile this fast is not written to disk (0: every one is)
+        self._writes = ThreadPoolExecutor(1, thread_name_prefix="typedlm-grammar-cache")  # serialize + write
         self.disk = None if cache_dir is None else DiskCache(
             cache_dir, cache_bytes, f"{fingerprint(info)}\0{NAME}\0{version('xgrammar')}")
         self.filler = XGrammarFiller()
@@ -107,7 +111,6 @@ class XGrammarBackend:
             return self.compiler.compile_lark(source)
         return self.compiler.compile_structural_tag(canonical_json(source))
 
-
     def _compile_grammar(self, grammar: xgr.Grammar) -> xgr.CompiledGrammar:
         """``grammar`` compiled (under the size cap), from the disk cache where it holds it."""
         text = str(grammar)
@@ -119,9 +122,18 @@ class XGrammarBackend:
             return hit
         t0 = time.perf_counter()
         compiled = self.compiler.compile_grammar(grammar)
-        if time.perf_counter() - t0 >= self.cache_min_s:
-            self.disk.put(text, compiled.serialize_json())
+        seconds = time.perf_counter() - t0
+        if seconds >= self.cache_min_s:
+            self._writes.submit(self._store, text, compiled, seconds)
         return compiled
+
+    def _store(self, text: str, compiled: xgr.CompiledGrammar, seconds: float) -> None:
+        data = compiled.serialize_json()
+        if self.cache_min_s == 0 or seconds >= len(data) / 2**20 * READ_S_PER_MB:  # 0: every compile written
+            self.disk.put(text, data)
+
+    def flush(self) -> None:
+        self._writes.submit(lambda: None).result()
 
 
 def json_grammar(c: Constraint, source: Any) -> xgr.Grammar:
