@@ -24,6 +24,9 @@ from .errors import TypedLMError
 ENV_PREFIX = "TYPEDLM_"
 CONFIG_ENV = "TYPEDLM_CONFIG"  # a TOML file whose [engine] table holds these settings
 FILE_TABLE = "engine"
+# The EBNF size cap's default (bytes): xgrammar precomputes the masks of larger grammars for tens of seconds
+# (a MaskBench sample by size: bench/xgrammar_compile.py).
+MAX_GRAMMAR_BYTES = 80_000
 
 
 class ConfigError(TypedLMError):
@@ -47,6 +50,10 @@ class Settings(BaseModel):
     compile_timeout: float = Field(20.0, gt=0)  # seconds one grammar compile may take
     grammar_engine: Literal["xgrammar", "llguidance", "auto"] = "xgrammar"  # JSON constraints' engine
     llg_threads: int | None = Field(None, ge=1)  # llguidance's mask threads; None: its default
+    max_grammar_bytes: int | None = Field(MAX_GRAMMAR_BYTES, ge=1)  # xgrammar's EBNF past this: refused; None: no cap
+    grammar_cache: bool = True  # compiled xgrammar grammars persist on disk (across restarts)
+    grammar_cache_dir: Path | None = None  # None: <cache>/grammars
+    grammar_cache_mb: float = Field(1024.0, gt=0)  # the disk cache's bound (least recently used files go)
     overlap_schedule: bool = True  # the scheduler's overlapped step (forward queued before the host's update)
     step_tokens: int = Field(256, ge=1)  # tokens one scheduler step carries: decode rows, then decisions' work
     cache: Path | None = None  # model conversion cache; None: $XDG_CACHE_HOME/typedlm or ~/.cache/typedlm
@@ -54,6 +61,13 @@ class Settings(BaseModel):
     @property
     def cache_dir(self) -> Path:
         return self.cache if self.cache is not None else Path.home() / ".cache" / "typedlm"
+
+    @property
+    def grammars_dir(self) -> Path | None:
+        """Where compiled grammars persist (None: the disk cache is off)."""
+        if not self.grammar_cache:
+            return None
+        return self.grammar_cache_dir if self.grammar_cache_dir is not None else self.cache_dir / "grammars"
 
     def replace(self, **changes: Any) -> "Settings":
         """A copy with the non-None ``changes`` (arguments) applied, validated; a bad one names its field."""

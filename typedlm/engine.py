@@ -132,7 +132,8 @@ BACKENDS = ("auto", "torch", "mlx")
 def grammar_options(settings: config.Settings) -> dict:
     """The grammar compiler's options (``Grammars``' keyword arguments) from ``settings``."""
     out: dict = {"engine": settings.grammar_engine, "enabled": settings.grammar,
-                 "timeout_s": settings.compile_timeout}
+                 "timeout_s": settings.compile_timeout, "max_grammar_bytes": settings.max_grammar_bytes,
+                 "cache_dir": settings.grammars_dir, "cache_bytes": int(settings.grammar_cache_mb * 2**20)}
     if settings.llg_threads:
         out["threads"] = settings.llg_threads
     return out

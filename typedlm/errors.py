@@ -22,6 +22,16 @@ class GrammarCompileError(TypedLMError):
         self.pointer = pointer
 
 
+class GrammarTooLarge(GrammarCompileError):
+    """A grammar's EBNF is over the size cap (``Settings.max_grammar_bytes``): xgrammar would precompute its
+    token masks for seconds. ``size`` and ``cap`` in bytes."""
+
+    def __init__(self, size: int, cap: int):
+        super().__init__(f"the grammar is {size:,} bytes of EBNF, over the cap of {cap:,} bytes (max_grammar_bytes): "
+                         "xgrammar would precompute its masks for seconds", keyword="(grammar size)", pointer="/")
+        self.size, self.cap = size, cap
+
+
 class EmptySchemaError(GrammarCompileError):
     """The JSON Schema accepts no value at all (``false``, or constraints that contradict each other)."""
 

@@ -45,6 +45,15 @@ def test_the_engine_carries_its_settings_to_the_runner_and_grammars():
     assert engine.runner.prefix_cache.limit_bytes == int(0.25 * (1 << 30))
 
 
+def test_the_grammar_size_cap_and_disk_cache_reach_the_xgrammar_backend(tmp_path):
+    s = resolve({"max_grammar_bytes": 12345, "grammar_cache_dir": tmp_path, "grammar_cache_mb": 2}, env={})
+    backend = tiny_engine(settings=s).grammars._backend("xgrammar")
+    assert backend.max_grammar_bytes == 12345
+    assert backend.disk.directory == tmp_path and backend.disk.max_bytes == 2 << 20
+    off = resolve(env={"TYPEDLM_GRAMMAR_CACHE": "off"})
+    assert off.grammars_dir is None and tiny_engine(settings=off).grammars._backend("xgrammar").disk is None
+
+
 def test_configure_replaces_the_process_settings(monkeypatch):
     monkeypatch.setattr(config, "_CURRENT", [])
     first = config.settings()

@@ -279,9 +279,11 @@ def test_lengths_beside_a_pattern_are_exact(grammars, rx, anchored, lo, span, te
 def _counted_without_escapes(schema) -> bool:
     """The core form counts the string as one class repeated, written without escapes (:mod:`strings`)."""
     from typedlm.grammar.schema import prepare_schema
+    from typedlm.grammar.schema.ir import Text, ir_of
     from typedlm.grammar.schema.strings import loop_class
 
-    spec = prepare_schema(schema).get("x-typedlm-string")
+    ir = ir_of(prepare_schema(schema))
+    spec = ir.spec if isinstance(ir, Text) else None
     cls = spec and loop_class(spec)
     return bool(cls) and '"\\U0000005C' not in cls
 

@@ -20,7 +20,8 @@ from ..errors import GrammarCompileError
 from ..grammar.compiler import Grammars
 from ..grammar.backends import NotForEngine, load
 from ..grammar.schema import prepare_schema
-from ..grammar.schema.ebnf import needs_grammar, to_ebnf
+from ..grammar.schema.ebnf import to_ebnf
+from ..grammar.schema.ir import needs_grammar
 from ..grammar.spec import MAX_WHITESPACE, canonical_json, make_constraint
 from ..testing import default_tokenizer
 

@@ -12,11 +12,12 @@ from typing import Any
 
 import xgrammar as xgr
 
+from ..config import MAX_GRAMMAR_BYTES
 from ..errors import GrammarCompileError
 from .backends import KINDS, ORDER, Backend, Compiled, NotForEngine, load
-from .relax import RelaxedSchemaWarning, lenient_core
-from .schema import prepare_schema
-from .schema.ebnf import needs_grammar, to_ebnf
+from .schema import prepare_lenient, prepare_schema
+from .schema.ebnf import to_ebnf
+from .schema.ir import needs_grammar
 from .spec import ENGINES, MAX_WHITESPACE, Constraint, engine_key
 from .unique import GuardedCompiled, has_unique, unique_plan, vocab_of
 
@@ -24,6 +25,10 @@ LLG_MISSING = "the llguidance engine is not installed: pip install 'typedlm[llgu
 DEFAULT_ENGINE = "xgrammar"
 DEFAULT_COMPILE_TIMEOUT_S = 20.0  # MaskBench p99 compile is 4.5 s; a few schemas take > 10 s
 DEFAULT_NORMALIZE_S = 5.0  # one normalizer run (per engine tried); past it: a NormalizeTimeLimit refusal
+
+
+class RelaxedSchemaWarning(UserWarning):
+    """A lenient json_schema compiled as a superset: the refused keywords were dropped (listed)."""
 
 
 class GrammarDisabled(GrammarCompileError):
@@ -64,16 +69,24 @@ class Grammars:
     else xgrammar); the kinds llguidance does not compile are xgrammar's. ``timeout_s``: the time limit of
     one compile, ``normalize_s`` of one normalizer run within it (past it: a refusal named ``(time limit)``);
     ``threads``: llguidance's mask-fill threads (None: its default); ``enabled=False``: every compile raises
-    :class:`GrammarDisabled`."""
+    :class:`GrammarDisabled`. ``max_grammar_bytes``: xgrammar's EBNF size cap (None: none; past it
+    :class:`~typedlm.errors.GrammarTooLarge`); ``cache_dir``: where compiled xgrammar grammars persist (None:
+    memory only), at most ``cache_bytes``, compiles faster than ``cache_min_s`` left out (None: the backend's
+    default)."""
 
     def __init__(self, tokenizer_info: xgr.TokenizerInfo, *, engine: str = DEFAULT_ENGINE,
                  timeout_s: float = DEFAULT_COMPILE_TIMEOUT_S, normalize_s: float = DEFAULT_NORMALIZE_S,
-                 threads: int | None = None, enabled: bool = True, max_entries: int = 512, schema_registry=None):
+                 threads: int | None = None, enabled: bool = True, max_entries: int = 512, schema_registry=None,
+                 max_grammar_bytes: int | None = MAX_GRAMMAR_BYTES, cache_dir=None, cache_bytes: int = 1 << 30,
+                 cache_min_s: float | None = None):
         self.tokenizer_info = tokenizer_info
         self.engine = check_engine(engine)
         self.timeout_s, self.normalize_s, self.threads, self.enabled = timeout_s, normalize_s, threads, enabled
         self.schema_registry = schema_registry  # referencing.Registry: documents remote $refs point to
         self.max_entries = max_entries
+        self._xgrammar_options = {"max_grammar_bytes": max_grammar_bytes, "cache_dir": cache_dir,
+                                  "cache_bytes": cache_bytes,
+                                  **({"cache_min_s": cache_min_s} if cache_min_s is not None else {})}
         self._backends: dict[str, Backend] = {}
         self._cache: OrderedDict[str, Compiled] = OrderedDict()
         self._lock = threading.Lock()
@@ -95,7 +108,7 @@ class Grammars:
 
     def compile(self, c: Constraint, *, warn: bool = True) -> tuple[Compiled, float]:
         """Compiled grammar and the seconds this call spent (≈0 on a cache hit); a lenient schema that
-        was relaxed warns (:class:`.relax.RelaxedSchemaWarning`) in the caller's thread, unless ``warn``
+        was relaxed warns (:class:`RelaxedSchemaWarning`) in the caller's thread, unless ``warn``
         is off (a caller that reports :meth:`relaxed_places` itself)."""
         out = self._compile(c)
         places = self.relaxed_places(c) if warn else []
@@ -104,6 +117,11 @@ class Grammars:
             warnings.warn(RelaxedSchemaWarning(f"{c.kind} partly enforced (the output is validated after): "
                                                f"{note}"), stacklevel=2)
         return out
+
+    def flush(self) -> None:
+        """Wait for the compiled grammars still being written to the disk cache."""
+        for backend in list(self._backends.values()):
+            backend.flush()
 
     def relaxed_places(self, c: Constraint) -> list[dict]:
         """What compiling the lenient constraint ``c`` relaxed (``[{keyword, pointer, action}]``, the
@@ -120,7 +138,8 @@ class Grammars:
         with self._lock:
             if name not in self._backends:
                 try:
-                    self._backends[name] = load(name, self.tokenizer_info, threads=self.threads)
+                    self._backends[name] = load(name, self.tokenizer_info, threads=self.threads,
+                                                **(self._xgrammar_options if name == "xgrammar" else {}))
                 except ImportError:
                     raise NotForEngine(LLG_MISSING, keyword="grammar_engine") from None
             return self._backends[name]
@@ -207,12 +226,12 @@ class Grammars:
     def _core_schema(self, c: Constraint, deadline: float, automata: bool = True) -> dict:
         """The core form of a json_schema constraint (``automata``: with those our EBNF for xgrammar reads,
         see :func:`.schema.prepare_schema`). ``lenient``: where a keyword is refused, the superset that
-        drops only what must go, in one relaxing pass (:func:`.relax.lenient_core`), named by
-        :meth:`relaxed_places` and a :class:`.relax.RelaxedSchemaWarning`; the output is still validated
-        against the original schema (``schema_valid``). A schema that cannot be relaxed is compiled as given."""
+        drops only what must go, in one relaxing pass (:func:`.schema.prepare_lenient`), named by
+        :meth:`relaxed_places` and a :class:`RelaxedSchemaWarning`; the output is still validated
+        against the original schema (``schema_valid``)."""
         if not c.lenient:
             return prepare_schema(c.value, registry=self.schema_registry, deadline=deadline, automata=automata)
-        core, places = lenient_core(c.value, self.schema_registry, deadline, automata)
+        core, places = prepare_lenient(c.value, registry=self.schema_registry, deadline=deadline, automata=automata)
         self._note_relaxed(c, places)
         return core
 
@@ -227,7 +246,7 @@ def _checked_tag(node, relaxed: list[dict] | None, path: str = ""):
     bounded-whitespace default; one whose core form needs our EBNF (:mod:`.schema.ebnf`) becomes a
     ``grammar`` format. ``any_order`` (drops required/uniqueness checks) and ``excludes`` (drops
     minLength/maxLength) are not exact, so they are refused too. ``relaxed`` (a lenient constraint: a
-    list, else None): each schema is compiled as a lenient json_schema is (:func:`.relax.lenient_core`),
+    list, else None): each schema is compiled as a lenient json_schema is (:func:`.schema.prepare_lenient`),
     its relaxed places appended there with the schema's path in the tag before their pointers."""
     if isinstance(node, list):
         return [_checked_tag(x, relaxed, f"{path}/{i}") for i, x in enumerate(node)]
@@ -250,7 +269,7 @@ def _checked_tag(node, relaxed: list[dict] | None, path: str = ""):
             elif relaxed is None:
                 out[k] = prepare_schema(v)
             else:
-                out[k], places = lenient_core(v)
+                out[k], places = prepare_lenient(v)
                 relaxed += [{**d, "pointer": inner + (d["pointer"] if d["pointer"] != "/" else "")} for d in places]
             if has_unique(out[k]):
                 raise GrammarCompileError("uniqueItems is enforced by a guard beside a schema's own grammar, "
@@ -262,9 +281,8 @@ def _checked_tag(node, relaxed: list[dict] | None, path: str = ""):
                     out[k], any_whitespace=True, strict=False,
                     max_whitespace=node.get("max_whitespace_cnt") or MAX_WHITESPACE)}
             if private:
-                raise GrammarCompileError(f"'{private.removeprefix('x-typedlm-')}' needs a grammar of its own, "
-                                          "which this structural tag cannot embed",
-                                          keyword=private.removeprefix("x-typedlm-"), pointer="/")
+                raise GrammarCompileError(f"'{private}' needs a grammar of its own, which this structural tag "
+                                          "cannot embed", keyword=private, pointer="/")
         except GrammarCompileError as e:
             raise GrammarCompileError(f"structural_tag{inner}: {e}", keyword=e.keyword,
                                       pointer=inner + (e.pointer if e.pointer != "/" else "")) from e

@@ -102,7 +102,7 @@ def warning_header(reason: str, what: str = "response_format not enforced") -> s
 
 def relaxed_grammar(engine, structured: Structured, err: GrammarCompileError):
     """For a degradable json_schema refusal: (compiled superset grammar, relaxed places), from the lenient
-    compile of the same schema (:func:`typedlm.grammar.relax.lenient_core`, cached like any constraint);
+    compile of the same schema (:func:`typedlm.grammar.schema.prepare_lenient`, cached like any constraint);
     None when nothing could be relaxed (then the request degrades to free text)."""
     c = structured.constraint
     if isinstance(err, GrammarDisabled) or c is None or c.kind != "json_schema" or not err.keyword:

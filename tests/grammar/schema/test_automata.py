@@ -1,4 +1,4 @@
-"""The automata our EBNF reads (``x-typedlm-string``, ``x-typedlm-object``) are built only where they are used: for xgrammar's
+"""The automata our EBNF reads (:class:`ir.Text`, :class:`ir.KeyClasses`) are built only where they are used: for xgrammar's
 grammar, not for llguidance's core form (``prepare_schema(automata=False)``) nor for the jsonschema probes
 that filter an enum (issue 22 item 7: they were most of the normalizer's time on the slow corpus schemas);
 and a ``contains`` that counts as the array's length becomes ``minItems``/``maxItems``, which llguidance reads."""
@@ -9,6 +9,7 @@ from typedlm.errors import GrammarCompileError
 from typedlm.grammar.compiler import Grammars
 from typedlm.grammar.controller import accepts_text
 from typedlm.grammar.schema import prepare_schema
+from typedlm.grammar.schema.ir import Contains
 from typedlm.grammar.spec import make_constraint
 
 # 86 automaton states x 61 counted lengths: past the product our EBNF writes (strings.MAX_STATES)
@@ -23,24 +24,24 @@ SCHEMAS = [
     {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string", "maxLength": 2}},
      "patternProperties": {"^x": {"type": "string"}}, "additionalProperties": False},
 ]
-PRIVATE = ("x-typedlm-string", "x-typedlm-object")
 
 
-def _without(node, keys):
+def _plain(node):
+    """The core form as plain JSON: standard keywords only."""
     if isinstance(node, dict):
-        return {k: _without(v, keys) for k, v in node.items() if k not in keys}
+        return {k: _plain(v) for k, v in node.items()}
     if isinstance(node, list):
-        return [_without(x, keys) for x in node]
+        return [_plain(x) for x in node]
     return node
 
 
 @pytest.mark.parametrize("schema", SCHEMAS)
 def test_the_core_form_without_automata_is_the_same_schema(schema):
     full = prepare_schema(schema)
-    assert "x-typedlm-string" in str(full)
+    assert "Text(" in repr(full)  # a typed node's repr holds its children's
     lean = prepare_schema(schema, automata=False)
-    assert not any(k in str(lean) for k in PRIVATE)
-    assert lean == _without(full, PRIVATE)
+    assert "Text(" not in repr(lean) and "KeyClasses(" not in repr(lean)
+    assert _plain(lean) == _plain(full) and lean != full
 
 
 def test_an_enum_probe_builds_no_automaton():
@@ -102,7 +103,7 @@ def test_a_contains_every_item_matches_or_none_is_a_length(schema, core):
 
 def test_a_contains_that_splits_the_items_keeps_its_counter(engines):
     schema = {"type": "array", "items": {"type": "integer"}, "contains": {"minimum": 5}, "maxContains": 1}
-    assert "x-typedlm-contains" in prepare_schema(schema)
+    assert isinstance(prepare_schema(schema).ir, Contains)
     compiled = _compile(engines["auto"], schema)
     assert compiled.engine == "xgrammar"
     assert accepts_text(compiled, "[1,6,2]") and not accepts_text(compiled, "[1,2]")
@@ -126,7 +127,7 @@ def test_llguidance_takes_a_contains_counted_by_length(engines):
      ['{"a\\"b":1}'], ['{"ab":1}', '{"a\\"b":"x"}']),
 ])
 def test_llguidance_reads_the_key_sets_our_key_classes_spell_out(engines, schema, good, bad):
-    """Without ``x-typedlm-object`` llguidance enforces properties, patternProperties, names needing escapes
+    """Without key classes (:class:`ir.KeyClasses`) llguidance enforces properties, patternProperties, names needing escapes
     itself; the xgrammar grammar (our key classes) agrees on every text."""
     for name in ("llguidance", "xgrammar"):
         compiled = _compile(engines[name], schema)

@@ -394,7 +394,8 @@ def test_number_range_agrees_with_jsonschema(lo, hi, texts, flip):
     more digits than a double holds."""
     import xgrammar as xgr
 
-    from typedlm.grammar.schema.ebnf import needs_grammar, to_ebnf
+    from typedlm.grammar.schema.ebnf import to_ebnf
+    from typedlm.grammar.schema.ir import needs_grammar
 
     lo, hi = (hi, lo) if flip else (lo, hi)
     schema = {"type": "number"}

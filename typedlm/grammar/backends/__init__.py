@@ -13,11 +13,12 @@ ORDER = {"xgrammar": ("xgrammar",), "llguidance": ("llguidance",), "auto": ("llg
 KINDS = {"xgrammar": XGrammarBackend.kinds, "llguidance": LLGuidanceBackend.kinds}  # constraint kinds each compiles
 
 
-def load(name: str, info, *, threads: int | None = None) -> Backend:
+def load(name: str, info, *, threads: int | None = None, **xgrammar_options) -> Backend:
     """The backend ``name`` over vocabulary ``info`` (xgrammar's ``TokenizerInfo``); ImportError when its
-    package is not installed. ``threads``: llguidance's mask-fill threads (None: its default)."""
+    package is not installed. ``threads``: llguidance's mask-fill threads (None: its default);
+    ``xgrammar_options``: :class:`.xgrammar.XGrammarBackend`'s size cap and disk cache."""
     if name == "xgrammar":
-        return XGrammarBackend(info)
+        return XGrammarBackend(info, **xgrammar_options)
     if name == "llguidance":
         return LLGuidanceBackend(info, threads=threads)
     raise ValueError(f"no grammar backend {name!r}")

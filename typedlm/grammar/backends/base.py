@@ -94,3 +94,6 @@ class Backend(Protocol):
     def compile(self, c: Constraint, source: Any) -> Compiled:
         """Compile ``c`` whose prepared ``source`` is the core form (json_schema), the checked tag
         (structural_tag) or ``c.value``; :class:`NotForEngine` where this engine cannot read it exactly."""
+
+    def flush(self) -> None:
+        """Wait for the writes of compiled grammars to the disk cache still under way (none: returns)."""

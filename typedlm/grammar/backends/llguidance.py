@@ -168,6 +168,9 @@ class LLGuidanceBackend:
         self.tokenizer = llg_tokenizer(info)
         self.filler = LLGuidanceFiller(threads)
 
+    def flush(self) -> None:
+        """Nothing persists: llguidance's grammars are rebuilt in milliseconds."""
+
     def compile(self, c: Constraint, source: Any) -> LLGuidanceCompiled:
         grammar = llg_grammar(source, any_whitespace=c.any_whitespace, strict=c.strict and c.kind == "json_schema",
                               max_whitespace=MAX_WHITESPACE if c.any_whitespace else None)

@@ -2,9 +2,9 @@
 
 What llguidance gets, and why it is exact: the normalizer stays the single front end (it decides exact /
 refused / relaxed) and llguidance reads the *core form* it emits. The core form means exactly the schema
-as plain JSON Schema (jsonschema validates outputs against it); its ``x-typedlm-*`` keywords are
-annotations that only tell our EBNF emitter (:mod:`..schema.ebnf`) how to build rules xgrammar's JSON
-Schema subset lacks (lengths beside patterns, key classes, residues), so they are dropped here (the
+as plain JSON Schema (jsonschema validates outputs against it); its typed nodes (:mod:`..schema.ir`)
+only tell our EBNF emitter (:mod:`..schema.ebnf`) how to build rules xgrammar's JSON Schema subset lacks
+(lengths beside patterns, key classes, residues), so llguidance reads their standard keywords only (the
 grammar layer asks for a core form without the costly ones: ``prepare_schema(automata=False)``) and
 llguidance enforces the keywords themselves: it implements ``minLength``/``maxLength`` beside
 ``pattern`` (regex intersection), escapes counted as one character, ``patternProperties`` exclusions.
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 
-from ..schema.ebnf import PRIVATE
 from .base import NotForEngine
 from .llguidance_objects import counted_object, named_properties
 from .llguidance_regex import Declined, check_json_quoting, ecma_classes
@@ -50,7 +49,7 @@ def _adapt(node, strict: bool):
         node = _format_as_pattern(node)
     out = {}
     for k, v in node.items():
-        if k in PRIVATE or k == "uniqueItems":  # uniqueItems: the decode-time guard's (grammar/unique)
+        if k == "uniqueItems":  # uniqueItems: the decode-time guard's (grammar/unique)
             continue
         if k in ("enum", "const"):
             out[k] = v

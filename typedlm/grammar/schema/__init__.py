@@ -8,6 +8,6 @@ branches, ``anyOf``, ``enum``, local ``$ref``) whose every keyword xgrammar enfo
 """
 
 from .refusal import Refusal
-from .rewrites import find_refusals, prepare_relaxed, prepare_schema
+from .rewrites import find_refusals, prepare_lenient, prepare_relaxed, prepare_schema
 
-__all__ = ["Refusal", "find_refusals", "prepare_relaxed", "prepare_schema"]
+__all__ = ["Refusal", "find_refusals", "prepare_lenient", "prepare_relaxed", "prepare_schema"]

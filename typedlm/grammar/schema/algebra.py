@@ -320,7 +320,7 @@ def whole_match(core):
             out[k] = f"^(?:{v})\\Z"
         elif k == "patternProperties":
             out[k] = {f"^(?:{pat})\\Z": whole_match(x) for pat, x in v.items()}
-        elif k in ("properties", "$defs", "x-typedlm-contains"):
+        elif k in ("properties", "$defs"):
             out[k] = {name: whole_match(x) for name, x in v.items()}
         elif k in ("anyOf", "allOf", "prefixItems", "items", "additionalProperties", "contains", "propertyNames",
                    "not"):

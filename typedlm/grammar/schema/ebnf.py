@@ -1,24 +1,22 @@
 """Core form -> what xgrammar compiles: the JSON Schema itself, or EBNF where xgrammar's converter falls short.
 
 The normalizer (:mod:`.rewrites`) emits a core-form schema that jsonschema reads with its usual meaning.
-A few core nodes carry a private ``x-typedlm-*`` keyword (an annotation to jsonschema) holding what the
-grammar needs and xgrammar's JSON Schema subset cannot say:
+A few core nodes are typed (:class:`.ir.Core`), carrying what the grammar needs and xgrammar's JSON Schema
+subset cannot say:
 
-- ``x-typedlm-contains`` on an array: ``{"match": M, "other": N}``, the item schema split into items
-  that match ``contains`` (``M = items ∧ contains``) and those that do not (``N = items ∧ ¬contains``).
-  The array is a sequence of M and N items whose count of M items lies in
+- :class:`.ir.Contains` on an array: the item schema split into classes by the set of ``contains``
+  constraints an item matches. The array is a sequence of such items whose count per constraint lies in
   ``[minContains, maxContains]`` and whose length lies in ``[minItems, maxItems]``: a finite counter
-  automaton (:func:`contains_automaton`), written as one EBNF rule per state (several ``contains``:
-  items in classes by the set of them they match, one counter each).
-- ``x-typedlm-object``: listed names in order, then other keys in classes (automata from
+  automaton (:func:`contains_automaton`), written as one EBNF rule per state.
+- :class:`.ir.KeyClasses`: listed names in order, then other keys in classes (automata from
   :mod:`.keys`), each with its value schema.
-- ``x-typedlm-residues``: integers by remainder (``multipleOf`` beside bounds, or its complement).
-- ``x-typedlm-fraction``: non-integral numbers.
-- ``x-typedlm-number``: a number between bounds (:mod:`.numbers`): the automaton of its text.
-- ``x-typedlm-string``: a pattern beside ``minLength``/``maxLength`` (:mod:`.strings`): the pattern's
-  automaton times a length counter; lengths alone: any character (JSON escapes included) ``{lo,hi}``.
+- :class:`.ir.Residues`: integers by remainder (``multipleOf`` beside bounds, or its complement).
+- :class:`.ir.Fraction`: non-integral numbers.
+- :class:`.ir.Text`: a pattern beside ``minLength``/``maxLength`` (:mod:`.strings`): the pattern's
+  automaton times a length counter; lengths alone: any character (JSON escapes included) ``{lo,hi}``;
+  unquoted, a number between bounds (:mod:`.numbers`): the automaton of its text.
 
-When no node carries one, the schema goes to ``compile_json_schema`` as before. Otherwise each such node
+When no node is typed, the schema goes to ``compile_json_schema`` as before. Otherwise each such node
 is replaced by a placeholder string constant and its sub-schemas are moved to ``$defs``; xgrammar
 converts that document to EBNF (rule ``defs_<name>`` per definition), and each placeholder literal is
 replaced by a rule of ours built from those definition rules.
@@ -35,10 +33,9 @@ import secrets
 import xgrammar as xgr
 
 from ...errors import GrammarCompileError
+from .ir import Contains, Core, Fraction, KeyClasses, Residues, Text, with_keywords
 from .strings import live_states, loop_class, product
 
-PRIVATE = ("x-typedlm-contains", "x-typedlm-fraction", "x-typedlm-number", "x-typedlm-object", "x-typedlm-residues",
-           "x-typedlm-string")
 # A non-integral number: below 1e9 in magnitude, 1 to 6 decimals, the last one not 0. At most 15
 # digits in all, so that a double (how jsonschema, Python and JavaScript read JSON numbers) holds it
 # exactly enough to be non-integral too ("1.00000000000000001" reads as 1.0). Stricter than the
@@ -56,18 +53,6 @@ def ebnf_literal(text: str) -> str:
     except UnicodeEncodeError as e:
         raise GrammarCompileError(f"text {text!r} is not valid Unicode (lone surrogate)") from e
     return '"' + "".join(ch if ch.isascii() and ch.isalnum() else f"\\U{ord(ch):08X}" for ch in text) + '"'
-
-
-def needs_grammar(core) -> str | None:
-    """The first private keyword in ``core`` (the core form needs EBNF), or None."""
-    if isinstance(core, dict):
-        for k in PRIVATE:
-            if k in core:
-                return k
-        return next((k for k in map(needs_grammar, core.values()) if k), None)
-    if isinstance(core, list):
-        return next((k for k in map(needs_grammar, core) if k), None)
-    return None
 
 
 def contains_automaton(bounds, lo: int, hi: int | None, prefix: list[set], tail: set):
@@ -142,18 +127,19 @@ class _Builder:
             return [self.walk(x) for x in node]
         if not isinstance(node, dict):
             return node
-        if "x-typedlm-contains" in node:
-            return self.contains(node)
-        if "x-typedlm-object" in node:
-            return self.object(node)
-        if "x-typedlm-residues" in node:
-            return self.residues(node["x-typedlm-residues"])
-        if "x-typedlm-fraction" in node:
-            return self.hole("typedlm_fraction", FRACTION)
-        if "x-typedlm-string" in node:
-            return self.string(node["x-typedlm-string"])
-        if "x-typedlm-number" in node:
-            return self.string(node["x-typedlm-number"], quote="")
+        if isinstance(node, Core):
+            ir = node.ir
+            if isinstance(ir, Contains):
+                return self.contains(ir, node.get("minItems", 0), node.get("maxItems"))
+            if isinstance(ir, KeyClasses):
+                return self.object(ir)
+            if isinstance(ir, Residues):
+                return self.residues(ir)
+            if isinstance(ir, Fraction):
+                return self.hole("typedlm_fraction", FRACTION)
+            if isinstance(ir, Text):
+                return self.string(ir.spec, quote='"\\""' if ir.quoted else "")
+            raise GrammarCompileError(f"internal: no EBNF for {type(ir).__name__}")
         return {k: (v if k in ("enum", "const") else self.walk(v)) for k, v in node.items()}
 
     def hole(self, rule: str, body: str | None = None) -> dict:
@@ -164,15 +150,15 @@ class _Builder:
                 self.rules.append(f"{rule} ::= {body}")
         return {"const": self.holes[rule]}
 
-    def residues(self, spec) -> dict:
+    def residues(self, spec: Residues) -> dict:
         """Integers: the listed values, and positive / negative ones of at least ``pos`` / ``neg`` digits
         whose remainder modulo ``modulus`` is in ``residues``, read digit by digit by a remainder
         automaton (state: remainder of the digits so far, digit count up to the minimum); for a
         negative number -a, a's remainder must be the negation of an allowed one."""
         rule = f"typedlm_residues_{_letters(len(self.holes))}"
-        modulus, ok = spec["modulus"], set(spec["residues"])
-        alts = [f'"{v}"' for v in spec["values"]]
-        for sign, k, good in (("pos", spec["pos"], ok), ("neg", spec["neg"], {(-r) % modulus for r in ok})):
+        modulus, ok = spec.modulus, set(spec.residues)
+        alts = [f'"{v}"' for v in spec.values]
+        for sign, k, good in (("pos", spec.pos, ok), ("neg", spec.neg, {(-r) % modulus for r in ok})):
             if not k:
                 continue
             start = [(d, (d % modulus, 1)) for d in range(1, 10)]
@@ -194,18 +180,17 @@ class _Builder:
         self.rules.append(f"{rule} ::= " + " | ".join(f"({a})" for a in alts))
         return self.hole(rule)
 
-    def object(self, node) -> dict:
+    def object(self, spec: KeyClasses) -> dict:
         """Listed names in order (each once, required ones present), then any number of other keys, each
         in one class of keys (an automaton) with that class's value schema."""
-        spec = node["x-typedlm-object"]
         rule = f"typedlm_object_{_letters(len(self.holes))}"
         self.hole(rule)
         colon = f'{self.ws} ":" {self.ws}' if self.ws else '":"'
         sep = f'{self.ws} "," {self.ws}' if self.ws else '","'
-        members = [(ebnf_literal(json.dumps(name, ensure_ascii=False)) + f" {colon} defs_{self.define(v)}", req)
-                   for name, v, req in spec["listed"] if v is not False]
+        members = [(ebnf_literal(json.dumps(x.name, ensure_ascii=False)) + f" {colon} defs_{self.define(x.value)}",
+                    x.required) for x in spec.listed if x.value is not None]
         others = []
-        for i, (keys, value) in enumerate(spec["others"]):
+        for i, (keys, value) in enumerate((x.keys, x.value) for x in spec.others):
             key = f"{rule}_key{_letters(i)}"
             states = {s: f"{key}_{j}" for j, s in enumerate(dict.fromkeys(
                 [keys["initial"]] + [e[0] for e in keys["edges"]] + [e[2] for e in keys["edges"]] + keys["finals"]))}
@@ -246,12 +231,10 @@ class _Builder:
         self.rules.append(f"{rule} ::= " + " ".join(x for x in (quote, names[start], quote) if x))
         return self.hole(rule)
 
-    def contains(self, node) -> dict:
-        spec = node["x-typedlm-contains"]
-        prefix = [{mask: self.define(x) for mask, x in pos} for pos in spec["prefix"]]
-        tail = {mask: self.define(x) for mask, x in spec["tail"]}
-        auto = contains_automaton(spec["bounds"], node.get("minItems", 0), node.get("maxItems"),
-                                  [set(p) for p in prefix], set(tail))
+    def contains(self, spec: Contains, lo: int, hi: int | None) -> dict:
+        prefix = [{c.mask: self.define(c.schema) for c in pos} for pos in spec.prefix]
+        tail = {c.mask: self.define(c.schema) for c in spec.tail}
+        auto = contains_automaton(spec.bounds, lo, hi, [set(p) for p in prefix], set(tail))
         if auto is None:
             raise GrammarCompileError("internal: an empty contains array reached the grammar emitter")
         start, moves = auto
@@ -270,12 +253,11 @@ class _Builder:
 
 
 def to_ebnf(core: dict, *, any_whitespace: bool, max_whitespace: int | None, strict: bool) -> str:
-    """EBNF for a core form that needs one (see :func:`needs_grammar`); root rule ``root``."""
+    """EBNF for a core form that needs one (see :func:`.ir.needs_grammar`); root rule ``root``."""
     ws = f"[ \\n\\r\\t]{{0,{max_whitespace}}}" if any_whitespace else ""
     b = _Builder(ws)
-    core = dict(core)
-    defs = core.pop("$defs", {})
-    root = b.define(core)
+    defs = core.get("$defs", {})
+    root = b.define(with_keywords(core, drop=("$defs",)))
     for name, d in defs.items():  # the normalizer's recursive definitions, reached by "#/$defs/<name>"
         b.defs[name] = b.walk(d)
     doc = {"anyOf": [{"$ref": f"#/$defs/{n}"} for n in b.defs if n.startswith("typedlmdef")], "$defs": b.defs}

@@ -1,4 +1,4 @@
-"""Emission: branches -> the core-form JSON Schema (with ``x-typedlm-*`` nodes for :mod:`.ebnf`).
+"""Emission: branches -> the core-form JSON Schema (with typed :mod:`.ir` nodes for :mod:`.ebnf`).
 
 One part of a :class:`.rewrites.Normalizer` run (``n``); it meets and complements through ``n.algebra``.
 """
@@ -10,12 +10,14 @@ import math
 from .algebra import whole_match
 from .branches import Array, Enum, NOTHING, Number, Object, Ref, String, any_, is_plain, needs_escape
 from .ebnf import contains_automaton
+from .ir import Contains, Core, Fraction, ItemClass, KeyClass, KeyClasses, Listed, Residues, Text
 from .formats import BOUNDED_URI, PATTERNS
 from .keys import (TooLarge, anything as any_key, lengths as key_lengths, meet, names as key_names,
                    pattern as key_pattern, spec as key_spec)
 from .numbers import range_spec
 from .refusal import Refuse, TYPES, key_regex, lookahead_split, rewrite_pattern, xgrammar_safe
 from .strings import TooLarge as LengthsTooLarge, length_spec
+from .weaken import loosened
 
 MAX_ENUM = 256  # multipleOf between bounds: the most values it is enumerated as
 FORMAT_REGEXES = frozenset(PATTERNS.values()) | {BOUNDED_URI}
@@ -27,10 +29,11 @@ class Emitter:
 
     def __init__(self, n):
         self.n = n  # the run (:class:`.rewrites.Normalizer`): its state and its other parts, named explicitly
-        # build the automata only our EBNF reads (xgrammar): a string's ``x-typedlm-string``, an object's key
-        # classes (``x-typedlm-object``); off for llguidance's core form and for jsonschema probes, which read
-        # the standard keywords beside them (same meaning)
+        # build the automata only our EBNF reads (xgrammar): a string's :class:`.ir.Text`, an object's key
+        # classes (:class:`.ir.KeyClasses`); off for llguidance's core form and for jsonschema probes, which
+        # read the standard keywords beside them (same meaning)
         self.automata = n.automata
+        self.exact = 0  # > 0: emitting where a relaxing run must stay exact (probes, contains classes)
         self.probes: dict[int, tuple] = {}  # id(branch) -> (branch, its probe schema)
         self.probe_defs: dict[int, dict] = {}  # $ref target key -> its definition in probes
 
@@ -54,13 +57,13 @@ class Emitter:
 
     def probe(self, b) -> dict:
         """Branch ``b`` as a schema jsonschema checks a value against (an enum filtered by ``b``): the standard
-        keywords only (jsonschema ignores ``x-typedlm-*``, whose automata took most of a probe's time and could
+        keywords only (jsonschema reads no :mod:`.ir` node, whose automata took most of a probe's time and could
         refuse a branch the probe then dropped), patterns whole-match (:func:`.algebra.whole_match`), with the
         recursive definitions. Cached per branch and per definition (a branch is frozen, a definition final
         once in the memo): an enum meets the same branch again and again."""
         hit = self.probes.get(id(b))
         if hit is None:
-            out = whole_match(self.standard(lambda: self.emit([b])))
+            out = whole_match(self.standard(lambda: self.emit([b]), exact=True))
             if self.n.cyclic:
                 out = {"allOf": [out], "$defs": {self.n.def_name(c): self.probe_def(c) for c in self.n.cyclic
                                                  if c in self.n.memo}}
@@ -71,20 +74,30 @@ class Emitter:
 
     def probe_def(self, key: int) -> dict:
         if key not in self.probe_defs:
-            self.probe_defs[key] = whole_match(self.standard(lambda: self.emit(self.n.memo[key])))
+            self.probe_defs[key] = whole_match(self.standard(lambda: self.emit(self.n.memo[key]), exact=True))
         return self.probe_defs[key]
 
-    def standard(self, emit):
-        """``emit()`` with the automata off: standard keywords only."""
+    def standard(self, emit, exact: bool = False):
+        """``emit()`` with the automata off: standard keywords only (``exact``: no relaxing either)."""
         saved, self.automata = self.automata, False
+        self.exact += exact
         try:
             return emit()
         finally:
             self.automata = saved
+            self.exact -= exact
 
-    def emit_contains(self, b, out, pre) -> bool:
-        """Add ``contains`` (and for the grammar, the item classes, see :mod:`.ebnf`) to emitted array
-        ``out`` whose prefix is ``pre``; False when no array satisfies it."""
+    def emit_contains(self, b, out, pre):
+        """Emitted array ``out`` (prefix ``pre``) with ``contains`` (and for the grammar, the item classes:
+        :class:`.ir.Contains`); None when no array satisfies it. Exact even in a relaxing run (a looser
+        class would count items differently): a refusal here relaxes the array."""
+        self.exact += 1
+        try:
+            return self._contains(b, out, pre)
+        finally:
+            self.exact -= 1
+
+    def _contains(self, b, out, pre):
         cs, q = b.contains, b.at
         negs = [self.n.algebra.complement(c, q, "contains") for c, _, _ in cs]
 
@@ -95,30 +108,29 @@ class Emitter:
                 for j, (c, _, _) in enumerate(cs):
                     d = self.n.algebra.intersect(d, c if mask >> j & 1 else negs[j], q, "contains")
                 if d:
-                    out.append([mask, self.emit(d)])
-            return out
+                    out.append(ItemClass(mask, self.emit(d)))
+            return tuple(out)
 
         prefix = [classes(x) for x in pre]
         tail = classes(any_() if b.items is None else b.items)
-        bounds = [[mn, mx] for _, mn, mx in cs]
-        counted = counted_by_length(bounds, [{m for m, _ in x} for x in prefix + [tail]], out)
+        bounds = tuple((mn, mx) for _, mn, mx in cs)
+        counted = counted_by_length(bounds, [{c.mask for c in x} for x in prefix + [tail]], out)
         if counted is not None:
-            return counted
+            return out if counted else None
         try:
             auto = contains_automaton(bounds, out.get("minItems", 0), out.get("maxItems"),
-                                      [{m for m, _ in x} for x in prefix], {m for m, _ in tail})
+                                      [{c.mask for c in x} for x in prefix], {c.mask for c in tail})
         except ValueError as e:
             raise Refuse("contains", q, str(e)) from None
         if auto is None:
-            return False
+            return None
         emitted = [{"contains": self.emit(c), **({"minContains": mn} if mn != 1 else {}),
                     **({"maxContains": mx} if mx is not None else {})} for c, mn, mx in cs]
         if len(emitted) == 1:
             out.update(emitted[0])
         else:
             out["allOf"] = emitted
-        out["x-typedlm-contains"] = {"bounds": bounds, "prefix": prefix, "tail": tail}
-        return True
+        return Core(out, Contains(bounds, tuple(prefix), tail))
 
     def key_fsm(self, d, q):
         """The automaton of the strings that branches ``d`` (a propertyNames schema) accept; None: none."""
@@ -141,7 +153,7 @@ class Emitter:
                 out = f if out is None else out | f
         return out
 
-    def key_classes(self, b) -> dict | None:
+    def key_classes(self, b) -> KeyClasses | None:
         """For the grammar (:mod:`.ebnf`): each listed name with the schema its value must match, and each
         class of other keys (the set of patterns a key matches) as an automaton with its value schema."""
         q = b.at
@@ -156,7 +168,7 @@ class Emitter:
                 d = self.n.builder.prop_schema(b, name) if allowed is not None and allowed.accepts(name) else []
                 if not d and name in b.required:
                     return None
-                listed.append([name, self.emit(d) if d else False, name in b.required])
+                listed.append(Listed(name, self.emit(d) if d else None, name in b.required))
             others = []
             if allowed is not None:
                 if props:
@@ -173,12 +185,22 @@ class Emitter:
                             f = meet(f, g.everythingbut())
                     spec = key_spec(f) if value else None
                     if spec is not None:
-                        others.append([spec, self.emit(value)])
+                        others.append(KeyClass(spec, self.emit(value)))
         except TooLarge as e:
             raise Refuse("patternProperties" if pats else "propertyNames", q, str(e)) from None
-        return {"listed": listed, "others": others}
+        return KeyClasses(tuple(listed), tuple(others))
 
     def emit_branch(self, b):
+        """Branch ``b`` as a core-form node (None: no value); in a relaxing run a refusal here is
+        relaxed (:func:`.weaken.loosened`) unless emission must stay exact."""
+        if not self.n.relax or self.exact:
+            return self.emit_exact(b)
+        try:
+            return self.emit_exact(b)
+        except Refuse as r:
+            return loosened(self.emit_exact, b, r, self.n.relaxed)
+
+    def emit_exact(self, b):
         if isinstance(b, Ref):
             return {"$ref": "#/$defs/" + self.n.def_name(b.key)}
         if isinstance(b, Enum):
@@ -207,19 +229,19 @@ class Emitter:
                 out["uniqueItems"] = True  # the decode-time guard's keyword (grammar/unique)
             if out.get("minItems", 0) > out.get("maxItems", math.inf):
                 return None
-            if b.contains and not self.emit_contains(b, out, pre):
-                return None
+            if b.contains:
+                return self.emit_contains(b, out, pre)
         elif isinstance(b, Object):
             props, pats = b.properties, b.patterns or {}
             # xgrammar lets any extra key through beside properties and patternProperties; it
             # mishandles names that need JSON escapes; one pattern alone it enforces
+            classes = None
             if self.automata and (len(pats) > 1 or (props and pats) or b.names is not None
                                       or any(map(needs_escape, props))
                                       or not all(map(_xgrammar_reads_key, pats))):
                 classes = self.key_classes(b)
                 if classes is None:
                     return None
-                out["x-typedlm-object"] = classes
             if b.names is not None:
                 out["propertyNames"] = self.emit(b.names)
             if props:
@@ -234,13 +256,15 @@ class Emitter:
                 out["minProperties"] = b.min_props
             if b.max_props is not None:
                 out["maxProperties"] = b.max_props
+            if classes is not None:
+                return Core(out, classes)
         return out
 
     def emit_number(self, b):
         if b.frac:
             if b.lo is not None or b.hi is not None:
                 raise Refuse("type", b.at, "non-integral numbers between bounds are not enforced")
-            return {"type": "number", "not": {"type": "integer"}, "x-typedlm-fraction": True}
+            return Core({"type": "number", "not": {"type": "integer"}}, Fraction())
         out = {"type": b.type}
         for side, (inc, exc) in (("lo", ("minimum", "exclusiveMinimum")), ("hi", ("maximum", "exclusiveMaximum"))):
             if getattr(b, side) is not None:
@@ -260,7 +284,7 @@ class Emitter:
                 return out
             if spec is None:
                 return None
-            out["x-typedlm-number"] = spec
+            return Core(out, Text(spec, quoted=False))
         return out
 
     def residues(self, b, out):
@@ -295,9 +319,7 @@ class Emitter:
             raise refuse
         if pos is None and neg is None:
             return {"enum": values} if values else None
-        out["x-typedlm-residues"] = {"modulus": modulus, "residues": sorted(good), "values": values, "pos": pos,
-                                     "neg": neg}
-        return out
+        return Core(out, Residues(modulus, tuple(sorted(good)), tuple(values), pos, neg))
 
 
 def counted_by_length(bounds, masks: list[set], out: dict) -> bool | None:
@@ -351,8 +373,7 @@ def emit_string(b: String, automata: bool = True) -> dict | None:
         return out
     if spec is None:
         return None
-    out["x-typedlm-string"] = spec
-    return out
+    return Core(out, Text(spec))
 
 
 def key_language(pat: str):

@@ -6,7 +6,7 @@ branches), intersection and complement (:mod:`.algebra`) and emission (:mod:`.em
 of :mod:`.branches`.
 
 Core form: a disjunction (``anyOf``) of branches; a branch is ``{"enum": [...]}`` or one JSON type
-with only keywords xgrammar enforces for that type (or an ``x-typedlm-*`` node, see :mod:`.ebnf`),
+with only keywords xgrammar enforces for that type (or a typed :mod:`.ir` node, see :mod:`.ebnf`),
 or a ``$ref`` to a recursive definition.
 Every rewrite is exact (the output accepts exactly the instances the input accepts, given that
 xgrammar enforces the core keywords); where no exact rewrite exists, :class:`Refuse` names the
@@ -65,6 +65,7 @@ from .build import Builder
 from .drafts import draft_of
 from .emit import Emitter
 from .formats import FORMAT_CHECKER
+from .ir import with_keywords
 from .refusal import Refusal, Refuse
 
 INTERNAL = "the schema could not be analysed (a typedlm bug; please report it)"
@@ -136,7 +137,7 @@ class Normalizer:
                     done.add(p)
                     defs[self.def_name(p)] = self.emitter.emit(self.memo[p])
                     todo.extend(self.cyclic - done)
-            out = {**out, "$defs": defs} if "$ref" not in out else {"allOf": [out], "$defs": defs}
+            out = with_keywords(out, **{"$defs": defs}) if "$ref" not in out else {"allOf": [out], "$defs": defs}
         return out
 
     def def_name(self, key: int) -> str:
@@ -183,7 +184,7 @@ def prepare_schema(schema: dict, *, lenient: bool = False, registry: referencing
     ``lenient``: compile the schema as given even where it would not be enforced.
     ``registry``: documents that remote ``$ref`` s may point to (nothing is ever fetched).
     ``deadline``: ``time.monotonic()`` value past which the rewrite gives up (GrammarCompileError).
-    ``automata``: build the automata our EBNF for xgrammar reads (``x-typedlm-string``, ``x-typedlm-object``);
+    ``automata``: build the automata our EBNF for xgrammar reads (:class:`.ir.Text`, :class:`.ir.KeyClasses`);
     off for llguidance, which reads patterns, lengths and key sets itself (the same core form without them:
     faster, and no refusal of an automaton too large for a grammar of ours)."""
     return _run(lambda: Normalizer(copy.deepcopy(schema), registry, deadline, automata),
@@ -196,6 +197,19 @@ def prepare_relaxed(schema: dict, *, registry: referencing.Registry | None = Non
     exact) in one pass (:mod:`.weaken`); GrammarCompileError for a refusal met after building (emission).
     ``automata``: as :func:`prepare_schema`."""
     return _run(lambda: Normalizer(copy.deepcopy(schema), registry, deadline, automata, relax=True))
+
+
+def prepare_lenient(schema, *, registry: referencing.Registry | None = None, deadline: float | None = None,
+                    automata: bool = True) -> tuple[dict, list[dict]]:
+    """(core form, the relaxed places) of a lenient schema: its exact core form with no places where
+    nothing is refused, else the one relaxing pass's superset (:func:`prepare_relaxed`). A refusal that
+    pass meets where it must stay exact, or that names no keyword, is raised (GrammarCompileError)."""
+    try:
+        return prepare_schema(schema, registry=registry, deadline=deadline, automata=automata), []
+    except GrammarCompileError as e:
+        if not e.keyword or isinstance(e, (EmptySchemaError, NormalizeTimeLimit)):
+            raise
+    return prepare_relaxed(schema, registry=registry, deadline=deadline, automata=automata)
 
 
 def _run(make, on_refusal: dict | None = None) -> tuple[dict, list[dict]]:

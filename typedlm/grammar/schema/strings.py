@@ -10,7 +10,7 @@ xgrammar ~9 ms a mask (no cached mask: 5x slower decode at b1, 19x at b32 on the
 The product has one grammar rule per live ``(state, length)``; xgrammar's compile time grows with the
 rule count (measured: ``format: uri`` (179 states) with ``maxLength: 50``, ~9,000 rules, 3.8 s on
 one core), so past :data:`MAX_STATES` the length keyword is refused (a non-strict request relaxes it:
-:mod:`typedlm.grammar.relax`). Pydantic's ``HttpUrl`` (``format: uri`` + ``maxLength: 2083``) is written
+:mod:`.weaken`). Pydantic's ``HttpUrl`` (``format: uri`` + ``maxLength: 2083``) is written
 as :data:`.formats.BOUNDED_URI` instead, a stricter form within the lengths. :mod:`.ebnf` writes the product.
 """
 

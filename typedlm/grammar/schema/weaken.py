@@ -16,14 +16,19 @@ is dropped whenever anything of its object (or below it) was relaxed: it depends
 keywords evaluated. Two drops are replacements, each a superset: ``oneOf`` becomes ``anyOf`` of its
 branches, ``if``/``then``/``else`` becomes ``anyOf`` of ``then`` and ``else``.
 
-Every drop is recorded (``{"keyword", "pointer", "action"}``, as :func:`typedlm.grammar.relax.relaxed_core`
-records its own): the compiler names them in its ``RelaxedSchemaWarning``; the output is validated
-against the original schema after generation.
+A refusal met when emitting a positively used branch (a pattern's automaton times its lengths too large,
+a ``contains`` counter or key classes past their size, ...) is relaxed there (:func:`loosened`): a string
+without its lengths, else any value of the branch's type, both supersets. Emission inside ``contains``
+classes and enum probes stays exact.
+
+Every drop is recorded (``{"keyword", "pointer", "action"}``): the compiler names them in its
+``RelaxedSchemaWarning``; the output is validated against the original schema after generation.
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import replace
 
 from .branches import any_
 from .refusal import Refusal, Refuse, ptr
@@ -124,6 +129,32 @@ def exactly(builder):
         yield
     finally:
         builder.negative -= 1
+
+
+# a keyword refused when emitting -> the branch fields that drop it (and their companions), a superset
+_LOOSER = {
+    "minLength": {"min_length": None, "max_length": None}, "maxLength": {"min_length": None, "max_length": None},
+    "pattern": {"also": (), "excluded": ()}, "contains": {"contains": ()},
+    "minProperties": {"min_props": None, "max_props": None}, "maxProperties": {"min_props": None, "max_props": None},
+    "multipleOf": {"multiple_of": None, "not_multiple_of": ()},
+}
+
+
+def loosened(emit, b, r: Refuse, relaxed: list) -> dict:
+    """In a relaxing run: branch ``b`` whose emission (``emit(b)``) raised ``r``, emitted as a superset: without
+    the refused keyword (:data:`_LOOSER`) where that emits, else ``{"type": ...}``; the place recorded in
+    ``relaxed``."""
+    kw = r.refusal.keyword
+    looser = {k: v for k, v in _LOOSER.get(kw, {}).items() if hasattr(b, k)}
+    if looser:
+        try:
+            out = emit(replace(b, **looser))
+            relaxed.append(place(r.refusal, f"dropped '{kw}'"))
+            return out
+        except Refuse:
+            pass
+    relaxed.append(place(r.refusal, f"relaxed to any {b.type}"))
+    return {"type": b.type}
 
 
 def place(refusal: Refusal, action: str) -> dict:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from ...errors import GrammarCompileError
 from ..schema.branches import same
+from ..schema.ir import Contains, KeyClasses, ir_of
 
 MAX_LOCATIONS = 4096  # distinct locations a plan may walk; past it the schema is refused
 ANY: dict = {}
@@ -104,7 +105,7 @@ class Loc:
                     out += [self.plan.made({"enum": vals})] if vals else []
                 elif _arrays(s):
                     pre = s.get("prefixItems", [])
-                    sub = ANY if "x-typedlm-contains" in s else pre[i] if i < len(pre) else s.get("items", True)
+                    sub = ANY if isinstance(ir_of(s), Contains) else pre[i] if i < len(pre) else s.get("items", True)
                     out += self.plan.expand(sub)
             self._kids[key] = self.plan.loc(out)
         return self._kids[key]
@@ -158,18 +159,24 @@ class Loc:
 def _listed(s: dict) -> list:
     if "enum" in s or "const" in s:
         return [k for v in _values_of(s) if isinstance(v, dict) for k in v]
-    spec = s.get("x-typedlm-object") or {}
-    return list(s.get("properties", {})) + [x[0] for x in spec.get("listed", [])]
+    return list(s.get("properties", {})) + [x.name for x in _classes(s).listed]
 
 
 def _values(s: dict, key) -> list:
     """The schemas a value under ``key`` may match in object schema ``s`` (a superset for an unlisted key)."""
-    spec = s.get("x-typedlm-object") or {}
+    spec = _classes(s)
     if key is not OTHER:
         props = s.get("properties", {})
-        return ([props[key]] if key in props else []) + [x[1] for x in spec.get("listed", []) if x[0] == key]
+        return ([props[key]] if key in props else []) + [x.value if x.value is not None else False
+                                                         for x in spec.listed if x.name == key]
     return (list(s.get("patternProperties", {}).values()) + [s.get("additionalProperties", True)]
-            + [x[1] for x in spec.get("others", [])])
+            + [x.value for x in spec.others])
+
+
+def _classes(s: dict) -> KeyClasses:
+    """The key classes of object schema ``s`` (:class:`..schema.ir.KeyClasses`; none: empty)."""
+    ir = ir_of(s)
+    return ir if isinstance(ir, KeyClasses) else KeyClasses((), ())
 
 
 def has_unique(core) -> bool:

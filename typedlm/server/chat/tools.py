@@ -40,8 +40,7 @@ import uuid
 
 from ...errors import GrammarCompileError
 from ...generate.result import check_schema
-from ...grammar.relax import NotRelaxable, relaxed_core
-from ...grammar.schema import prepare_schema
+from ...grammar.schema import prepare_relaxed, prepare_schema
 from ...grammar.spec import Constraint, canonical_json, make_constraint
 from ..errors import APIError
 from ..structured import check_metaschema
@@ -168,7 +167,7 @@ def tool_format(body, mode: str, named: str | None) -> tuple[dict | None, Relaxe
     checked here so a refusal names the tool (``tools[i].function.parameters`` + the keyword's
     pointer): a 400 for a ``strict`` tool; otherwise, like a non-strict ``json_schema``, the calls are
     generated under a superset (the tag is compiled lenient, :func:`combine`: each schema through the
-    one relaxing pass, :func:`typedlm.grammar.relax.relaxed_core`, whose places are named here) and
+    one relaxing pass, :func:`typedlm.grammar.schema.prepare_relaxed`, whose places are named here) and
     their arguments validated with jsonschema afterwards (``Relaxed``)."""
     if mode == "none":
         return None, None
@@ -186,8 +185,8 @@ def tool_format(body, mode: str, named: str | None) -> tuple[dict | None, Relaxe
             if t.function.strict or not e.keyword:
                 raise APIError(400, f"{where}: {e}", param=param, code="grammar_compile_error") from e
             try:
-                _, done = relaxed_core(params)
-            except (NotRelaxable, GrammarCompileError) as r:
+                _, done = prepare_relaxed(params)
+            except GrammarCompileError as r:
                 raise APIError(400, f"{where}: {e} (and it cannot be relaxed: {r})", param=param,
                                code="grammar_compile_error") from e
             relaxed.places += [{"tool": t.function.name, **d} for d in done]
