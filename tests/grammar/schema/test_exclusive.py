@@ -130,7 +130,13 @@ def test_truly_overlapping_branches_keep_the_named_refusal():
     assert refusals(schema) == [("oneOf", "/oneOf")]
 
 
-NARROWED = [  # overlapping pairs whose complement drops what the other branch implies
+NARROWED = [  # overlapping pairs whose complement drops what the other branch implies; then proofs
+    # a recursive $ref told apart by the type its schema declares (SchemaStore jsone.json)
+    {"type": "object", "additionalProperties": {"oneOf": [
+        {"$ref": "#"}, {"type": "array", "items": {"$ref": "#"}}, {"type": ["null", "string", "integer"]}]}},
+    # arrays no longer than their prefix (items: false) vs ones that need more (eslintrc.json)
+    {"oneOf": [{"type": "array", "prefixItems": [{"type": "string"}, {"type": "string"}], "items": False},
+               {"type": "array", "prefixItems": [{"type": "string"}, {"type": "string"}, {}], "minItems": 3}]},
     {"oneOf": [{"type": "array", "minItems": 1}, {"type": "array", "minItems": 1, "maxItems": 1}]},
     {"oneOf": [{"type": "array", "maxItems": 2, "uniqueItems": True}, {"type": "array", "maxItems": 3, "uniqueItems": True,
                                                                        "items": {"type": "integer"}}]},

@@ -40,7 +40,10 @@ def apart(n, a, b, depth: int = 0) -> bool:
     if isinstance(a, Ref) or isinstance(b, Ref):
         ref, other = (a, b) if isinstance(a, Ref) else (b, a)
         target = n.memo.get(ref.key) if ref.key not in n.active else None
-        return target is not None and excludes(n, target, [other], depth + 1)
+        if target is not None:
+            return excludes(n, target, [other], depth + 1)
+        mine, theirs = declared_types(n, ref), declared_types(n, other)
+        return mine is not None and theirs is not None and not mine & theirs
     if isinstance(a, Enum) or isinstance(b, Enum):
         e, other = (a, b) if isinstance(a, Enum) else (b, a)
         if isinstance(other, Enum):
@@ -57,6 +60,20 @@ def apart(n, a, b, depth: int = 0) -> bool:
     if isinstance(a, Object):
         return objects_apart(n, a, b, depth)
     return False  # two Scalars of one type
+
+
+def declared_types(n, b) -> set | None:
+    """The JSON types (``integer`` as ``number``) every instance of branch ``b`` has; for a recursive
+    ``$ref`` still being built, the ``type`` its schema object declares (None: unknown)."""
+    if isinstance(b, Enum):
+        return {type_of(v) for v in b.values}
+    if not isinstance(b, Ref):
+        return {b.type if b.type != "integer" else "number"}
+    node = next((x for x in n.keep if id(x) == b.key[0]), None)
+    if not isinstance(node, dict) or "$ref" in node or "type" not in node:
+        return None  # beside a $ref, drafts before 2019-09 ignore 'type'
+    t = node["type"] if isinstance(node["type"], list) else [node["type"]]
+    return {"number" if x == "integer" else x for x in t if isinstance(x, str)}
 
 
 def may_hold(v, b) -> bool:
@@ -102,8 +119,16 @@ def position(a: Array, i: int) -> list:
     return any_() if a.items is None else a.items
 
 
+def most_items(a: Array):
+    """The most items array branch ``a`` can hold (None: no bound): ``maxItems``, or the first position
+    that allows no item (``items: false`` after the prefix, or a prefix schema ``false``)."""
+    prefix = a.prefix or []
+    closed = next((i for i, d in enumerate(prefix) if d == []), len(prefix) if a.items == [] else None)
+    return min((x for x in (a.max_items, closed) if x is not None), default=None)
+
+
 def arrays_apart(n, a: Array, b: Array, depth: int) -> bool:
-    if counts_apart(a.min_items, a.max_items, b.min_items, b.max_items):
+    if counts_apart(a.min_items, most_items(a), b.min_items, most_items(b)):
         return True
     both = min(a.min_items or 0, b.min_items or 0)  # positions every instance of both has
     return any(excludes(n, position(a, i), position(b, i), depth + 1) for i in range(both))
