@@ -18,6 +18,7 @@ from .subsume import covers, identical, prune
 from .weaken import exactly
 
 MAX_REF_HOPS = 8  # $ref links followed to a branch's own schema object (the discriminator check)
+MAX_CLOSED_KEYS = 4  # ¬additionalProperties: false spelled out over the subsets of at most this many keys
 
 
 def disjoint(algebra, ds: list, p: str) -> bool:
@@ -84,9 +85,24 @@ def minus_branch(n, c, b, p: str) -> list:
         rest = minus(n, mine, d, p) if mine else []
         if rest:
             terms.append(Object(properties={k: rest}, required=(k,), at=b.at or p, implied=frozenset([k])))
-    out = [x for t in terms for x in algebra.intersect([c], [t], p, "oneOf")]
     others = replace(b, required=(), properties={k: any_() for k in b.properties})
+    if b.additional == [] and not b.patterns and len(b.properties) <= MAX_CLOSED_KEYS:
+        terms += outside(b, p)
+        others = replace(others, additional=None)
+    out = [x for t in terms for x in algebra.intersect([c], [t], p, "oneOf")]
     return prune(out + algebra.minus([c], [others], p, "oneOf"))
+
+
+def outside(b: Object, p: str) -> list:
+    """Objects with a key closed object ``b`` does not list (``¬additionalProperties: false``): for each
+    set S of ``b``'s keys, exactly those of them present and more than ``|S|`` keys in all."""
+    names = list(b.properties)
+    out = []
+    for mask in range(2 ** len(names)):
+        present = [k for i, k in enumerate(names) if mask >> i & 1]
+        out.append(Object(properties={k: any_() if k in present else [] for k in names}, required=tuple(present),
+                          min_props=len(present) + 1, at=b.at or p, implied=frozenset(present)))
+    return out
 
 
 def expand(n, d: list) -> list:
