@@ -154,6 +154,13 @@ NARROWED = [  # overlapping pairs whose complement drops what the other branch i
 
 NESTED = [{k: v for k, v in zip(keys, vs)} for n in range(3) for keys in itertools.combinations(KEYS, n)
           for vs in itertools.product([1, {}, {"a": 1}, {"b": 1}, {"a": 1, "b": 1}, {"t": 1, "a": 1}], repeat=n)]
+NESTED += [list(vs) for n in range(3) for vs in itertools.product([1, "a", {}, {"a": 1}, {"a": "a"}, {"b": 1}], repeat=n)]
+NARROWED.append(  # some item fails the other's items, within this branch's items
+    {"oneOf": [{"type": "array", "items": {"type": ["integer", "string"], "minimum": 0}},
+               {"type": "array", "prefixItems": [{"type": "integer"}], "maxItems": 1}]})
+NARROWED.append(
+    {"oneOf": [{"type": "array", "items": {"type": "integer", "minimum": 0}},
+               {"type": "array", "items": {"type": "integer", "maximum": 1}}]})
 NARROWED.append(  # a nested closed object: ¬additionalProperties: false over its keys' subsets (ubuntu autoinstall)
     {"oneOf": [{"type": "object", "required": ["a"]},
                {"type": "object", "required": ["b"], "properties": {"b": {"type": "object", "properties": {

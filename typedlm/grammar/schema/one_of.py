@@ -71,26 +71,58 @@ def minus(n, x: list, d: list, p: str) -> list:
 
 
 def minus_branch(n, c, b, p: str) -> list:
-    """``c ∧ ¬b`` for one branch each. Two objects: ``c`` with a key ``b`` requires absent, or with a
-    key's value in ``c``'s schema for it less ``b``'s (:func:`minus` again, so proofs and narrowing work
-    at every depth), or failing one of ``b``'s other keywords; anything else: the algebra's complement."""
+    """``c ∧ ¬b`` for one branch each: ``c`` where one conjunct of ``b`` fails. A conjunct on a key's
+    value or an item is negated within ``c``'s own schema for it (:func:`minus` again, so proofs and
+    narrowing work at every depth); the rest by the algebra's complement."""
     algebra = n.algebra
-    if not (isinstance(c, Object) and isinstance(b, Object)):
+    if isinstance(c, Object) and isinstance(b, Object):
+        split = object_terms(n, c, b, p)
+    elif isinstance(c, Array) and isinstance(b, Array):
+        split = array_terms(n, c, b, p)
+    else:
+        split = None
+    if split is None:
         return algebra.minus([c], [b], p, "oneOf")
-    terms = [Object(properties={r: []}, at=b.at or p, implied=frozenset([r])) for r in b.required]
+    terms, others = split
+    out = [x for t in terms for x in algebra.intersect([c], [t], p, "oneOf")]
+    return prune(out + algebra.minus([c], [others], p, "oneOf"))
+
+
+def object_terms(n, c: Object, b: Object, p: str):
+    """(the failures of ``b``'s required keys, key values and closedness within ``c``; ``b`` with only its
+    other keywords), or None where a value schema is unknown."""
+    q = b.at or p
+    terms = [Object(properties={r: []}, at=q, implied=frozenset([r])) for r in b.required]
     for k, d in b.properties.items():
         mine = value_of(n, c, k)
         if mine is None:
-            return algebra.minus([c], [b], p, "oneOf")
+            return None
         rest = minus(n, mine, d, p) if mine else []
         if rest:
-            terms.append(Object(properties={k: rest}, required=(k,), at=b.at or p, implied=frozenset([k])))
+            terms.append(Object(properties={k: rest}, required=(k,), at=q, implied=frozenset([k])))
     others = replace(b, required=(), properties={k: any_() for k in b.properties})
     if b.additional == [] and not b.patterns and len(b.properties) <= MAX_CLOSED_KEYS:
         terms += outside(b, p)
         others = replace(others, additional=None)
-    out = [x for t in terms for x in algebra.intersect([c], [t], p, "oneOf")]
-    return prune(out + algebra.minus([c], [others], p, "oneOf"))
+    return terms, others
+
+
+def array_terms(n, c: Array, b: Array, p: str):
+    """(the failures of ``b``'s prefix and items within ``c``; ``b`` with only its other keywords), or None
+    where items follow a prefix (in ``b``; or in ``c`` beside ``b``'s items: one item schema is not known)."""
+    if (b.prefix and b.items is not None) or (b.items is not None and c.prefix):
+        return None
+    q = b.at or p
+    terms = []
+    for i, d in enumerate(b.prefix or []):
+        rest = minus(n, position(c, i), d, p)
+        if rest:
+            terms.append(Array(prefix=[any_() for _ in range(i)] + [rest], min_items=i + 1, at=q))
+    if b.items is not None:
+        rest = minus(n, any_() if c.items is None else c.items, b.items, p)
+        if rest:
+            terms.append(Array(contains=((rest, 1, None),), at=q))
+    return terms, replace(b, prefix=None, items=None)
 
 
 def outside(b: Object, p: str) -> list:
