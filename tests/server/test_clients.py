@@ -15,7 +15,7 @@ from typing import Literal
 import jsonschema
 import openai
 import pytest
-from pydantic import AnyUrl, BaseModel, ConfigDict, Field, HttpUrl, IPvAnyAddress
+from pydantic import AnyUrl, BaseModel, ConfigDict, EmailStr, Field, HttpUrl, IPvAnyAddress, NameEmail
 
 
 os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"  # before litellm is imported: no fetch of the cost map
@@ -230,11 +230,17 @@ def test_outlines_from_sglang_regex(client, model):
 
 STRICT_TYPES = {  # the issue's strict-mode Pydantic types through .parse(); unbounded strings close at once
     "set[str]": set[str], "frozenset[int]": frozenset[int], "HttpUrl": HttpUrl, "AnyUrl": AnyUrl,
-    "UUID": uuid.UUID, "IPvAnyAddress": IPvAnyAddress,
+    "UUID": uuid.UUID, "IPvAnyAddress": IPvAnyAddress, "EmailStr": EmailStr, "NameEmail": NameEmail,
 }
 
 
-@pytest.mark.parametrize("name", sorted(STRICT_TYPES))
+# EmailStr's schema is JSON Schema's format: email, whose grammar (xgrammar's) admits 'a@b', which
+# email-validator refuses (no period after '@'): 200, then the client's parse fails.
+EMAIL_GAP = pytest.mark.xfail(strict=True, reason="format: email admits dotless hosts that EmailStr refuses")
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=EMAIL_GAP) if n == "EmailStr" else n
+                                  for n in sorted(STRICT_TYPES)])
 def test_openai_parse_strict_pydantic_types(client, model, tiny, name):
     """``.parse()`` sends the model's schema in strict mode: each type compiles exactly (200) and the
     answer parses. Tokens that begin with '"' are favoured, so a free string closes as soon as its
@@ -244,6 +250,8 @@ def test_openai_parse_strict_pydantic_types(client, model, tiny, name):
     quote = {str(i): 100 for i in range(len(tok)) if tok.decode([i]).startswith('"')}
     if name == "AnyUrl":  # a scheme ends at ':' ("a:" is a URL to Pydantic): favoured too
         quote[str(tok.convert_tokens_to_ids(":"))] = 100
+    if name in ("EmailStr", "NameEmail"):  # an address ends at its domain's last label: '@' and '.' favoured
+        quote.update({str(tok.convert_tokens_to_ids(c)): 100 for c in "@."})
     for seed in range(6):
         try:
             r = client.chat.completions.parse(model=model, messages=[{"role": "user", "content": "A value."}],

@@ -161,4 +161,5 @@ def test_one_of_told_apart_by_a_required_tag_compiles_as_any_of():
     assert [r.keyword for r in find_refusals(overlapping)] in (["oneOf"], ["patternProperties"])
     untyped = {"oneOf": [{k: v for k, v in branch({"const": "a"}, "^x").items() if k != "type"},
                          branch({"const": "b"}, "^y")]}
-    assert find_refusals(untyped) != []  # a string matches the untyped branch whatever its tag
+    # a non-object matches only the untyped branch, an object only the one its tag names: exclusive
+    assert find_refusals(untyped) == []

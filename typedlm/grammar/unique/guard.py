@@ -237,14 +237,20 @@ class GuardedState:
         options = [int(b) for b in v.byte_values[on.astype(bool)]]
         if c.mode not in ("str", "esc") and any(b not in WS for b in options):
             options = [b for b in options if b not in WS]  # whitespace between tokens changes no value
-        tried = []
+        tried, seen_next = [], c.seen_next()
         for b in options:
+            if c.plain_byte(b):  # its rank read without a copy; the copy made only if it is tried
+                tried.append((True, b in seen_next, b not in CLOSERS, b, None))
+                continue
             nxt = c.copy()
             if nxt.feed(b):
                 done = len(nxt.stack) <= target or nxt.stack[target].count > count
                 tried.append((not done, nxt.prefix_of_seen(), b not in CLOSERS, b, nxt))
         unknown = False
         for *_, b, nxt in sorted(tried, key=lambda x: x[:4]):
+            if nxt is None:
+                nxt = c.copy()
+                nxt.feed(b)
             if not self.inner.accept([v.byte_token[b]]):
                 continue
             try:
