@@ -26,7 +26,7 @@ CONFIG_ENV = "TYPEDLM_CONFIG"  # a TOML file whose [engine] table holds these se
 FILE_TABLE = "engine"
 # The EBNF size cap's default (bytes): xgrammar precomputes the masks of larger grammars for tens of seconds
 # (a MaskBench sample by size: bench/xgrammar_compile.py).
-MAX_GRAMMAR_BYTES = 80_000
+MAX_GRAMMAR_BYTES = 120_000
 
 
 class ConfigError(TypedLMError):

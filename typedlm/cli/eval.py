@@ -31,8 +31,7 @@ def eval_cmd(
                                    "decided in one decide_many call takes its own prior; needs --no-flip)"),
     calibration: Optional[Path] = typer.Option(None, "--calibration",
                                                help="parallel track: apply this bundle (typedlm calibrate)"),
-    order: Optional[str] = typer.Option(None, "--order", help="parallel track (and --suite): given | averaged "
-                                        "(each choice field scored in two fixed orders, averaged)"),
+    order: Optional[str] = typer.Option(None, "--order", help="given | averaged (choices scored in two orders)"),
     examples: int = typer.Option(0, "--examples", help="few-shot: add the first K train-split cases (seeded "
                                  "order) to every case's schema as examples (rendered in the shared prefix)"),
     chunk: Optional[int] = typer.Option(None, "--chunk", help="cases per decide_many call (default 8; "
@@ -55,9 +54,9 @@ def eval_cmd(
 ):
     """Evaluate decisions on labelled cases; writes predictions.jsonl, run.json, timing.json into --out."""
     if suite:
-        return _suite(out, model=model, device=device, backend=backend, quiet=quiet, cal_limit=cal_limit,
-                      datasets=tuple(d.strip() for d in datasets.split(",") if d.strip()),
-                      test_limit=limit, flip_limit=flip_limit, naive_limit=naive_limit, order=order)
+        return _suite(out, model=model, device=device, backend=backend, quiet=quiet, cal_limit=cal_limit, order=order,
+                      datasets=tuple(filter(None, map(str.strip, datasets.split(",")))), test_limit=limit,
+                      flip_limit=flip_limit, naive_limit=naive_limit)
     if data is None:
         fail("give --data (a dataset or a cases file), or --suite")
     from ..decide.options import DecideOptions  # lazy: CLI start-up
@@ -66,8 +65,7 @@ def eval_cmd(
     from ..eval.provenance import model_sha256, prompt_hashes, provenance  # lazy: CLI start-up
     from ..eval.runner import Run, RunError, RunLock  # lazy: CLI start-up
 
-    names = [t.strip() for t in track.split(",") if t.strip()]
-    mode_list = [m.strip() for m in modes.split(",") if m.strip()]
+    names, mode_list = ([t.strip() for t in v.split(",") if t.strip()] for v in (track, modes))
     chunk = chunk or (BATCH_CHUNK if prior == "batch" else CHUNK)
     _check_flags(names, mode_list, modes, prior=prior, flip=flip, ray=ray, chunk=chunk, base_url=base_url,
                  limit=limit)
