@@ -198,13 +198,13 @@ def test_bad_sampling_values(tiny, kw):
 
 
 REFUSED = [
-    ({"not": {"type": "string", "format": "email"}}, "not", "/not"),
-    ({"type": "object", "properties": {"a": {"if": {"type": "string", "format": "email"}, "else": {"minLength": 3}}}}, "if",
+    ({"not": {"type": "string", "format": "idn-email"}}, "not", "/not"),
+    ({"type": "object", "properties": {"a": {"if": {"type": "string", "format": "idn-email"}, "else": {"minLength": 3}}}}, "if",
      "/properties/a/if"),
     ({"type": "array", "uniqueItems": True, "contains": {"type": "integer"}}, "uniqueItems", "/uniqueItems"),
     ({"type": "array", "contains": {"const": 1}, "minContains": 5000}, "contains", "/"),
     ({"type": "number", "multipleOf": 0.5}, "multipleOf", "/multipleOf"),
-    ({"oneOf": [{"type": "string", "format": "email"}, {"type": "string", "format": "uuid"}]}, "oneOf", "/oneOf"),
+    ({"oneOf": [{"type": "string", "format": "idn-email"}, {"type": "string", "format": "uuid"}]}, "oneOf", "/oneOf"),
     ({"type": "string", "pattern": "^(?!x)"}, "pattern", "/pattern"),
     ({"$ref": "http://example.com/s.json"}, "$ref", "/$ref"),
     ({"type": "object", "propertyNames": {"maxLength": 2}, "maxProperties": 3}, "maxProperties", "/"),
@@ -227,7 +227,7 @@ def test_unenforceable_keywords_are_refused_with_pointer(tiny, schema, keyword, 
 def test_lenient_compiles_and_reports_validity(tiny):
     schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9,
                                                      "not": {"anyOf": [{"enum": [0, 1, 2, 3, 4, 5, 6, 7]},
-                                                                       {"type": "string", "format": "email"}]}}},
+                                                                       {"type": "string", "format": "idn-email"}]}}},
               "required": ["n"]}
     verdicts = []
     for seed in range(6):

@@ -28,7 +28,7 @@ POINT = {"type": "object", "properties": {"x": {"type": "integer", "minimum": -9
          "required": ["x", "y"], "additionalProperties": False}
 # not over a pattern has no exact form (the complement of a regular language inside JSON strings)
 REFUSED = {"type": "object", "properties": {"a": {"type": "integer", "not": {
-    "anyOf": [{"const": 3}, {"type": "string", "format": "email"}]}}}, "required": ["a"]}
+    "anyOf": [{"const": 3}, {"type": "string", "format": "idn-email"}]}}}, "required": ["a"]}
 MSG = [{"role": "user", "content": "Give me the data."}]
 
 

@@ -17,7 +17,8 @@ the URI grammar is no subset):
 the grammar accepts a string iff the checker does, except the checker accepting a trailing newline
 (Python's ``$``) on ``date-time``/``time``/``uri*`` and leading zeros in an IPv4 part inside an IPv6
 literal of a ``uri*``, which the suite calls invalid.
-``duration`` (RFC 3339 appendix A), ``email``, ``uuid`` (xgrammar's grammars), ``hostname`` (at most
+``duration`` (RFC 3339 appendix A), ``email`` (an address email-validator accepts too), ``uuid``
+(xgrammar's grammar), ``hostname`` (at most
 4 labels of at most 62 characters; the checker allows 253 characters of 63-character labels, a
 language whose exact grammar is far too large): every accepted string is accepted by the checker (and
 the suite), but the checker also takes some the grammar does not (isoduration's fractions and signs,
@@ -131,6 +132,14 @@ _AN, _AH = "[A-Za-z0-9]", "[-A-Za-z0-9]"
 _LABEL = f"{_AN}({_AN}|{_AH}({_AN}({_AH}{{0,58}}{_AN}){{0,1}}|-{_AN}({_AH}{{0,57}}{_AN}){{0,1}})){{0,1}}"
 _LOWER_LABEL = _LABEL.replace("A-Z", "")  # idna: an upper-case letter is not a valid code point
 
+# ``email`` as an address that email-validator (Pydantic's ``EmailStr``, deliverability unchecked) accepts,
+# not only the checker (an '@'): a dot-atom local part of letters, digits, '_', '+', '-' (at most 3 atoms
+# of at most 15, 47 characters), then 1-3 host labels (no '--' in a label's 3rd and 4th place) and a
+# top-level domain of 2-3 letters (no reserved name is that short: .test, .local, .arpa, .onion are
+# longer). Stricter than both (no quoted local part, no IP literal, no other TLD), never looser.
+_LOCAL = "[A-Za-z0-9_+-]{1,15}"
+_EMAIL = f"{_LOCAL}(\\.{_LOCAL}){{0,2}}@({_LABEL}\\.){{1,3}}[A-Za-z]{{2,3}}"
+
 PATTERNS = {
     "date": _DATE,
     "time": _TIME,
@@ -147,18 +156,18 @@ PATTERNS = {
     "iri": _IRI,
     "iri-reference": _IRI_REFERENCE,
     "uri-template": _URI_TEMPLATE,
+    "email": _EMAIL,
 }
-STRICTER = {"duration", "hostname", "idn-hostname", "uri-template"}  # regexes: accepted => checker accepts
+# regexes: accepted => checker accepts
+STRICTER = {"duration", "hostname", "idn-hostname", "uri-template", "email"}
 
 # Pydantic's own format names (its strict-mode types), asserted as Pydantic means them: the checker is
 # Pydantic's validator, the regex a subset of what it accepts (stricter, never looser). ``uuidN``: the RFC
 # 4122 form with version N and the RFC variant (Python's UUID has a version only then; Pydantic also takes
 # braces, no dashes, a 'urn:uuid:' prefix); ``ipvanyaddress``: ipv4 | ipv6; ``name-email``: 'Name <addr>'
-# or a bare address, the address a dot-atom at a host under a common top-level domain (email-validator
-# refuses dotless hosts and reserved names such as .test or .local).
+# or a bare address, the address as ``email`` writes it.
 _HEX = "[0-9a-fA-F]"
-_ATOM = "[A-Za-z0-9_!#$%&'*+/=?^`{|}~-]+"
-_ADDRESS = f"{_ATOM}(\\.{_ATOM})*@({_LABEL}\\.){{1,3}}(com|org|net|edu|io|dev|app|info|de|fr|uk|jp)"
+_ADDRESS = PATTERNS["email"]
 PYDANTIC = {f"uuid{v}": f"{_HEX}{{8}}-{_HEX}{{4}}-{v}{_HEX}{{3}}-[89abAB]{_HEX}{{3}}-{_HEX}{{12}}" for v in (1, 3, 4, 5, 6, 7, 8)}
 PYDANTIC["ipvanyaddress"] = f"({_V4}|{_ipv6()})"
 PYDANTIC["name-email"] = f"([A-Za-z][A-Za-z .'-]{{0,62}}[A-Za-z] <{_ADDRESS}>|{_ADDRESS})"
@@ -183,9 +192,9 @@ BOUNDED_URI_FORMATS = frozenset({"uri", "uri-reference"})
 # the shortest and longest string of each format (None: unbounded); a minLength/maxLength that these
 # already imply is dropped beside the format (tests/grammar/schema/test_formats.py checks every accepted string)
 LENGTHS = {"date": (10, 10), "time": (9, None), "date-time": (20, None), "duration": (3, None),
-           "ipv4": (7, 15), "ipv6": (2, 45), "uuid": (36, 36), "uri": (2, None), "email": (3, None),
+           "ipv4": (7, 15), "ipv6": (2, 45), "uuid": (36, 36), "uri": (2, None), "email": (6, 240),
            "uri-reference": (0, None), "hostname": (1, 251), "idn-hostname": (1, 251)}
-XGRAMMAR = {"email", "uuid", "idn-email"}  # xgrammar's own format grammars: accepted => checker accepts
+XGRAMMAR = {"uuid", "idn-email"}  # xgrammar's own format grammars: accepted => checker accepts
 XGRAMMAR_NAME = {"idn-email": "email"}  # the checker decides idn-email as email (an '@'): xgrammar's email
 NOT_EXACT = "is not checked exactly by the grammar"
 

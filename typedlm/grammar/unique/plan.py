@@ -84,6 +84,7 @@ class Loc:
         self.plan, self.schemas = plan, schemas
         self._kids: dict = {}
         self._small: bool | None = None
+        self._listed = {k for s in schemas for k in _listed(s)}  # keys some schema here names
         says, repeats = False, False
         for s in schemas:
             if "enum" in s or "const" in s:
@@ -115,7 +116,7 @@ class Loc:
                    [len(v) for s in self.schemas for v in _values_of(s) if isinstance(v, list)] + [0])
 
     def child(self, key) -> "Loc":
-        key = key if any(key in _listed(s) for s in self.schemas) else OTHER
+        key = key if key in self._listed else OTHER
         if key not in self._kids:
             out = []
             for s in self.schemas:
