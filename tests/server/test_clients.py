@@ -234,13 +234,7 @@ STRICT_TYPES = {  # the issue's strict-mode Pydantic types through .parse(); unb
 }
 
 
-# EmailStr's schema is JSON Schema's format: email, whose grammar (xgrammar's) admits 'a@b', which
-# email-validator refuses (no period after '@'): 200, then the client's parse fails.
-EMAIL_GAP = pytest.mark.xfail(strict=True, reason="format: email admits dotless hosts that EmailStr refuses")
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=EMAIL_GAP) if n == "EmailStr" else n
-                                  for n in sorted(STRICT_TYPES)])
+@pytest.mark.parametrize("name", sorted(STRICT_TYPES))
 def test_openai_parse_strict_pydantic_types(client, model, tiny, name):
     """``.parse()`` sends the model's schema in strict mode: each type compiles exactly (200) and the
     answer parses. Tokens that begin with '"' are favoured, so a free string closes as soon as its

@@ -6,7 +6,7 @@ import json
 import jsonschema
 import openai
 import pytest
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, EmailStr, Field, HttpUrl
 
 from typedlm.server.app import create_app
 from typedlm.server.state import ServerConfig
@@ -47,6 +47,24 @@ def test_parse_with_a_pydantic_response_format(client, real):
         response_format=Person, max_tokens=60, temperature=0, extra_body={"jump_forward": True})
     assert isinstance(r.choices[0].message.parsed, Person)
     assert r.usage.model_extra["forced_tokens"] > 0
+
+
+class Contact(BaseModel):  # strict-mode types of issue 36: format email, the bounded URL, a unique array
+    email: EmailStr
+    website: HttpUrl
+    tags: set[str] = Field(max_length=3)
+
+
+def test_parse_strict_pydantic_types_on_the_default_model(client, real):
+    """``.parse()`` in strict mode with ``EmailStr``, ``HttpUrl`` and ``set[str]``: 200, and the answer
+    parses (EmailStr runs email-validator on the address the grammar let the model write)."""
+    r = client.chat.completions.parse(
+        model=real.name, response_format=Contact, max_tokens=80, temperature=0,
+        messages=[{"role": "user", "content": "John's e-mail is john@example.com, his website is "
+                                              "https://example.com, tags: friend, work. Give his contact as JSON."}])
+    parsed = r.choices[0].message.parsed
+    assert isinstance(parsed, Contact)
+    assert "@" in parsed.email and parsed.website.scheme in ("http", "https")
 
 
 ADD = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},

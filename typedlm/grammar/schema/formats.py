@@ -133,11 +133,11 @@ _LABEL = f"{_AN}({_AN}|{_AH}({_AN}({_AH}{{0,58}}{_AN}){{0,1}}|-{_AN}({_AH}{{0,57
 _LOWER_LABEL = _LABEL.replace("A-Z", "")  # idna: an upper-case letter is not a valid code point
 
 # ``email`` as an address that email-validator (Pydantic's ``EmailStr``, deliverability unchecked) accepts,
-# not only the checker (an '@'): a dot-atom local part of letters, digits, '_', '+', '-' (at most 3 atoms
-# of at most 15, 47 characters), then 1-3 host labels (no '--' in a label's 3rd and 4th place) and a
-# top-level domain of 2-3 letters (no reserved name is that short: .test, .local, .arpa, .onion are
+# not only the checker (an '@'): a dot-atom local part of RFC 5322's atext (at most 3 atoms of at most 15,
+# 47 characters; email-validator takes 64), then 1-3 host labels (no '--' in a label's 3rd and 4th place)
+# and a top-level domain of 2-3 letters (no reserved name is that short: .test, .local, .arpa, .onion are
 # longer). Stricter than both (no quoted local part, no IP literal, no other TLD), never looser.
-_LOCAL = "[A-Za-z0-9_+-]{1,15}"
+_LOCAL = "[A-Za-z0-9_!#$%&'*+/=?^`{|}~-]{1,15}"
 _EMAIL = f"{_LOCAL}(\\.{_LOCAL}){{0,2}}@({_LABEL}\\.){{1,3}}[A-Za-z]{{2,3}}"
 
 PATTERNS = {
