@@ -37,6 +37,11 @@ SCHEMAS = {
 }
 ENGINES = ("xgrammar", "llguidance")
 PER_CASE = 60  # 5 schemas x 2 engines x 60 = 600 generations (200: 2,000; about 10 CPU minutes)
+# The random model seldom ends a free number: its fraction digits run on to max_tokens (at 200 per case,
+# 5 of 200 llguidance rows finished "numbers"). There the tokens that end a number (',' and ']') are
+# favoured, so that arrays close (~1 in 4 rows); the grammar and the guard still decide what is allowed
+# (a favoured ',' after a repeated number is masked: it exercises the guard more, not less).
+FAVOURED = {"numbers": ",]"}
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -45,13 +50,15 @@ def test_sampled_unique_arrays_are_always_valid(tiny, engine, name):
     schema = SCHEMAS[name]
     c = make_constraint(json_schema=schema, engine=engine, any_whitespace=False)
     assert isinstance(tiny.grammars.compile(c)[0], GuardedCompiled)
+    bias = {tiny.tokenizer.convert_tokens_to_ids(ch): 4.0 for ch in FAVOURED.get(name, "")}
     seqs = [build_sequence(tiny, tiny.encode_prompt(prompt=f"list {i}"),
-                           SamplingParams(max_tokens=64, temperature=1.0, seed=i), c, jump_forward=i % 2 == 0)
+                           SamplingParams(max_tokens=64, temperature=1.0, seed=i, logit_bias=bias), c,
+                           jump_forward=i % 2 == 0)
             for i in range(PER_CASE)]
     results = run_batch(tiny, seqs, max_batch=16)
     finished = [r for r in results if r.finish_reason == "stop"]
     assert not [r for r in results if r.finish_reason == "error"], [r.error for r in results if r.error][:3]
-    assert len(finished) >= PER_CASE // 20, {r.finish_reason for r in results}  # free numbers run long
+    assert len(finished) >= PER_CASE // 20, {r.finish_reason for r in results}
     for r in finished:
         jsonschema.validate(json.loads(r.text), schema)  # raises on a repeat
         assert r.schema_valid
