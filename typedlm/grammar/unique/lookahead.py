@@ -13,7 +13,6 @@ A search past its budget proves nothing: the token stays allowed.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from itertools import chain
 
 import torch
@@ -22,7 +21,7 @@ from .cursor import Cursor
 
 SEARCH_NODES = 48  # steps (a byte, or the grammar's forced bytes) one look-ahead search may take
 STEP_NODES = 128  # look-ahead steps one mask may spend in all
-CLOSERS = b'"]}'
+CLOSERS = frozenset(b'"]}')
 
 
 class Lookahead:
@@ -81,39 +80,32 @@ class Lookahead:
         forced = self.inner.jump_string().encode("utf-8")
         if forced:
             return self._forced(c, forced, target, count, budget)
-        # the bytes of an earlier item's text first, then closers (they may end the item), each tried on the
-        # engine directly; then, only if none completes the item, the rest of the bytes the mask allows. The
-        # witness found follows the earlier item as far as it can (a row writing it again stays on it up to
-        # where it must differ), and most steps need no mask of their own.
+        self.inner.fill_mask(self.scratch, 0)
+        # whitespace between tokens changes no value: tried only where nothing else may follow
+        options = self.vocab.bytes_allowed(self.scratch[0].numpy(), solid=c.mode not in ("str", "esc"))
+        # the bytes of an earlier item's text first, then closers (they may end the item), then the rest: the
+        # witness found follows the earlier item as far as it can (a row writing it again stays on the
+        # witness up to where it must differ); ranked lazily (the first tries mostly decide). Only bytes the
+        # mask allows are tried: llguidance's matcher does not survive a refused token.
         follow = c.seen_next()
-        first = sorted(follow) + [b for b in CLOSERS if b not in follow]
+        ranked = chain(sorted(b for b in options if b in follow),
+                       (b for b in options if b in CLOSERS and b not in follow),
+                       (b for b in options if b not in CLOSERS and b not in follow))
         unknown = False
-        for b in chain(first, self._others(c, first)):
-            found = self._step(c, b, target, count, budget)
+        for b in ranked:
+            nxt = c.copy()
+            if not nxt.feed(b) or not self.inner.accept([self.vocab.byte_token[b]]):
+                continue
+            try:
+                found = self._search(nxt, target, count, budget)
+            finally:
+                self.inner.rollback(1)
             if isinstance(found, bytes):
                 return bytes([b]) + found
             unknown |= found is None
             if budget[0] <= 0:
                 return None
         return None if unknown else False
-
-    def _others(self, c: Cursor, first: list) -> Iterator[int]:
-        """The bytes the mask allows besides ``first`` (whitespace between tokens changes no value: only
-        where nothing else may follow)."""
-        self.inner.fill_mask(self.scratch, 0)
-        yield from (b for b in self.vocab.bytes_allowed(self.scratch[0].numpy(), solid=c.mode not in ("str", "esc"))
-                    if b not in first)
-
-    def _step(self, c: Cursor, b: int, target: int, count: int, budget: list):
-        """:meth:`_search` after byte ``b`` (False where the grammar refuses it or it repeats an item)."""
-        token = self.vocab.byte_token.get(b)
-        if token is None or not self.inner.accept([token]):
-            return False
-        try:
-            nxt = c.copy()
-            return self._search(nxt, target, count, budget) if nxt.feed(b) else False
-        finally:
-            self.inner.rollback(1)
 
     def _forced(self, c: Cursor, forced: bytes, target: int, count: int, budget: list):
         """:meth:`_search` past the bytes the grammar forces next (False: they repeat an item)."""
