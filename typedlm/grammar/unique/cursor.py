@@ -195,8 +195,8 @@ class Cursor:
         return False
 
     def seen_next(self) -> set:
-        """The bytes ``b`` after which :meth:`prefix_of_seen` holds when ``b`` is a :meth:`plain_byte`
-        (an open item's text so far, then ``b``, begins an earlier item's text)."""
+        """The bytes ``b`` such that an open item's text so far, then ``b``, begins an earlier item's text (the
+        look-ahead tries them first)."""
         out = set()
         for f in self.stack:
             if f.unique and f.texts and f.cur is not None:
@@ -204,11 +204,6 @@ class Cursor:
                 n = len(cur)
                 out.update(t[n] for t in f.texts if len(t) > n and t.startswith(cur))
         return out
-
-    def plain_byte(self, b: int) -> bool:
-        """Whether :meth:`feed` of ``b`` only appends it to the open items' texts (a string's ordinary
-        character, a number's next character): no mode or stack change, never an item's end."""
-        return (self.mode == "str" and b not in (0x22, 0x5C)) or (self.mode == "num" and b in NUMBER)
 
     def key(self) -> tuple:
         """The state up to whitespace between tokens (what the guard's look-ahead depends on)."""
