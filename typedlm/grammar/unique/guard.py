@@ -89,11 +89,19 @@ class GuardedState:
 
     def __init__(self, grammar: GuardedCompiled, inner):
         self.inner, self.plan, self.vocab = inner, grammar.plan, grammar.vocab
-        self.base, self.filler, self.stop_ids = inner.base, inner.filler, inner.stop_ids
+        self.stop_ids = inner.stop_ids
         self.cursor = Cursor(grammar.plan.root)
         self.prefix, self.tokens = b"", []  # text before the tokens (accept_text), each accepted token's bytes
         self.scratch = torch.zeros(1, (self.vocab.size + 31) // 32, dtype=torch.int32)
         self.nodes = 0
+
+    @property
+    def filler(self):  # read each time: an engine state may move to another engine (backends.handoff)
+        return self.inner.filler
+
+    @property
+    def base(self):
+        return self.inner.base
 
     def fill_mask(self, bitmask: torch.Tensor, row: int) -> None:
         self.inner.fill_mask(bitmask, row)
