@@ -190,10 +190,18 @@ class HandoffBackend:
         return self.later.compile(c, prepare(True))
 
 
-def background_seconds(compiled, timeout: float) -> float:
-    """Seconds spent waiting (up to ``timeout``) for ``compiled``'s background compile, if it has one (benches)."""
+def settle(compiled, timeout: float) -> tuple[str, float, bool]:
+    """Wait up to ``timeout`` s for ``compiled``'s background compile, if it has one (benches, tests): (the
+    engine a new row of it starts on, the seconds waited, whether the compile still runs)."""
+    grammar = compiled
+    while not hasattr(grammar, "later") and hasattr(grammar, "inner"):  # a wrapper (the unique-array guard)
+        grammar = grammar.inner
     t0 = time.perf_counter()
-    wait = getattr(compiled, "wait", None)
-    if wait is not None:
-        wait(timeout)
-    return time.perf_counter() - t0
+    running = False
+    if isinstance(grammar, HandoffCompiled):
+        grammar.wait(timeout)
+        running = grammar.later is not None and not grammar.later.done()
+        state = grammar.new_state().inner
+    else:
+        state = compiled.new_state()
+    return state.base.__class__.__module__.rsplit(".", 1)[-1], time.perf_counter() - t0, running
