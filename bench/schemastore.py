@@ -246,12 +246,13 @@ def job_for(args):
 
 
 def run_all(schemas: dict, rows: list[dict], timeout: float, *, engine: str | None = None,
-            job_fn=run_one, tokenizer: str = "default", handoff_wait: float = 10.0) -> list[dict]:
+            job_fn=run_one, tokenizer: str = "default", handoff_wait: float = 10.0, log: Path | None = None) -> list[dict]:
     """``job_fn`` on each row in a one-process pool; a schema past ``timeout`` seconds is a timeout row
     (pool renewed; renewed too where a background compile is still running, so it never overlaps the next
     schema). With :func:`run_one`, a row refused by keyword is run again lenient, its result under
-    ``relaxed``."""
+    ``relaxed``. ``log``: each row appended there as a JSON line as it comes (a run cut short still counts)."""
     results, pool = [], None
+    sink = None if log is None else log.open("a", encoding="utf-8")
 
     def run(row, lenient):
         nonlocal pool
@@ -278,9 +279,20 @@ def run_all(schemas: dict, rows: list[dict], timeout: float, *, engine: str | No
             result["relaxed"] = run(row, True)
         results.append(result)
         print(f"{i + 1}/{len(rows)} {results[-1]}", flush=True)
+        if sink is not None:
+            sink.write(json.dumps(result) + "\n")
+            sink.flush()
     if pool is not None:
         pool.close()
     return results
+
+
+def read_rows(path: Path) -> list[dict]:
+    """The rows of a results file (``--json``) or of a run's row log (``.jsonl``, maybe cut short)."""
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".jsonl":
+        return [json.loads(line) for line in text.splitlines() if line.strip().endswith("}")]
+    return json.loads(text)["rows"]
 
 
 def _count(keys) -> dict:
@@ -364,9 +376,12 @@ def add_engine_options(ap) -> None:
     ap.add_argument("--save-corpus", type=Path, default=None, help="write the extracted corpus here (.json.gz) and stop")
     ap.add_argument("--shard", default="0/1", help="I/N: every N-th schema from the I-th (run N at once)")
     ap.add_argument("--merge", type=Path, nargs="*", help="instead of running: join these shards' JSON files")
+    ap.add_argument("--log", type=Path, default=None, help="append each row here as a JSON line as it comes")
     ap.add_argument("--dump", type=Path, default=None,
                     help="write the slowest --dump-n schemas (by first mask) into this folder, for profiling")
-    ap.add_argument("--dump-n", type=int, default=20)
+    ap.add_argument("--dump-n", type=int, default=20, help="how many --dump / --slowest-of take")
+    ap.add_argument("--slowest-of", type=Path, default=None,
+                    help="run only the --dump-n schemas with the slowest first mask in this earlier results file")
     ap.add_argument("--split", action="store_true",
                     help="instead of judging instances: time the normalizer, xgrammar and llguidance apart")
     ap.add_argument("--phases", action="store_true",
@@ -425,16 +440,20 @@ def run_corpus(args, extract_fn, source: str, by_split=None) -> dict:
         save_corpus(args.save_corpus, src, schemas, rows)
         return {}
     if args.merge:
-        results = [r for f in args.merge for r in json.loads(f.read_text(encoding="utf-8"))["rows"]]
+        results = [r for f in args.merge if f.exists() for r in read_rows(f)]
     else:
         i, n = map(int, args.shard.split("/"))
         rows = (rows[:args.limit] if getattr(args, "limit", None) else rows)[i::n]
+        if args.slowest_of:  # the slowest first masks of an earlier run, again (alone: no contention)
+            before = sorted(read_rows(args.slowest_of), key=lambda r: -r["seconds"])[:args.dump_n]
+            keep = {r["name"] for r in before}
+            rows = [r for r in rows if r["name"] in keep]
         if getattr(args, "refused_in", None):
             before = json.loads(args.refused_in.read_text(encoding="utf-8"))["rows"]
             keep = {r["name"] for r in before if r.get("refused") in set(args.refused_by)}
             rows = [r for r in rows if r["name"] in keep]
         results = run_all(schemas, rows, args.timeout, engine=args.engine, job_fn=job_for(args),
-                          tokenizer=args.tokenizer, handoff_wait=args.handoff_wait)
+                          tokenizer=args.tokenizer, handoff_wait=args.handoff_wait, log=args.log)
     out = {"source": src, "engine": "auto" if args.phases else args.engine or "default",
            "tokenizer": args.tokenizer, "handoff_wait_s": args.handoff_wait,
            "summary": summarize(results, args.split, args.phases)}
