@@ -257,8 +257,9 @@ def run_all(schemas: dict, rows: list[dict], timeout: float, *, engine: str | No
     def run(row, lenient):
         nonlocal pool
         if pool is None:
-            pool = multiprocessing.get_context("fork").Pool(1, initializer=_init,
-                                                            initargs=(schemas, engine, tokenizer, handoff_wait))
+            if not _STATE:  # built once here, inherited by each forked worker: a renewed worker starts at once
+                _init(schemas, engine, tokenizer, handoff_wait)
+            pool = multiprocessing.get_context("fork").Pool(1)
             pool.apply(_ready)  # the worker's set-up is not a schema's time
         job = pool.apply_async(job_fn, (row, lenient))
         try:
