@@ -8,7 +8,10 @@ whitespace, the default model's tokenizer, compile timed in one worker process, 
 where jsonschema with typedlm's format checker agrees, valid instances with keys in the schema's order).
 
 ``--stride k`` takes every k-th schema with tests (sorted by file name), so a loaded machine can run a
-reproducible sample. Usage (the data is not committed; the script and its results are)::
+reproducible sample; ``--shard I/N`` runs one of N parts (N processes at once) and ``--merge`` joins their
+files; ``--save-corpus`` / ``--corpus`` carry the extracted corpus to a machine without the snapshot. The
+time measured is to the FIRST MASK under the default engine (:mod:`schemastore`'s ``run_one``). Usage (the
+data is not committed; the script and its results are)::
 
     python bench/maskbench.py --repo /work/.mirror/guidance-ai+jsonschemabench/repo --stride 20 \\
         --json bench/results/maskbench-cpu.json
@@ -65,26 +68,19 @@ def extract(repo: Path, stride: int) -> tuple[dict, list[dict]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repo", type=Path, required=True, help="bare git directory of guidance-ai/jsonschemabench")
-    ap.add_argument("--json", type=Path, required=True, help="write the summary and per-schema rows here")
+    ap.add_argument("--repo", type=Path, default=None, help="bare git directory of guidance-ai/jsonschemabench")
+    ap.add_argument("--json", type=Path, default=None, help="write the summary and per-schema rows here")
     ap.add_argument("--stride", type=int, default=1, help="every k-th schema with tests (1: all)")
     ap.add_argument("--timeout", type=float, default=30.0, help="seconds per schema before it counts as a timeout")
     schemastore.add_engine_options(ap)
     args = ap.parse_args()
-    schemas, rows = extract(args.repo, args.stride)
-    commit = subprocess.run(["git", "--git-dir", str(args.repo), "rev-parse", "HEAD"], check=True,
-                            capture_output=True, text=True).stdout.strip()
-    results = schemastore.run_all(schemas, rows, args.timeout, engine=args.engine,
-                                  job_fn=schemastore.job_for(args))
-    split = {r["name"]: r["split"] for r in rows}
-    by_split = {s: schemastore.summarize([x for x in results if split[x["name"]] == s], args.split, args.phases)
-                for s in sorted(set(split.values()))}
-    out = {"source": f"guidance-ai/jsonschemabench@{commit} ({FOLDER}, every {args.stride}th schema with tests)",
-           "engine": "auto" if args.phases else args.engine,
-           "summary": schemastore.summarize(results, args.split, args.phases), "by_split": by_split,
-           "rows": results}
-    args.json.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
-    print(json.dumps(out["summary"], indent=2))
+    source = ""
+    if args.corpus is None:
+        commit = subprocess.run(["git", "--git-dir", str(args.repo), "rev-parse", "HEAD"], check=True,
+                                capture_output=True, text=True).stdout.strip()
+        source = f"guidance-ai/jsonschemabench@{commit} ({FOLDER}, every {args.stride}th schema with tests)"
+    schemastore.run_corpus(args, lambda: extract(args.repo, args.stride), source,
+                           by_split=lambda rows: {r["name"]: r["name"].split("---")[0].split("_")[0] for r in rows})
 
 
 if __name__ == "__main__":

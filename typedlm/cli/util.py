@@ -35,9 +35,10 @@ def deterministic_option():
 def grammar_engine_option():
     """``--grammar-engine`` (``Grammars(engine=...)``: which engine compiles JSON constraints)."""
     return typer.Option(None, "--grammar-engine",
-                        help="xgrammar | llguidance | auto: the engine for JSON Schema constraints (auto: llguidance "
-                             "where it reads the normalized schema exactly, else xgrammar). Default: "
-                             "TYPEDLM_GRAMMAR_ENGINE, else xgrammar")
+                        help="handoff | xgrammar | llguidance | auto: the engine for JSON Schema constraints (handoff: "
+                             "llguidance at once, xgrammar once compiled in the background; auto: llguidance where "
+                             "it reads the normalized schema exactly, else xgrammar). Default: "
+                             "TYPEDLM_GRAMMAR_ENGINE, else handoff")
 
 
 def fail(reason: str) -> "typer.Exit":

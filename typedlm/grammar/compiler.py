@@ -22,7 +22,7 @@ from .spec import ENGINES, MAX_WHITESPACE, Constraint, engine_key
 from .unique import GuardedCompiled, has_unique, unique_plan, vocab_of
 
 LLG_MISSING = "the llguidance engine is not installed: pip install 'typedlm[llguidance]'"
-DEFAULT_ENGINE = "xgrammar"
+DEFAULT_ENGINE = "handoff"
 DEFAULT_COMPILE_TIMEOUT_S = 20.0  # MaskBench p99 compile is 4.5 s; a few schemas take > 10 s
 DEFAULT_NORMALIZE_S = 5.0  # one normalizer run (per engine tried); past it: a NormalizeTimeLimit refusal
 
@@ -89,7 +89,7 @@ class Grammars:
                                   **({"cache_min_s": cache_min_s} if cache_min_s is not None else {})}
         self._backends: dict[str, Backend] = {}
         self._cache: OrderedDict[str, Compiled] = OrderedDict()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # reentrant: the handoff backend is built from the other two
         self._relaxed: dict[str, list[dict]] = {}  # lenient constraint key -> the relaxed places (warned on each compile)
         self.stats = CacheStats()
         for name in ORDER[self.engine]:  # built now (llguidance: ~2 s per vocabulary), not in a request
@@ -138,7 +138,7 @@ class Grammars:
         with self._lock:
             if name not in self._backends:
                 try:
-                    self._backends[name] = load(name, self.tokenizer_info, threads=self.threads,
+                    self._backends[name] = load(name, self.tokenizer_info, threads=self.threads, parts=self._backend,
                                                 **(self._xgrammar_options if name == "xgrammar" else {}))
                 except ImportError:
                     raise NotForEngine(LLG_MISSING, keyword="grammar_engine") from None
@@ -199,9 +199,13 @@ class Grammars:
         for i, name in enumerate(order):
             backend = self._backend(name)
             try:
-                source = self._source(c, deadline, backend.automata)
+                if backend.automata is None:  # it takes the core form each of its engines reads, when it asks
+                    source = self._source(c, deadline, False)
+                    given = self._sources(c, source)
+                else:
+                    given = source = self._source(c, deadline, backend.automata)
                 plan = unique_plan(source) if c.kind == "json_schema" and has_unique(source) else None
-                compiled = backend.compile(c, source)
+                compiled = backend.compile(c, given)
                 return compiled if plan is None else GuardedCompiled(compiled, plan, vocab_of(self.tokenizer_info))
             except NotForEngine:
                 if i == len(order) - 1:
@@ -211,6 +215,16 @@ class Grammars:
             except Exception as e:  # the engines raise RuntimeError / ValueError / TypeError with a reason
                 raise GrammarCompileError(f"{c.kind} does not compile: {_clean(e)}") from e
         raise GrammarCompileError(f"unknown constraint kind {c.kind!r}")
+
+    def _sources(self, c: Constraint, without: Any):
+        """``prepare(automata)`` for a backend of two engines: ``without`` (the core form without automata,
+        already built) or the one with them, built when asked (in its own time limit: maybe in the background)."""
+        def prepare(automata: bool) -> Any:
+            if not automata or c.kind != "json_schema":
+                return without
+            return self._source(c, time.monotonic() + self.timeout_s, True)
+
+        return prepare
 
     def _source(self, c: Constraint, deadline: float, automata: bool) -> Any:
         """What a backend compiles: the core form of a json_schema, the checked structural tag, else the value."""

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 from ..errors import ConstraintError, EmptySchemaError, GrammarCompileError
 
-ENGINES = ("xgrammar", "llguidance", "auto")  # grammar engines (compiler.Grammars); None: the compiler's default
+ENGINES = ("handoff", "xgrammar", "llguidance", "auto")  # grammar engines (compiler.Grammars); None: the compiler's default
 KINDS = ("json_object", "json_schema", "regex", "choice", "grammar", "lark", "structural_tag")
 
 # Longest whitespace run allowed between JSON tokens when ``any_whitespace`` is on. Unbounded

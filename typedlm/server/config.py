@@ -48,7 +48,7 @@ class ServeSettings(BaseModel):
     threads: int | None = Field(None, ge=1)
     prefix_cache_gb: float | None = Field(None, ge=0)  # None: the device's default (runner/prefix_cache.py)
     deterministic: bool | None = None  # batch-invariant decisions + generation; None: decisions only
-    grammar_engine: Literal["xgrammar", "llguidance", "auto"] | None = None  # JSON constraints; requests may override
+    grammar_engine: Literal["handoff", "xgrammar", "llguidance", "auto"] | None = None  # JSON constraints; requests may override
 
     @property
     def url(self) -> str:

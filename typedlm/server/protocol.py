@@ -110,7 +110,7 @@ class GenerationRequest(BaseModel):
     json_schema: dict[str, Any] | str | None = None
     logit_bias: dict[str, float] | None = None  # token id (as a string) -> bias in [-100, 100]
     jump_forward: bool | None = None  # typedlm: append grammar-forced text without sampling
-    grammar_engine: Literal["xgrammar", "llguidance", "auto"] | None = None  # typedlm: this request's engine
+    grammar_engine: Literal["handoff", "xgrammar", "llguidance", "auto"] | None = None  # typedlm: this request's engine
     prompt_cache_key: str | None = None
     safety_identifier: str | None = None
     request_id: str | None = None

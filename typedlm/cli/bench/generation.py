@@ -15,7 +15,7 @@ from ..util import backend_option, fail, print_json, user_errors, write_json
 def grammar_cmd(tokenizer: str = typer.Option("both", help="default | qwen2.5 | both"),
                 repeats: int = typer.Option(5, min=1),
                 grammar_engine: str = typer.Option("xgrammar", "--grammar-engine",
-                                                   help="xgrammar | llguidance | auto (JSON Schemas)"),
+                                                   help="handoff | xgrammar | llguidance | auto (JSON Schemas)"),
                 json_out: Optional[Path] = typer.Option(None, "--json", help="also write results here")):
     """Mask-fill time per token (p50/p99/max) and compile time cold vs cached."""
     from ...bench.grammar import print_table, run  # lazy: CLI start-up
@@ -23,8 +23,8 @@ def grammar_cmd(tokenizer: str = typer.Option("both", help="default | qwen2.5 | 
 
     if tokenizer not in ("default", "qwen2.5", "both"):
         fail(f"--tokenizer must be default, qwen2.5 or both, not {tokenizer!r}")
-    if grammar_engine not in ("xgrammar", "llguidance", "auto"):
-        fail(f"--grammar-engine must be xgrammar, llguidance or auto, not {grammar_engine!r}")
+    if grammar_engine not in ("handoff", "xgrammar", "llguidance", "auto"):
+        fail(f"--grammar-engine must be handoff, xgrammar, llguidance or auto, not {grammar_engine!r}")
     res = run(tokenizer, repeats, grammar_engine)
     print_json(res)
     print_table(res)

@@ -21,8 +21,8 @@ def jsonschema_suite(
                                       "(the repo's ratchets: tests/data/jsonschema_ratchet/)"),
     tables: bool = typer.Option(True, "--table/--no-table", help="print a per-file table per draft"),
     grammar_engine: Optional[str] = typer.Option(
-        None, "--grammar-engine", help="xgrammar | llguidance | auto (default: TYPEDLM_GRAMMAR_ENGINE, else "
-                                       "xgrammar); ratchets per engine: tests/data/jsonschema_ratchet/<engine>/"),
+        None, "--grammar-engine", help="handoff | xgrammar | llguidance | auto (default: TYPEDLM_GRAMMAR_ENGINE, "
+                                       "else handoff); ratchets per engine: tests/data/jsonschema_ratchet/<engine>/"),
 ):
     """Run the official JSON Schema suite through the grammar path, per draft; table + JSON."""
     from ...bench.jsonschema_suite import _table, ratchet_of, run_suite  # lazy: CLI start-up

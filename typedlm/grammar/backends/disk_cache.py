@@ -18,6 +18,7 @@ import threading
 from pathlib import Path
 
 SUFFIX = ".grammar.json"
+ALIAS = ".alias"  # constraint key -> entry file name (DiskCache.link)
 
 
 def fingerprint(info) -> str:
@@ -74,6 +75,24 @@ class DiskCache:
         except OSError:
             return
         self.evict()
+
+    def link(self, name: str, text: str) -> None:
+        """Note that constraint ``name`` compiles to grammar ``text`` (a small alias file), so :meth:`linked`
+        can tell a hit before the grammar text is built."""
+        digest = hashlib.sha256(f"{self.namespace}\0name\0{name}".encode()).hexdigest()
+        try:
+            (self.directory / f"{digest}{ALIAS}").write_text(self.path(text).name, encoding="utf-8")
+        except OSError:
+            pass
+
+    def linked(self, name: str) -> bool:
+        """An entry is stored for constraint ``name`` (see :meth:`link`)."""
+        digest = hashlib.sha256(f"{self.namespace}\0name\0{name}".encode()).hexdigest()
+        try:
+            target = (self.directory / f"{digest}{ALIAS}").read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            return False
+        return bool(target) and "/" not in target and (self.directory / target).exists()
 
     def evict(self) -> None:
         """Remove the least recently used entries until the directory holds at most ``max_bytes``."""

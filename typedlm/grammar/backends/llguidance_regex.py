@@ -13,6 +13,7 @@ such a piece, and is not quoted right); ``auto`` then takes xgrammar, which read
 
 from __future__ import annotations
 
+import functools
 import re
 import warnings
 from typing import Iterator
@@ -30,6 +31,7 @@ class Declined(ValueError):
     """A regex llguidance would not read exactly (the message says why)."""
 
 
+@functools.lru_cache(maxsize=4096)  # a schema repeats its patterns (and a corpus its schemas' patterns)
 def ecma_classes(rx: str) -> str:
     """A core-form regex (ECMA-262 escapes) with ``\\s \\S \\d \\D \\w \\W`` as explicit classes (a
     negated one inside a class as a nested class: ``[x\\D]`` -> ``[x[^0-9]]``); :class:`Declined` for
@@ -87,6 +89,7 @@ def atoms(rx: str) -> Iterator[str]:
             i += 1
 
 
+@functools.lru_cache(maxsize=8192)  # pieces repeat: each literal character is one
 def _members(atom: str) -> str:
     """The characters of :data:`_PROBE` that ``atom`` matches (ECMA over these characters: ``re.ASCII``)."""
     with warnings.catch_warnings():
@@ -98,6 +101,7 @@ def _members(atom: str) -> str:
     return "".join(ch for ch in _PROBE if compiled.fullmatch(ch))
 
 
+@functools.lru_cache(maxsize=4096)
 def check_json_quoting(rx: str) -> None:
     """:class:`Declined` where llguidance's JSON quoting would admit escapes ``rx`` forbids (module
     docstring)."""

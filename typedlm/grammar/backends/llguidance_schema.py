@@ -33,6 +33,7 @@ import json
 from .base import NotForEngine
 from .llguidance_objects import counted_object, named_properties
 from .llguidance_regex import Declined, check_json_quoting, ecma_classes
+from .llguidance_shared import share_repeats
 
 
 def llg_schema(core, *, strict: bool):
@@ -115,4 +116,6 @@ def llg_grammar(core, *, any_whitespace: bool, max_whitespace: int | None, stric
     else:
         options = {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":", "lenient": False}
     schema = llg_schema(core, strict=strict)
+    if isinstance(schema, dict):
+        schema = share_repeats(schema)  # the core form's copies built once (:mod:`.llguidance_shared`)
     return llguidance.LLMatcher.grammar_from_json_schema(json.dumps(schema, ensure_ascii=False), overrides=options)

@@ -102,7 +102,7 @@ class XGrammarBackend:
     def _compile(self, c: Constraint, source: Any) -> xgr.CompiledGrammar:
         if c.kind in ("json_schema", "json_object", "grammar"):
             grammar = json_grammar(c, source) if c.kind != "grammar" else xgr.Grammar.from_ebnf(source)
-            return self._compile_grammar(grammar)
+            return self._compile_grammar(grammar, c.key)
         if c.kind == "regex":
             return self.compiler.compile_regex(source)
         if c.kind == "choice":
@@ -111,8 +111,13 @@ class XGrammarBackend:
             return self.compiler.compile_lark(source)
         return self.compiler.compile_structural_tag(canonical_json(source))
 
-    def _compile_grammar(self, grammar: xgr.Grammar) -> xgr.CompiledGrammar:
-        """``grammar`` compiled (under the size cap), from the disk cache where it holds it."""
+    def cached(self, c: Constraint) -> bool:
+        """The disk cache holds ``c``'s compiled grammar (known from its key, before any grammar is built)."""
+        return self.disk is not None and self.disk.linked(c.key)
+
+    def _compile_grammar(self, grammar: xgr.Grammar, key: str | None = None) -> xgr.CompiledGrammar:
+        """``grammar`` compiled (under the size cap), from the disk cache where it holds it (``key``: the
+        constraint's, linked to the entry)."""
         text = str(grammar)
         check_size(text, self.max_grammar_bytes)
         if self.disk is None:
@@ -124,13 +129,15 @@ class XGrammarBackend:
         compiled = self.compiler.compile_grammar(grammar)
         seconds = time.perf_counter() - t0
         if seconds >= self.cache_min_s:
-            self._writes.submit(self._store, text, compiled, seconds)
+            self._writes.submit(self._store, text, compiled, seconds, key)
         return compiled
 
-    def _store(self, text: str, compiled: xgr.CompiledGrammar, seconds: float) -> None:
+    def _store(self, text: str, compiled: xgr.CompiledGrammar, seconds: float, key: str | None) -> None:
         data = compiled.serialize_json()
         if self.cache_min_s == 0 or seconds >= len(data) / 2**20 * READ_S_PER_MB:  # 0: every compile written
             self.disk.put(text, data)
+            if key is not None:
+                self.disk.link(key, text)
 
     def flush(self) -> None:
         self._writes.submit(lambda: None).result()

@@ -62,6 +62,7 @@ def minus(n, x: list, d: list, p: str) -> list:
     for c in x:
         part = [c]
         for b in expand(n, d):
+            n.check_time()  # nested complements grow fast: the run's time limit holds here too
             kept = []
             for y in part:
                 kept += [y] if proven_apart(n, y, b) else minus_branch(n, y, narrowed(n, y, b), p)

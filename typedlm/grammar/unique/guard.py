@@ -45,10 +45,18 @@ class GuardedState:
 
     def __init__(self, grammar: GuardedCompiled, inner):
         self.inner, self.plan, self.vocab = inner, grammar.plan, grammar.vocab
-        self.base, self.filler, self.stop_ids = inner.base, inner.filler, inner.stop_ids
+        self.stop_ids = inner.stop_ids
         self.cursor = Cursor(grammar.plan.root)
         self.prefix, self.tokens = b"", []  # text before the tokens (accept_text), each accepted token's bytes
         self.ahead = Lookahead(inner, self.vocab)
+
+    @property
+    def filler(self):  # read each time: an engine state may move to another engine (backends.handoff)
+        return self.inner.filler
+
+    @property
+    def base(self):
+        return self.inner.base
 
     def fill_mask(self, bitmask: torch.Tensor, row: int) -> None:
         self.inner.fill_mask(bitmask, row)
