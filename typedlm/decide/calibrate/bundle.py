@@ -9,6 +9,7 @@ A bundle holds one :class:`FieldCalibration` per field, of a recorded *kind*:
 | ``vector`` | boolean / enum | ``s_c log p_c + b_c`` (vector scaling) |
 | ``matrix`` | boolean / enum | ``W log p + b`` (matrix scaling, Guo et al. 2017) |
 | ``logistic`` | multi | ``P(yes) = sigmoid(a (log P(yes) - log P(no)) + b)``, pooled over the field's options; plus the field's decision ``threshold`` (nats of log-odds, :mod:`typedlm.decide.constraints.joint`) |
+| ``vector`` | multi | ``P(yes_o) = sigmoid(s_o (log P(yes_o) - log P(no_o)) + b_o)``, one scale and bias per option (shrunk towards the pooled ``logistic``), and the ``threshold`` |
 
 then renormalized over the choices (scalar kinds). Log-scores enter clipped at :data:`LOG_FLOOR` so a
 near-zero probability cannot dominate a linear map. Each field's entry is its whole *decision rule*: the
@@ -44,6 +45,7 @@ FORMAT = "typedlm-calibration/4"
 BINS = 15
 LOG_FLOOR = -50.0  # log-scores below this enter the scalar calibrators as this
 SCALAR_KINDS = ("temperature", "bias", "vector", "matrix")
+MULTI_KINDS = ("logistic", "vector")
 
 
 class CalibrationMismatch(TypedLMError):
@@ -54,7 +56,7 @@ class FieldCalibration(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     type: Literal["boolean", "enum", "multi"]
     kind: Literal["temperature", "bias", "vector", "matrix", "logistic"]
-    choices: list[str] | None = None  # bias / vector / matrix: the candidate order of the parameters below
+    choices: list[str] | None = None  # bias / vector / matrix (multi vector: the options): the order of the parameters
     temperature: float | None = None  # temperature, bias
     scale: list[float] | None = None  # vector
     weights: list[list[float]] | None = None  # matrix: row c = weights of the log-scores for choice c
@@ -71,11 +73,11 @@ class FieldCalibration(BaseModel):
         need = {"temperature": ("temperature",), "bias": ("choices", "temperature", "bias"),
                 "vector": ("choices", "scale", "bias"), "matrix": ("choices", "weights", "bias"),
                 "logistic": ("a", "b")}[self.kind]
-        if (self.kind == "logistic") != (self.type == "multi"):
+        if self.kind not in (MULTI_KINDS if self.type == "multi" else SCALAR_KINDS):
             raise ValueError(f"kind {self.kind!r} does not calibrate a {self.type} field")
         given = {k for k in ("choices", "temperature", "scale", "weights", "bias", "a", "b", "threshold")
                  if getattr(self, k) is not None}
-        if self.kind == "logistic":
+        if self.type == "multi":
             given.discard("threshold")  # optional: 0 when absent
         if given != set(need):
             raise ValueError(f"kind {self.kind!r} takes {', '.join(need)}; got {', '.join(sorted(given)) or 'nothing'}")
@@ -116,7 +118,11 @@ class FieldCalibration(BaseModel):
             out[i] = got[j]
         return out
 
-    def yes_logit(self, log_yes: float, log_no: float) -> float:
+    def yes_logit(self, option: str, log_yes: float, log_no: float) -> float:
+        """A multi field's calibrated log-odds of ``option`` (kind ``vector``: that option's own scale and bias)."""
+        if self.kind == "vector":
+            i = self.choices.index(option)
+            return self.scale[i] * (log_yes - log_no) + self.bias[i]
         return self.a * (log_yes - log_no) + self.b
 
 
@@ -144,6 +150,9 @@ class CalibrationBundle(BaseModel):
                 raise CalibrationMismatch(f"calibration bundle {self.id} was made for {what} {mine!r}, "
                                           f"this decision uses {theirs!r}: refit it with `typedlm calibrate`")
         keys = {q.field: list(q.keys) for q in plan.questions if q.kind == "scalar"}
+        for q in plan.questions:
+            if q.kind == "option":
+                keys.setdefault(q.field, []).append(q.option)
         for name, fc in self.fields.items():
             if name not in plan.schema.names:
                 raise CalibrationMismatch(f"calibration bundle {self.id} calibrates field {name!r}, "

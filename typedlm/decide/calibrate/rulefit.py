@@ -4,8 +4,8 @@ Candidates per field (every one computed from the same stored raw scores, :mod:`
 
 - scalar fields: prior mode (``priors``: none / neutral, batch on request) × calibrator kind and its ``l2``
   (:func:`typedlm.decide.calibrate.fit.select_scalar`);
-- multi fields: prior mode × set rule (threshold / count / cardinality, :mod:`typedlm.decide.cardinality`),
-  each with the pooled logistic calibrator and its threshold fitted inside the fold.
+- multi fields: prior mode × set rule (threshold / count / cardinality, :mod:`typedlm.decide.cardinality`) ×
+  calibrator (the pooled ``logistic`` or the per-option ``vector``), the threshold fitted inside the fold.
 
 Each candidate is fitted on :data:`FOLDS` − 1 folds and scored on the held-out fold: accuracy (multi: the
 exact set). The choice: the best cross-validated accuracy; candidates within one standard error of it
@@ -22,9 +22,9 @@ from typing import Callable
 
 import numpy as np
 
-from .bundle import SCALAR_KINDS, FieldCalibration, ece
-from .fit import (FOLDS, Example, _multi_data, _scalar_data, best_set, field_points, fit_kind,
-                          fit_logistic, fit_threshold, multi_rows, select_scalar)
+from .bundle import MULTI_KINDS, SCALAR_KINDS, FieldCalibration, ece
+from .fit import (FOLDS, Example, _multi_data, _scalar_data, best_set, field_points, fit_kind, fit_logistic,
+                  fit_option_logistic, fit_threshold, multi_rows, select_scalar)
 from ..cardinality import SET_RULES, fitted
 
 PRIORS = ("neutral", "none")  # the default first: it wins exact ties
@@ -44,14 +44,22 @@ def pick(rows: list[dict], ftype: str) -> dict:
     return min(_near_best(rows), key=tie)
 
 
-def fit_multi(examples: list[Example], field: str, n: int, rule: str, prior: str) -> FieldCalibration:
-    """The multi rule ``rule`` fitted on ``examples``: logistic (a, b), the set-size prior, the threshold."""
-    a, b = fit_logistic(*_multi_data(examples, field))
+def fit_multi(examples: list[Example], field: str, n: int, rule: str, prior: str,
+              kind: str = "logistic") -> FieldCalibration:
+    """The multi rule ``rule`` fitted on ``examples``: the calibrator ``kind`` (pooled logistic (a, b) or per-option
+    vector), the set-size prior, the threshold."""
     card = fitted([len(ex.gold[field]) for ex in examples if ex.gold.get(field) is not None], n) \
         if rule == "cardinality" else None
-    t = fit_threshold(multi_rows(examples, field, a, b), size_term(rule, card))
-    return FieldCalibration(type="multi", kind="logistic", a=a, b=b, threshold=t, prior=prior, set_rule=rule,
-                            cardinality=card)
+    if kind == "vector":
+        options = sorted({o for ex in examples for o in (ex.scores.get(field) or {})})
+        scale, bias = fit_option_logistic(examples, field, options)
+        fc = FieldCalibration(type="multi", kind="vector", choices=options, scale=scale, bias=bias, prior=prior,
+                              set_rule=rule, cardinality=card)
+    else:
+        a, b = fit_logistic(*_multi_data(examples, field))
+        fc = FieldCalibration(type="multi", kind="logistic", a=a, b=b, prior=prior, set_rule=rule, cardinality=card)
+    t = fit_threshold(multi_rows(examples, field, fc), size_term(rule, card))
+    return fc.model_copy(update={"threshold": t})
 
 
 def size_term(rule: str, card: list[float] | None) -> Callable:
@@ -63,7 +71,7 @@ def size_term(rule: str, card: list[float] | None) -> Callable:
     return lambda count: None
 
 
-def cv_multi(examples: list[Example], field: str, n: int, rule: str, prior: str) -> dict:
+def cv_multi(examples: list[Example], field: str, n: int, rule: str, prior: str, kind: str = "logistic") -> dict:
     """Cross-validated exact-set accuracy, mean |size - gold size|, option-level ECE of one multi candidate."""
     ex = [e for e in examples if e.scores.get(field) is not None and e.gold.get(field) is not None]
     folds = min(FOLDS, len(ex))
@@ -71,27 +79,27 @@ def cv_multi(examples: list[Example], field: str, n: int, rule: str, prior: str)
     for f in range(folds):
         train = [e for i, e in enumerate(ex) if i % folds != f]
         held = [e for i, e in enumerate(ex) if i % folds == f]
-        fc = fit_multi(train, field, n, rule, prior)
+        fc = fit_multi(train, field, n, rule, prior, kind)
         term = size_term(rule, fc.cardinality)
-        for opts, z, count, gold in multi_rows(held, field, fc.a, fc.b):
+        for opts, z, count, gold in multi_rows(held, field, fc):
             sel = {opts[i] for i in best_set(z, fc.threshold, term(count))}
             hit.append(sel == gold)
             off.append(abs(len(sel) - len(gold)))
         c, k = field_points(held, field, "multi", fc)
         conf += c
         ok += k
-    return {"prior": prior, "set_rule": rule, "cv_acc": float(np.mean(hit)) if hit else 0.0,
+    return {"prior": prior, "set_rule": rule, "kind": kind, "cv_acc": float(np.mean(hit)) if hit else 0.0,
             "cv_size_error": float(np.mean(off)) if off else 0.0, "cv_ece": ece(conf, ok), "n": len(hit)}
 
 
 def choose_field(name: str, ftype: str, n_options: int, by_prior: dict[str, list[Example]], *, kinds=SCALAR_KINDS,
-                 set_rules=SET_RULES) -> tuple[FieldCalibration, dict]:
+                 set_rules=SET_RULES, multi_kinds=MULTI_KINDS) -> tuple[FieldCalibration, dict]:
     """One field's rule: every candidate cross-validated, the choice refitted on every example; and its record
     ({"chosen": the winning row, "candidates": every row})."""
     rows = []
     for prior, ex in by_prior.items():
         if ftype == "multi":
-            rows += [cv_multi(ex, name, n_options, rule, prior) for rule in set_rules]
+            rows += [cv_multi(ex, name, n_options, rule, prior, k) for rule in set_rules for k in multi_kinds]
         else:
             keys, x, gold = _scalar_data(ex, name)
             rows += [{"prior": prior, **r} for r in select_scalar(keys, ftype, x, gold, kinds)[1]]
@@ -100,7 +108,7 @@ def choose_field(name: str, ftype: str, n_options: int, by_prior: dict[str, list
     best = pick(rows, ftype)
     ex = by_prior[best["prior"]]
     if ftype == "multi":
-        fc = fit_multi(ex, name, n_options, best["set_rule"], best["prior"])
+        fc = fit_multi(ex, name, n_options, best["set_rule"], best["prior"], best["kind"])
     else:
         keys, x, gold = _scalar_data(ex, name)
         l2 = best["l2"] if best["l2"] is not None else 1.0
