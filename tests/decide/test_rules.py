@@ -126,6 +126,27 @@ def test_multi_vector_fit_recovers_option_base_rates_and_wins_cv():
     assert rec["chosen"]["kind"] == "vector"
 
 
+def test_count_rule_calibrates_the_count_question_to_the_gold_sizes(tiny):
+    """A count question that always says 'one' while the gold sets hold two: the fitted count map moves the
+    size term to two, and decide applies the same map to the count question."""
+    from typedlm.decide.calibrate.fit import Example
+    from typedlm.decide.calibrate.rulefit import fit_multi
+
+    raw_count = [math.log(p) for p in (0.05, 0.8, 0.1, 0.05)]
+    exs = [Example(scores={"tags": {"local": -0.1, "world": -0.2, "money": -3.0}}, gold={"tags": ["local", "world"]},
+                   counts={"tags": raw_count}) for _ in range(30)]
+    fc = fit_multi(exs, "tags", 3, "count", "none")
+    assert fc.count_scale is not None and max(range(4), key=fc.count_log_probs(raw_count).__getitem__) == 2
+    plan = plan_for(SCHEMA, tiny)
+    scores = [QuestionScore(tuple(raw_count), 0.0) if q.kind == "count" else QuestionScore((-0.7, -0.7), 0.0)
+              if q.kind == "option" else QuestionScore(tuple(-1.0 for _ in q.keys), 0.0) for q in plan.questions]
+    out = calibrated(plan, scores, rules_for(plan, DecideOptions(calibration=_bundle(tiny, tags=fc))))
+    i = next(i for i, q in enumerate(plan.questions) if q.kind == "count")
+    assert list(out[i].log_scores) == pytest.approx(fc.count_log_probs(raw_count))
+    with pytest.raises(ValueError, match="count_scale"):
+        FieldCalibration(**{**fc.model_dump(), "set_rule": "threshold"})
+
+
 def test_cardinality_prior_default_and_fitted():
     p = [math.exp(x) for x in default_prior(6)]
     assert sum(p) == pytest.approx(1.0) and p[1] > p[2] > p[3] > p[0] and p[1] + p[2] > 0.75

@@ -68,14 +68,17 @@ def final_scores(plan, scores: list[QuestionScore], rules: dict[str, Rule], logs
 
 
 def calibrated(plan, scores: list[QuestionScore], rules: dict[str, Rule]) -> list[QuestionScore]:
-    """Each field's calibrator applied (by candidate name); count questions and uncalibrated fields as given."""
+    """Each field's calibrator applied (by candidate name; a count question by its field's count map, if any);
+    uncalibrated fields as given."""
     out = list(scores)
     for qi, q in enumerate(plan.questions):
         fc = rules[q.field].calibration
-        if fc is None or q.kind == "count":
+        if fc is None:
             continue
         s = scores[qi]
-        if fc.type == "multi":
+        if q.kind == "count":
+            out[qi] = QuestionScore(tuple(fc.count_log_probs(s.log_scores)), s.log_legal_mass)
+        elif fc.type == "multi":
             z = fc.yes_logit(q.option, *s.log_scores)
             out[qi] = QuestionScore((log_sigmoid(z), log_sigmoid(-z)), s.log_legal_mass)
         else:

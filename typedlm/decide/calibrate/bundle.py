@@ -11,6 +11,10 @@ A bundle holds one :class:`FieldCalibration` per field, of a recorded *kind*:
 | ``logistic`` | multi | ``P(yes) = sigmoid(a (log P(yes) - log P(no)) + b)``, pooled over the field's options; plus the field's decision ``threshold`` (nats of log-odds, :mod:`typedlm.decide.constraints.joint`) |
 | ``vector`` | multi | ``P(yes_o) = sigmoid(s_o (log P(yes_o) - log P(no_o)) + b_o)``, one scale and bias per option (shrunk towards the pooled ``logistic``), and the ``threshold`` |
 
+A multi field whose set rule is ``count`` also calibrates its count question: ``count_scale`` / ``count_bias``
+(vector scaling of the count's log-probabilities over sizes 0..N, fitted against the gold set sizes), so the
+size term of the set rule is a calibrated p(|S| = k | text).
+
 then renormalized over the choices (scalar kinds). Log-scores enter clipped at :data:`LOG_FLOOR` so a
 near-zero probability cannot dominate a linear map. Each field's entry is its whole *decision rule*: the
 ``prior`` mode its scores are corrected with before calibration, the calibrator, and for multi fields the
@@ -67,6 +71,8 @@ class FieldCalibration(BaseModel):
     prior: Literal["none", "neutral", "batch"] = "neutral"  # the prior mode the scores are corrected with first
     set_rule: Literal["threshold", "count", "cardinality"] | None = None  # multi fields (required there)
     cardinality: list[float] | None = None  # set rule cardinality: log p(|S| = k), k = 0..N (else the default)
+    count_scale: list[float] | None = None  # set rule count: the count question's vector scaling, k = 0..N
+    count_bias: list[float] | None = None
 
     @model_validator(mode="after")
     def _parameters(self):
@@ -85,6 +91,9 @@ class FieldCalibration(BaseModel):
             raise ValueError("a multi field needs a set_rule; a scalar field takes none")
         if self.cardinality is not None and self.set_rule != "cardinality":
             raise ValueError("cardinality is the set_rule 'cardinality''s parameter")
+        if (self.count_scale is None) != (self.count_bias is None) or (
+                self.count_scale is not None and (self.set_rule != "count" or len(self.count_scale) != len(self.count_bias))):
+            raise ValueError("count_scale and count_bias (one entry per set size) go together, with the set_rule 'count'")
         if self.temperature is not None and not self.temperature > 0:
             raise ValueError(f"temperature must be > 0, got {self.temperature}")
         if self.choices is not None:
@@ -117,6 +126,13 @@ class FieldCalibration(BaseModel):
         for j, i in enumerate(at):
             out[i] = got[j]
         return out
+
+    def count_log_probs(self, logs: Sequence[float]) -> list[float]:
+        """A multi field's count-question log-probabilities (sizes 0..N), calibrated when the rule has a count map."""
+        if self.count_scale is None:
+            return list(logs)
+        x = np.maximum(np.asarray(log_softmax(list(logs)), dtype=np.float64), LOG_FLOOR)
+        return log_softmax((np.asarray(self.count_scale) * x + np.asarray(self.count_bias)).tolist())
 
     def yes_logit(self, option: str, log_yes: float, log_no: float) -> float:
         """A multi field's calibrated log-odds of ``option`` (kind ``vector``: that option's own scale and bias)."""
@@ -164,7 +180,8 @@ class CalibrationBundle(BaseModel):
                 raise CalibrationMismatch(f"calibration bundle {self.id}: field {name!r} was fitted on the "
                                           f"candidates {fc.choices}, this decision scores {keys[name]}")
             n = len(plan.schema[name].values)
-            if fc.cardinality is not None and len(fc.cardinality) != n + 1:
+            if (fc.cardinality is not None and len(fc.cardinality) != n + 1) or \
+                    (fc.count_scale is not None and len(fc.count_scale) != n + 1):
                 raise CalibrationMismatch(f"calibration bundle {self.id}: field {name!r} has a set-size prior "
                                           f"over 0..{len(fc.cardinality) - 1}, the field has {n} options")
 

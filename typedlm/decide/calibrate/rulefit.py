@@ -22,7 +22,7 @@ from typing import Callable
 
 import numpy as np
 
-from .bundle import MULTI_KINDS, SCALAR_KINDS, FieldCalibration, ece
+from .bundle import LOG_FLOOR, MULTI_KINDS, SCALAR_KINDS, FieldCalibration, ece
 from .fit import (FOLDS, Example, _multi_data, _scalar_data, best_set, field_points, fit_kind, fit_logistic,
                   fit_option_logistic, fit_threshold, multi_rows, select_scalar)
 from ..cardinality import SET_RULES, fitted
@@ -50,24 +50,38 @@ def fit_multi(examples: list[Example], field: str, n: int, rule: str, prior: str
     vector), the set-size prior, the threshold."""
     card = fitted([len(ex.gold[field]) for ex in examples if ex.gold.get(field) is not None], n) \
         if rule == "cardinality" else None
+    count = fit_count(examples, field, n) if rule == "count" else {}
     if kind == "vector":
         options = sorted({o for ex in examples for o in (ex.scores.get(field) or {})})
         scale, bias = fit_option_logistic(examples, field, options)
         fc = FieldCalibration(type="multi", kind="vector", choices=options, scale=scale, bias=bias, prior=prior,
-                              set_rule=rule, cardinality=card)
+                              set_rule=rule, cardinality=card, **count)
     else:
         a, b = fit_logistic(*_multi_data(examples, field))
-        fc = FieldCalibration(type="multi", kind="logistic", a=a, b=b, prior=prior, set_rule=rule, cardinality=card)
-    t = fit_threshold(multi_rows(examples, field, fc), size_term(rule, card))
+        fc = FieldCalibration(type="multi", kind="logistic", a=a, b=b, prior=prior, set_rule=rule, cardinality=card,
+                              **count)
+    t = fit_threshold(multi_rows(examples, field, fc), size_term(rule, fc))
     return fc.model_copy(update={"threshold": t})
 
 
-def size_term(rule: str, card: list[float] | None) -> Callable:
-    """row's count-question log-probs -> the set-size term of ``rule``."""
+def fit_count(examples: list[Example], field: str, n: int) -> dict:
+    """The set rule ``count``'s count map: vector scaling of the count question's log-probabilities (sizes 0..n)
+    fitted against the gold set sizes (``{}`` when no example has a count question)."""
+    rows = [(ex.counts[field], min(len(ex.gold[field]), n)) for ex in examples
+            if ex.counts.get(field) is not None and ex.gold.get(field) is not None]
+    if len(rows) < 2:
+        return {}
+    x = np.maximum(np.asarray([r for r, _ in rows], dtype=np.float64), LOG_FLOOR)
+    fc = fit_kind([str(k) for k in range(n + 1)], "enum", x, np.asarray([g for _, g in rows]), "vector")
+    return {"count_scale": fc.scale, "count_bias": fc.bias}
+
+
+def size_term(rule: str, fc: FieldCalibration | None) -> Callable:
+    """row's count-question log-probs -> the set-size term of ``rule`` (``fc``: its count map / set-size prior)."""
     if rule == "count":
-        return lambda count: count
+        return lambda count: count if fc is None or count is None else fc.count_log_probs(count)
     if rule == "cardinality":
-        return lambda count: card
+        return lambda count: fc.cardinality
     return lambda count: None
 
 
@@ -80,7 +94,7 @@ def cv_multi(examples: list[Example], field: str, n: int, rule: str, prior: str,
         train = [e for i, e in enumerate(ex) if i % folds != f]
         held = [e for i, e in enumerate(ex) if i % folds == f]
         fc = fit_multi(train, field, n, rule, prior, kind)
-        term = size_term(rule, fc.cardinality)
+        term = size_term(rule, fc)
         for opts, z, count, gold in multi_rows(held, field, fc):
             sel = {opts[i] for i in best_set(z, fc.threshold, term(count))}
             hit.append(sel == gold)
