@@ -250,6 +250,13 @@ def test_rule_ties_on_accuracy_go_to_the_lowest_cv_ece():
             {"prior": "none", "kind": "bias", "cv_acc": 0.30, "cv_nll": 0.90, "cv_ece": 0.01, "n": 120}]
     assert pick(rows, "enum")["kind"] == "temperature"  # within one SE of 0.50; the 0.30 row is not a tie
     assert pick([dict(r, cv_ece=0.05) for r in rows], "enum")["kind"] == "matrix"  # equal ECE: lowest NLL
+    multi = [{"prior": "neutral", "set_rule": "count", "kind": "vector", "cv_acc": 0.24, "cv_size_error": 0.9,
+              "cv_ece": 0.067, "n": 120},
+             {"prior": "none", "set_rule": "count", "kind": "vector", "cv_acc": 0.21, "cv_size_error": 1.0,
+              "cv_ece": 0.037, "n": 120},
+             {"prior": "none", "set_rule": "cardinality", "kind": "vector", "cv_acc": 0.21, "cv_size_error": 0.95,
+              "cv_ece": 0.037, "n": 120}]
+    assert pick(multi, "multi")["set_rule"] == "cardinality"  # tied accuracy: lowest ECE, then set-size error
 
 
 def test_cv_folds_are_stratified_so_the_class_prior_scores_the_majority_share():

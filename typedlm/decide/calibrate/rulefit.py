@@ -9,8 +9,8 @@ Candidates per field (every one computed from the same stored raw scores, :mod:`
 
 Each candidate is fitted on :data:`FOLDS` − 1 folds and scored on the held-out fold: accuracy (multi: the
 exact set). The choice: the best cross-validated accuracy; candidates within one standard error of it
-(sqrt(p (1 - p) / n)) count as tied and the tie goes to the lowest cross-validated ECE, then NLL (scalar:
-among rules that decide equally well, the one whose probabilities are best calibrated) / the smallest mean
+(sqrt(p (1 - p) / n)) count as tied and the tie goes to the lowest cross-validated ECE (among rules that decide
+equally well, the one whose probabilities are best calibrated), then NLL (scalar) / the smallest mean
 |set size - gold size| (multi), then to the earlier candidate (the default prior first).
 The chosen rule is refitted on every calibration case. Nothing here sees another split.
 """
@@ -38,9 +38,9 @@ def _near_best(rows: list[dict]) -> list[dict]:
 
 
 def pick(rows: list[dict], ftype: str) -> dict:
-    """The chosen candidate row: the best CV accuracy, ties (within one standard error) to the lowest CV ECE then
+    """The chosen candidate row: the best CV accuracy, ties (within one standard error) to the lowest CV ECE, then
     NLL (scalar) / the smallest CV set-size error (multi), then to the earlier row."""
-    tie = (lambda r: r["cv_size_error"]) if ftype == "multi" else (lambda r: (r["cv_ece"], r["cv_nll"]))
+    tie = (lambda r: (r["cv_ece"], r["cv_size_error"])) if ftype == "multi" else (lambda r: (r["cv_ece"], r["cv_nll"]))
     return min(_near_best(rows), key=tie)
 
 
