@@ -137,7 +137,9 @@ def test_calibrate_cli_kind(tiny_dir, tmp_path):
     r = CliRunner().invoke(app, base + ["--kind", "bias"])
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
-    assert out["bundle"]["fields"]["topic"]["kind"] == "bias" and out["bundle"]["fields"]["tags"]["kind"] == "logistic"
+    assert out["bundle"]["fields"]["topic"]["kind"] == "bias"  # --kind: scalar fields only
+    assert out["bundle"]["fields"]["tags"]["kind"] in ("logistic", "vector")
+    assert {c["kind"] for c in out["report"]["candidates"]["tags"]} == {"logistic", "vector"}
     assert {c["kind"] for c in out["report"]["candidates"]["topic"]} == {"bias"}
     assert {c["prior"] for c in out["report"]["candidates"]["topic"]} == {"none"}
 

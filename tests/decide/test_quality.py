@@ -100,7 +100,7 @@ def test_fit_threshold_recovers_the_set_sizes():
         top = OPTS[i % 5]
         ly = {o: math.log(0.9 if o == top else 0.7) for o in OPTS}
         exs.append(Example(scores={"topics": ly}, gold={"topics": [top]}, counts={"topics": [math.log(1 / 6)] * 6}))
-    t = fit_threshold(multi_rows(exs, "topics", 1.0, 0.0), lambda count: count)
+    t = fit_threshold(multi_rows(exs, "topics", None), lambda count: count)
     assert 0.85 <= t < 2.2  # between the runner-up's log-odds (0.85) and the top option's (2.2)
 
 

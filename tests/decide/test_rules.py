@@ -69,6 +69,84 @@ def test_a_bundle_with_other_candidates_is_refused(tiny):
         decide(SCHEMA, TEXTS[0], engine=tiny, calibration=_bundle(tiny, topic=other))
 
 
+def test_default_prior_auto_is_none_for_booleans_and_neutral_otherwise(tiny):
+    schema = {"fields": {**SCHEMA["fields"], "urgent": {"type": "boolean", "description": "Urgent?"}}}
+    plan = plan_for(schema, tiny)
+    assert {n: r.prior for n, r in rules_for(plan, DecideOptions()).items()} == \
+        {"topic": "neutral", "tags": "neutral", "urgent": "none"}
+    assert {r.prior for r in rules_for(plan, DecideOptions(prior="neutral")).values()} == {"neutral"}
+    d = decide(schema, TEXTS[0], engine=tiny)
+    assert d.fields["urgent"].prior == "none" and d.fields["topic"].prior == "neutral"
+
+
+MULTI_VECTOR = FieldCalibration(type="multi", kind="vector", choices=["local", "money", "world"], scale=[1.0, 2.0, 0.5],
+                                bias=[0.5, -1.0, 2.0], prior="none", set_rule="threshold")
+
+
+def test_multi_vector_calibrates_each_option_by_name_in_any_order(tiny):
+    opts = DecideOptions(calibration=_bundle(tiny, tags=MULTI_VECTOR))
+    raw = {"local": -0.2, "world": -1.5, "money": -0.9}  # log P(yes) per option
+    got = []
+    for schema in (SCHEMA, PERMUTED):
+        plan = plan_for(schema, tiny)
+        scores = [QuestionScore((raw[q.option], math.log(-math.expm1(raw[q.option]))), 0.0) if q.kind == "option"
+                  else QuestionScore(tuple(-1.0 for _ in q.keys), 0.0) for q in plan.questions]
+        out = calibrated(plan, scores, rules_for(plan, opts))
+        got.append({q.option: out[i].log_scores[0] for i, q in enumerate(plan.questions) if q.kind == "option"})
+    assert got[0] == pytest.approx(got[1], abs=1e-12)
+    for o, s, b in zip(MULTI_VECTOR.choices, MULTI_VECTOR.scale, MULTI_VECTOR.bias):
+        z = s * (raw[o] - math.log(-math.expm1(raw[o]))) + b
+        assert got[0][o] == pytest.approx(-math.log1p(math.exp(-z)), abs=1e-9)
+    d = decide(PERMUTED, TEXTS[0], engine=tiny, calibration=_bundle(tiny, tags=MULTI_VECTOR))
+    assert d.fields["tags"].calibrator is not None
+
+
+def test_multi_vector_fit_recovers_option_base_rates_and_wins_cv():
+    """Options whose log-odds share one scale but not one offset: the per-option fit finds the offsets, and
+    cross-validation prefers it to the pooled logistic (exact sets and option ECE)."""
+    import numpy as np
+
+    from typedlm.decide.calibrate.fit import Example
+    from typedlm.decide.calibrate.rulefit import choose_field, fit_multi
+
+    rng = np.random.default_rng(0)
+    offsets = {"a": 2.0, "b": 0.0, "c": -2.5}
+    exs = []
+    for _ in range(400):
+        z = {o: rng.normal(0, 1.5) for o in offsets}
+        gold = [o for o in offsets if rng.random() < 1 / (1 + math.exp(-(z[o] + offsets[o])))]
+        exs.append(Example(scores={"t": {o: -math.log1p(math.exp(-v)) for o, v in z.items()}}, gold={"t": gold}))
+    fc = fit_multi(exs, "t", 3, "threshold", "none", "vector")
+    assert fc.choices == ["a", "b", "c"]
+    rel = [b - fc.bias[1] for b in fc.bias]  # offsets against option b (shrunk a little towards the pooled fit)
+    assert 1.2 < rel[0] < 2.5 and -3.0 < rel[2] < -1.5
+    _fc, rec = choose_field("t", "multi", 3, {"none": exs}, set_rules=("threshold",))
+    rows = {r["kind"]: r for r in rec["candidates"]}
+    assert rows["vector"]["cv_acc"] > rows["logistic"]["cv_acc"] and rows["vector"]["cv_ece"] < rows["logistic"]["cv_ece"]
+    assert rec["chosen"]["kind"] == "vector"
+
+
+def test_count_rule_calibrates_the_count_question_to_the_gold_sizes(tiny):
+    """A count question that always says 'one' while the gold sets hold two: the fitted count map moves the
+    size term to two, and decide applies the same map to the count question."""
+    from typedlm.decide.calibrate.fit import Example
+    from typedlm.decide.calibrate.rulefit import fit_multi
+
+    raw_count = [math.log(p) for p in (0.05, 0.8, 0.1, 0.05)]
+    exs = [Example(scores={"tags": {"local": -0.1, "world": -0.2, "money": -3.0}}, gold={"tags": ["local", "world"]},
+                   counts={"tags": raw_count}) for _ in range(30)]
+    fc = fit_multi(exs, "tags", 3, "count", "none")
+    assert fc.count_scale is not None and max(range(4), key=fc.count_log_probs(raw_count).__getitem__) == 2
+    plan = plan_for(SCHEMA, tiny)
+    scores = [QuestionScore(tuple(raw_count), 0.0) if q.kind == "count" else QuestionScore((-0.7, -0.7), 0.0)
+              if q.kind == "option" else QuestionScore(tuple(-1.0 for _ in q.keys), 0.0) for q in plan.questions]
+    out = calibrated(plan, scores, rules_for(plan, DecideOptions(calibration=_bundle(tiny, tags=fc))))
+    i = next(i for i, q in enumerate(plan.questions) if q.kind == "count")
+    assert list(out[i].log_scores) == pytest.approx(fc.count_log_probs(raw_count))
+    with pytest.raises(ValueError, match="count_scale"):
+        FieldCalibration(**{**fc.model_dump(), "set_rule": "threshold"})
+
+
 def test_cardinality_prior_default_and_fitted():
     p = [math.exp(x) for x in default_prior(6)]
     assert sum(p) == pytest.approx(1.0) and p[1] > p[2] > p[3] > p[0] and p[1] + p[2] > 0.75
@@ -172,6 +250,13 @@ def test_rule_ties_on_accuracy_go_to_the_lowest_cv_ece():
             {"prior": "none", "kind": "bias", "cv_acc": 0.30, "cv_nll": 0.90, "cv_ece": 0.01, "n": 120}]
     assert pick(rows, "enum")["kind"] == "temperature"  # within one SE of 0.50; the 0.30 row is not a tie
     assert pick([dict(r, cv_ece=0.05) for r in rows], "enum")["kind"] == "matrix"  # equal ECE: lowest NLL
+    multi = [{"prior": "neutral", "set_rule": "count", "kind": "vector", "cv_acc": 0.24, "cv_size_error": 0.9,
+              "cv_ece": 0.067, "n": 120},
+             {"prior": "none", "set_rule": "count", "kind": "vector", "cv_acc": 0.21, "cv_size_error": 1.0,
+              "cv_ece": 0.037, "n": 120},
+             {"prior": "none", "set_rule": "cardinality", "kind": "vector", "cv_acc": 0.21, "cv_size_error": 0.95,
+              "cv_ece": 0.037, "n": 120}]
+    assert pick(multi, "multi")["set_rule"] == "cardinality"  # tied accuracy: lowest ECE, then set-size error
 
 
 def test_cv_folds_are_stratified_so_the_class_prior_scores_the_majority_share():

@@ -247,11 +247,14 @@ def test_dependency_waves(tiny):
 
 
 def test_record_keys_and_summary(tiny):
-    d = decide(SCHEMA, CTXS[0], engine=tiny)  # the default prior is recorded
-    for f in d.to_dict()["fields"].values():
+    d = decide(SCHEMA, CTXS[0], engine=tiny)  # the default prior is recorded, resolved per field type ("auto")
+    assert pr.DEFAULT_PRIOR == "auto"
+    for name, f in d.to_dict()["fields"].items():
         assert tuple(f) == FIELD_KEYS
         assert (f["score_source"], f["prior"], f["calibrator"], f["temperature"], f["constraint_changed"]) == \
-            ("batched", pr.DEFAULT_PRIOR, None, None, False)
+            ("batched", pr.AUTO[SCHEMA["fields"][name]["type"]], None, None, False)
+    assert {f: x["prior"] for f, x in d.to_dict()["fields"].items()} == {"topic": "neutral", "spam": "none",
+                                                                       "tags": "neutral"}
     s = decide(SCHEMA, CTXS[0], engine=tiny, prior="none").to_dict()["summary"]
     assert s.count(";") == len(d.fields) - 1 and "topic=" in s and "(batched)" in s
     assert "prior neutral" in decide(SCHEMA, CTXS[0], engine=tiny, prior="neutral").summary()

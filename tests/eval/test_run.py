@@ -79,7 +79,8 @@ def test_prediction_lines_contract(done_run):
     assert lines and all(list(ln) == KEYS for ln in lines)
     for ln in lines:  # the semantics record: how decide made the number (parallel track only)
         if ln["track"] == "parallel":
-            assert ln["record"]["score_source"] == "batched" and ln["record"]["prior"] == "neutral"
+            assert ln["record"]["score_source"] == "batched"  # the default prior auto: none for booleans
+            assert ln["record"]["prior"] == ("none" if ln["field_type"] == "boolean" else "neutral")
         else:
             assert ln["record"] is None
     by = {}

@@ -98,7 +98,8 @@ def decide(
     none_of_above: bool = typer.Option(False, "--none-of-above", help="offer 'none of the above' on enum fields"),
     abstain_below: Optional[float] = typer.Option(None, "--abstain-below", help="abstain when margin < this"),
     prior: Optional[str] = typer.Option(None, "--prior",
-                                        help="neutral (the default: divide out the content-free prior) | none | "
+                                        help="auto (the default: none for boolean fields, neutral for the others) | "
+                                             "neutral (divide out the content-free prior) | none | "
                                              "batch (with --input: each chunk of contexts' own prior)"),
     calibration: Optional[Path] = typer.Option(None, "--calibration", help="bundle from `typedlm calibrate`"),
     order: Optional[str] = typer.Option(None, "--order", help="given (the default) | averaged: each choice field scored "

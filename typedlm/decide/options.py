@@ -39,7 +39,8 @@ class DecideOptions(BaseModel):
     scoring: Literal["labels", "slots"] = DEFAULT_SCORING
     allow_none_of_above: bool = False  # enum fields also offer "none of the above"
     abstain_below_margin: float | None = Field(default=None, ge=0.0, le=1.0)  # nullable fields abstain below it
-    prior: Literal["none", "neutral", "batch"] = DEFAULT_PRIOR  # "batch": from the call's own contexts (>= 2)
+    prior: Literal["auto", "none", "neutral", "batch"] = DEFAULT_PRIOR  # auto: per field type (prior.AUTO);
+    # "batch": from the call's own contexts (>= 2)
     set_rule: Literal["threshold", "count", "cardinality"] = DEFAULT_SET_RULE  # multi fields (decide.cardinality)
     calibration: CalibrationBundle | None = None  # `typedlm calibrate`: per-field rules, overriding prior/set_rule
     packing: Literal["auto", "packed", "expand", "fused"] = DEFAULT_PACKING

@@ -32,7 +32,8 @@ from .prompt import content_free_ids
 from .result import QuestionScore
 
 PRIOR_MODES = ("none", "neutral", "batch")
-DEFAULT_PRIOR = "neutral"  # macro-F1 over "none": typedlm bench trust (docs/benchmarks.md)
+AUTO = {"boolean": "none", "enum": "neutral", "multi": "neutral"}  # prior "auto": the mode per field type
+DEFAULT_PRIOR = "auto"  # AUTO won the most fields per type: bench/quality_defaults.py (bench/results/quality/defaults.md)
 CONTENT_FREE = ("N/A", "", "[MASK]")
 MIN_BATCH = 2
 
@@ -44,12 +45,17 @@ class PriorError(TypedLMError):
 
 
 def check_mode(prior: str, n_contexts: int | None = None) -> str:
-    if prior not in PRIOR_MODES:
-        raise PriorError(f"prior must be one of {', '.join(PRIOR_MODES)}, got {prior!r}")
+    if prior not in PRIOR_MODES and prior != "auto":
+        raise PriorError(f"prior must be auto or one of {', '.join(PRIOR_MODES)}, got {prior!r}")
     if prior == "batch" and n_contexts is not None and n_contexts < MIN_BATCH:
         raise PriorError(f"prior='batch' estimates the prior from the batch itself: give decide_many at least "
                            f"{MIN_BATCH} contexts (got {n_contexts}), or use prior='neutral'")
     return prior
+
+
+def field_mode(prior: str, ftype: str) -> str:
+    """The prior mode a field of type ``ftype`` gets under the option ``prior`` (``auto``: :data:`AUTO`)."""
+    return AUTO[ftype] if prior == "auto" else prior
 
 
 def batch_chunks(n: int, size: int, prior: str) -> list[tuple[int, int]]:

@@ -2,7 +2,7 @@
 
 A field's rule comes from the calibration bundle when the bundle has the field (``typedlm calibrate`` chose
 it by cross-validation on the calibration split: :mod:`typedlm.decide.calibrate.rulefit`), else from the options:
-``DecideOptions.prior`` and ``DecideOptions.set_rule`` (the set rule ``cardinality`` with
+``DecideOptions.prior`` (``auto``: per field type, :data:`typedlm.decide.prior.AUTO`) and ``DecideOptions.set_rule`` (the set rule ``cardinality`` with
 :func:`typedlm.decide.cardinality.default_prior`). ``decide`` / ``decide_many`` (and so eval, the server and
 the playground) and the offline variants of :mod:`typedlm.decide.calibrate.collect` all go through :func:`rules_for`,
 :func:`final_scores` and :func:`count_terms`, so a bundle means the same everywhere.
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from .calibrate.bundle import FieldCalibration
 from .cardinality import default_prior
 from .logmath import log_sigmoid
-from .prior import PriorError, adjust_fields, check_mode
+from .prior import PriorError, adjust_fields, check_mode, field_mode
 from .result import QuestionScore
 
 
@@ -42,7 +42,7 @@ def rules_for(plan, options) -> dict[str, Rule]:
         card = None
         if rule == "cardinality":
             card = tuple(fc.cardinality if fc is not None and fc.cardinality else default_prior(len(f.values)))
-        out[f.name] = Rule(fc.prior if fc is not None else options.prior, fc, rule,
+        out[f.name] = Rule(fc.prior if fc is not None else field_mode(options.prior, f.type), fc, rule,
                            (fc.threshold or 0.0) if fc is not None else 0.0, card)
     return out
 
@@ -68,15 +68,18 @@ def final_scores(plan, scores: list[QuestionScore], rules: dict[str, Rule], logs
 
 
 def calibrated(plan, scores: list[QuestionScore], rules: dict[str, Rule]) -> list[QuestionScore]:
-    """Each field's calibrator applied (by candidate name); count questions and uncalibrated fields as given."""
+    """Each field's calibrator applied (by candidate name; a count question by its field's count map, if any);
+    uncalibrated fields as given."""
     out = list(scores)
     for qi, q in enumerate(plan.questions):
         fc = rules[q.field].calibration
-        if fc is None or q.kind == "count":
+        if fc is None:
             continue
         s = scores[qi]
-        if fc.type == "multi":
-            z = fc.yes_logit(*s.log_scores)
+        if q.kind == "count":
+            out[qi] = QuestionScore(tuple(fc.count_log_probs(s.log_scores)), s.log_legal_mass)
+        elif fc.type == "multi":
+            z = fc.yes_logit(q.option, *s.log_scores)
             out[qi] = QuestionScore((log_sigmoid(z), log_sigmoid(-z)), s.log_legal_mass)
         else:
             out[qi] = QuestionScore(tuple(fc.log_probs_by_name(q.keys, s.log_scores)), s.log_legal_mass)

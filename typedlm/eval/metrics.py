@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..decide.calibrate.bundle import ece
+from ..decide.calibrate.bundle import ece, ece_floor
 from ..errors import TypedLMError
 
 ECE_BINS = 15
@@ -197,6 +197,7 @@ def summarize(g: Group, *, n_boot: int = 1000, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
     boots = [compute(g, rng.integers(0, g.n, g.n)) for _ in range(n_boot)]
     out = {m: _interval([b[m] for b in boots], point[m]) for m in METRICS}
+    out["ece_floor"] = {"value": ece_floor(_conf_hit(g, np.arange(g.n))[0], ECE_BINS), "lo": None, "hi": None}
     out["n"] = g.n
     return out
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 COLUMNS = ("dataset", "field", "n test", "majority", "naive_local (n)", "parallel default", "parallel calibrated",
            "rule chosen on calibration (CV acc)", "default vs majority / naive", "calibrated vs majority / naive",
-           "ECE default → calibrated", "flip default / calibrated (n)", "set size default / calibrated / gold")
+           "ECE default → calibrated (floor)", "flip default / calibrated (n)", "set size default / calibrated / gold")
 
 
 def _ci(m: dict | None, digits: int = 3) -> str:
@@ -35,7 +35,7 @@ def verdict(acc: dict | None, other: dict | None, *, interval: bool) -> str:
 
 
 def _rule(r: dict) -> str:
-    how = r.get("set_rule") or r.get("kind", "")
+    how = f"{r['set_rule']} + {r.get('kind', 'logistic')}" if r.get("set_rule") else r.get("kind", "")
     return f"{r['prior']} + {how} ({r['cv_acc']:.3f})"
 
 
@@ -55,7 +55,7 @@ def rows(summary: dict) -> list[list[str]]:
             out.append([d["dataset"], field, f"{d['n_test']} of {d['n_test_split']}", _num(maj),
                         f"{_ci(naive.get('accuracy'))} ({naive.get('n', 0)})", _ci(dflt.get("accuracy")),
                         _ci(cal.get("accuracy")), _rule(d["rules"][field]), vs[0], vs[1],
-                        f"{_num(dflt.get('ece'))} → {_num(cal.get('ece'))}", flip, size])
+                        f"{_num(dflt.get('ece'))} → {_num(cal.get('ece'))} ({_num(cal.get('ece_floor'))})", flip, size])
     return out
 
 
@@ -69,7 +69,9 @@ def markdown(summary: dict) -> str:
                     f"{lim['test'] or 'whole split'}, flip {lim['flip']}, naive {lim['naive']}, candidate order "
                     f"{lim.get('order', 'given')}; {d['seconds']:.0f} s" + (f"; {d['machine']}" if d.get("machine") else "") + ")")
     head += ["", "Accuracy (multi fields: exact set) with 95 % bootstrap intervals over test cases; verdicts: win / "
-             "tie (intervals overlap) / loss against the majority and against naive_local.", ""]
+             "tie (intervals overlap) / loss against the majority and against naive_local. ECE floor: the ECE a "
+             "perfectly calibrated predictor with the calibrated variant's confidences shows on as many cases "
+             "(the estimator's own bias; an ECE near it is noise).", ""]
     table = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     table += ["| " + " | ".join(r) + " |" for r in rows(summary)]
     return "\n".join(head + table) + "\n"

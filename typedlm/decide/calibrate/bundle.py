@@ -9,6 +9,11 @@ A bundle holds one :class:`FieldCalibration` per field, of a recorded *kind*:
 | ``vector`` | boolean / enum | ``s_c log p_c + b_c`` (vector scaling) |
 | ``matrix`` | boolean / enum | ``W log p + b`` (matrix scaling, Guo et al. 2017) |
 | ``logistic`` | multi | ``P(yes) = sigmoid(a (log P(yes) - log P(no)) + b)``, pooled over the field's options; plus the field's decision ``threshold`` (nats of log-odds, :mod:`typedlm.decide.constraints.joint`) |
+| ``vector`` | multi | ``P(yes_o) = sigmoid(s_o (log P(yes_o) - log P(no_o)) + b_o)``, one scale and bias per option (shrunk towards the pooled ``logistic``), and the ``threshold`` |
+
+A multi field whose set rule is ``count`` also calibrates its count question: ``count_scale`` / ``count_bias``
+(vector scaling of the count's log-probabilities over sizes 0..N, fitted against the gold set sizes), so the
+size term of the set rule is a calibrated p(|S| = k | text).
 
 then renormalized over the choices (scalar kinds). Log-scores enter clipped at :data:`LOG_FLOOR` so a
 near-zero probability cannot dominate a linear map. Each field's entry is its whole *decision rule*: the
@@ -44,6 +49,7 @@ FORMAT = "typedlm-calibration/4"
 BINS = 15
 LOG_FLOOR = -50.0  # log-scores below this enter the scalar calibrators as this
 SCALAR_KINDS = ("temperature", "bias", "vector", "matrix")
+MULTI_KINDS = ("logistic", "vector")
 
 
 class CalibrationMismatch(TypedLMError):
@@ -54,7 +60,7 @@ class FieldCalibration(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     type: Literal["boolean", "enum", "multi"]
     kind: Literal["temperature", "bias", "vector", "matrix", "logistic"]
-    choices: list[str] | None = None  # bias / vector / matrix: the candidate order of the parameters below
+    choices: list[str] | None = None  # bias / vector / matrix (multi vector: the options): the order of the parameters
     temperature: float | None = None  # temperature, bias
     scale: list[float] | None = None  # vector
     weights: list[list[float]] | None = None  # matrix: row c = weights of the log-scores for choice c
@@ -65,17 +71,19 @@ class FieldCalibration(BaseModel):
     prior: Literal["none", "neutral", "batch"] = "neutral"  # the prior mode the scores are corrected with first
     set_rule: Literal["threshold", "count", "cardinality"] | None = None  # multi fields (required there)
     cardinality: list[float] | None = None  # set rule cardinality: log p(|S| = k), k = 0..N (else the default)
+    count_scale: list[float] | None = None  # set rule count: the count question's vector scaling, k = 0..N
+    count_bias: list[float] | None = None
 
     @model_validator(mode="after")
     def _parameters(self):
         need = {"temperature": ("temperature",), "bias": ("choices", "temperature", "bias"),
                 "vector": ("choices", "scale", "bias"), "matrix": ("choices", "weights", "bias"),
                 "logistic": ("a", "b")}[self.kind]
-        if (self.kind == "logistic") != (self.type == "multi"):
+        if self.kind not in (MULTI_KINDS if self.type == "multi" else SCALAR_KINDS):
             raise ValueError(f"kind {self.kind!r} does not calibrate a {self.type} field")
         given = {k for k in ("choices", "temperature", "scale", "weights", "bias", "a", "b", "threshold")
                  if getattr(self, k) is not None}
-        if self.kind == "logistic":
+        if self.type == "multi":
             given.discard("threshold")  # optional: 0 when absent
         if given != set(need):
             raise ValueError(f"kind {self.kind!r} takes {', '.join(need)}; got {', '.join(sorted(given)) or 'nothing'}")
@@ -83,6 +91,9 @@ class FieldCalibration(BaseModel):
             raise ValueError("a multi field needs a set_rule; a scalar field takes none")
         if self.cardinality is not None and self.set_rule != "cardinality":
             raise ValueError("cardinality is the set_rule 'cardinality''s parameter")
+        if (self.count_scale is None) != (self.count_bias is None) or (
+                self.count_scale is not None and (self.set_rule != "count" or len(self.count_scale) != len(self.count_bias))):
+            raise ValueError("count_scale and count_bias (one entry per set size) go together, with the set_rule 'count'")
         if self.temperature is not None and not self.temperature > 0:
             raise ValueError(f"temperature must be > 0, got {self.temperature}")
         if self.choices is not None:
@@ -116,7 +127,18 @@ class FieldCalibration(BaseModel):
             out[i] = got[j]
         return out
 
-    def yes_logit(self, log_yes: float, log_no: float) -> float:
+    def count_log_probs(self, logs: Sequence[float]) -> list[float]:
+        """A multi field's count-question log-probabilities (sizes 0..N), calibrated when the rule has a count map."""
+        if self.count_scale is None:
+            return list(logs)
+        x = np.maximum(np.asarray(log_softmax(list(logs)), dtype=np.float64), LOG_FLOOR)
+        return log_softmax((np.asarray(self.count_scale) * x + np.asarray(self.count_bias)).tolist())
+
+    def yes_logit(self, option: str, log_yes: float, log_no: float) -> float:
+        """A multi field's calibrated log-odds of ``option`` (kind ``vector``: that option's own scale and bias)."""
+        if self.kind == "vector":
+            i = self.choices.index(option)
+            return self.scale[i] * (log_yes - log_no) + self.bias[i]
         return self.a * (log_yes - log_no) + self.b
 
 
@@ -144,6 +166,9 @@ class CalibrationBundle(BaseModel):
                 raise CalibrationMismatch(f"calibration bundle {self.id} was made for {what} {mine!r}, "
                                           f"this decision uses {theirs!r}: refit it with `typedlm calibrate`")
         keys = {q.field: list(q.keys) for q in plan.questions if q.kind == "scalar"}
+        for q in plan.questions:
+            if q.kind == "option":
+                keys.setdefault(q.field, []).append(q.option)
         for name, fc in self.fields.items():
             if name not in plan.schema.names:
                 raise CalibrationMismatch(f"calibration bundle {self.id} calibrates field {name!r}, "
@@ -155,7 +180,8 @@ class CalibrationBundle(BaseModel):
                 raise CalibrationMismatch(f"calibration bundle {self.id}: field {name!r} was fitted on the "
                                           f"candidates {fc.choices}, this decision scores {keys[name]}")
             n = len(plan.schema[name].values)
-            if fc.cardinality is not None and len(fc.cardinality) != n + 1:
+            if (fc.cardinality is not None and len(fc.cardinality) != n + 1) or \
+                    (fc.count_scale is not None and len(fc.count_scale) != n + 1):
                 raise CalibrationMismatch(f"calibration bundle {self.id}: field {name!r} has a set-size prior "
                                           f"over 0..{len(fc.cardinality) - 1}, the field has {n} options")
 

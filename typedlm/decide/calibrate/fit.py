@@ -10,8 +10,9 @@ Every scalar kind of :mod:`typedlm.decide.calibrate.bundle` is a multinomial log
 
 :func:`select_scalar` cross-validates every kind (and its ``l2``) on the fit examples only
 (:data:`FOLDS` folds stratified by gold class: accuracy, NLL, ECE); :mod:`typedlm.decide.calibrate.rulefit` chooses among them together with
-the prior mode. Multi fields get the pooled ``logistic`` (Newton, weight-1 L2) and a threshold for their
-set rule (:func:`fit_threshold`, :func:`best_set`).
+the prior mode. Multi fields get the pooled ``logistic`` (Newton, weight-1 L2) or the per-option ``vector``
+(:func:`fit_option_logistic`: each option's own scale and bias, its L2 shrinking towards the pooled fit) and a
+threshold for their set rule (:func:`fit_threshold`, :func:`best_set`).
 """
 
 from __future__ import annotations
@@ -56,28 +57,40 @@ def _scalar_data(examples: list[Example], field: str):
         np.asarray(gold, dtype=int)
 
 
-def _multi_data(examples: list[Example], field: str):
+def _log_no(ly: float) -> float:
+    return math.log(max(-math.expm1(ly), 1e-300))
+
+
+def _multi_data(examples: list[Example], field: str, option: str | None = None):
+    """(log-odds, outcome) of every option (``option``: that one alone) of every labelled example."""
     z, y = [], []
     for ex in examples:
         sc, g = ex.scores.get(field), ex.gold.get(field)
         if sc is None or g is None:
             continue
         for opt, ly in sc.items():
-            ln = math.log(max(-math.expm1(ly), 1e-300))
-            z.append(ly - ln)
-            y.append(1 if opt in g else 0)
+            if option is None or opt == option:
+                z.append(ly - _log_no(ly))
+                y.append(1 if opt in g else 0)
     return z, y
+
+
+def _yes_logit(fc: FieldCalibration | None, opt: str, ly: float) -> float:
+    return fc.yes_logit(opt, ly, _log_no(ly)) if fc is not None else ly - _log_no(ly)
 
 
 def field_points(examples: list[Example], field: str, ftype: str, fc: FieldCalibration | None = None):
     """(confidence, outcome) pairs for ECE and reliability diagrams, after applying ``fc`` if given."""
     conf, ok = [], []
     if ftype == "multi":
-        z, y = _multi_data(examples, field)
-        for zi, yi in zip(z, y):  # the yes/no decision's confidence, as the eval harness bins it
-            p = math.exp(log_sigmoid(fc.a * zi + fc.b if fc else zi))
-            conf.append(max(p, 1 - p))
-            ok.append(1.0 if (p >= 0.5) == bool(yi) else 0.0)
+        for ex in examples:  # the yes/no decision's confidence, as the eval harness bins it
+            sc, g = ex.scores.get(field), ex.gold.get(field)
+            if sc is None or g is None:
+                continue
+            for opt, ly in sc.items():
+                p = math.exp(log_sigmoid(_yes_logit(fc, opt, ly)))
+                conf.append(max(p, 1 - p))
+                ok.append(1.0 if (p >= 0.5) == (opt in g) else 0.0)
         return conf, ok
     _keys, logits, gold = _scalar_data(examples, field)
     for r, g in zip(logits, gold):
@@ -114,22 +127,36 @@ def fit_temperature(logits, gold) -> float:
     return math.exp((lo + hi) / 2)
 
 
-def fit_logistic(z: list[float], y: list[int], l2: float = 1.0) -> tuple[float, float]:
-    """(a, b) maximizing sum log sigmoid(+-(a z + b)) - l2 (a^2 + b^2) / 2 by Newton's method."""
+def fit_logistic(z: list[float], y: list[int], l2: float = 1.0,
+                 centre: tuple[float, float] = (0.0, 0.0)) -> tuple[float, float]:
+    """(a, b) maximizing sum log sigmoid(+-(a z + b)) - l2 |(a, b) - centre|^2 / 2 by Newton's method."""
     if not z:
-        return 1.0, 0.0
+        return (1.0, 0.0) if centre == (0.0, 0.0) else centre
     X = np.stack([np.asarray(z, dtype=np.float64), np.ones(len(z))], axis=1)
     t = np.asarray(y, dtype=np.float64)
-    w = np.array([1.0, 0.0])
+    c = np.asarray(centre, dtype=np.float64)
+    w = np.array([1.0, 0.0]) if centre == (0.0, 0.0) else c.copy()
     for _ in range(100):
         p = 0.5 * (1 + np.tanh(0.5 * (X @ w)))  # sigmoid, without overflow
-        grad = X.T @ (p - t) + l2 * w
+        grad = X.T @ (p - t) + l2 * (w - c)
         H = (X * (p * (1 - p))[:, None]).T @ X + l2 * np.eye(2)
         step = np.linalg.solve(H, grad)
         w -= step
         if np.abs(step).max() < 1e-10:
             break
     return float(w[0]), float(w[1])
+
+
+OPTION_L2 = 4.0  # per-option fits: the L2 weight pulling each option's (scale, bias) to the pooled fit
+
+
+def fit_option_logistic(examples: list[Example], field: str, options: Sequence[str],
+                        l2: float = OPTION_L2) -> tuple[list[float], list[float]]:
+    """Per option (scale, bias) of the multi kind ``vector``: each option's logistic fit, shrunk towards the
+    pooled :func:`fit_logistic` (so an option seen rarely keeps the pooled map)."""
+    pooled = fit_logistic(*_multi_data(examples, field))
+    fits = [fit_logistic(*_multi_data(examples, field, o), l2=l2, centre=pooled) for o in options]
+    return [a for a, _ in fits], [b for _, b in fits]
 
 
 THRESHOLDS = tuple(round(0.25 * i, 2) for i in range(-12, 13))  # nats of log-odds searched by fit_threshold
@@ -152,14 +179,15 @@ def best_set(z: Sequence[float], t: float, sizes: Sequence[float] | None, lo: in
     return order[:best_k]
 
 
-def multi_rows(examples: list[Example], field: str, a: float, b: float):
-    """(options, calibrated log-odds, count-question log-probs, gold set) per example of a multi field."""
+def multi_rows(examples: list[Example], field: str, fc: FieldCalibration | None):
+    """(options, calibrated log-odds, count-question log-probs, gold set) per example of a multi field
+    (``fc`` None: the log-odds as scored)."""
     rows = []
     for ex in examples:
         sc, g = ex.scores.get(field), ex.gold.get(field)
         if sc is None or g is None:
             continue
-        z = [a * (ly - math.log(max(-math.expm1(ly), 1e-300))) + b for ly in sc.values()]
+        z = [_yes_logit(fc, opt, ly) for opt, ly in sc.items()]
         rows.append((list(sc), z, ex.counts.get(field), set(g)))
     return rows
 
