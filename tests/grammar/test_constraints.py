@@ -15,6 +15,8 @@ from typedlm import config
 from typedlm.generate import generate
 from typedlm.errors import ConstraintError, GrammarCompileError
 from typedlm.grammar import GrammarDisabled, make_constraint
+from typedlm.grammar.compiler import Grammars
+from typedlm.grammar.controller import accepts_text
 
 
 class Item(BaseModel):
@@ -207,7 +209,6 @@ REFUSED = [
     ({"oneOf": [{"type": "string", "format": "idn-email"}, {"type": "string", "format": "uuid"}]}, "oneOf", "/oneOf"),
     ({"type": "string", "pattern": "^(?!x)"}, "pattern", "/pattern"),
     ({"$ref": "http://example.com/s.json"}, "$ref", "/$ref"),
-    ({"type": "object", "propertyNames": {"maxLength": 2}, "maxProperties": 3}, "maxProperties", "/"),
     ({"anyOf": [{"properties": {"a": {}}}, {"properties": {"b": {}}}], "unevaluatedProperties": False},
      "unevaluatedProperties", "/unevaluatedProperties"),
 ]
@@ -222,6 +223,19 @@ def test_unenforceable_keywords_are_refused_with_pointer(tiny, schema, keyword, 
     assert e.value.keyword == keyword
     assert e.value.pointer == pointer
     assert keyword in str(e.value) and pointer in str(e.value)
+
+
+def test_property_count_beside_property_names_on_llguidance_refused_by_xgrammar(tiny):
+    """xgrammar's grammar cannot count properties beside propertyNames (a named refusal); llguidance can, so the
+    default engine (handoff) serves the schema on llguidance exactly."""
+    schema = {"type": "object", "propertyNames": {"maxLength": 2}, "maxProperties": 3}
+    with pytest.raises(GrammarCompileError) as e:
+        Grammars(tiny.grammars.tokenizer_info, engine="xgrammar").compile(make_constraint(json_schema=schema,
+                                                                                          strict=False))
+    assert (e.value.keyword, e.value.pointer) == ("maxProperties", "/")
+    compiled, _ = tiny.grammars.compile(make_constraint(json_schema=schema, strict=False))
+    texts = ['{}', '{"a": 1, "b": 2, "c": 3}', '{"a": 1, "b": 2, "c": 3, "d": 4}', '{"abc": 1}']
+    assert [accepts_text(compiled, t) for t in texts] == [True, True, False, False]
 
 
 def test_lenient_compiles_and_reports_validity(tiny):

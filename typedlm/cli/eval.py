@@ -26,10 +26,9 @@ def eval_cmd(
     naive_limit: int = typer.Option(100, "--naive-limit", help="with --suite: test cases naive_local answers"),
     track: str = typer.Option("parallel,naive_local", "--track", help="comma list: parallel, naive_local, openai"),
     modes: str = typer.Option("labels,slots", "--modes", help="parallel track scoring modes (comma list)"),
-    prior: str = typer.Option("auto", "--prior",
-                              help="parallel track prior: auto (none for boolean fields, neutral for the others) | "
-                                   "none | neutral | batch (each chunk of --chunk cases "
-                                   "decided in one decide_many call takes its own prior; needs --no-flip)"),
+    prior: str = typer.Option("auto", "--prior", help="parallel track prior: auto (none for boolean fields, neutral "
+                              "for the others) | none | neutral | batch (each chunk of --chunk cases decided in one "
+                              "decide_many call takes its own prior; needs --no-flip)"),
     calibration: Optional[Path] = typer.Option(None, "--calibration",
                                                help="parallel track: apply this bundle (typedlm calibrate)"),
     order: Optional[str] = typer.Option(None, "--order", help="given | averaged (choices scored in two orders)"),
