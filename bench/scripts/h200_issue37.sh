@@ -7,7 +7,8 @@
 # 3. `bench gen` b1 / b32 free + JSON Schema (warm cache);
 # 4. `bench prefix-cache --runs 3 --many 16`, each on a cold cache (the compile-worker pool starts in that process):
 #    inductor's compile workers kept (TYPEDLM_RELEASE_COMPILE_WORKERS=0), released after captures (the default),
-#    and compile_threads 1 (no pool) if time is left.
+#    and compile_threads 1 (no pool) if time is left;
+# 5. if time is left, bench/scripts/sched_decide_probe.py (a decision before / after chats; cProfile, kernels).
 # Usage (repository root, .whl carried): OUT=/some/dir bash bench/scripts/h200_issue37.sh  (JSON + logs.tar in $OUT)
 set -x
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
@@ -15,12 +16,14 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 out=${OUT:-/tmp/h200-issue37}; mkdir -p "$out/logs"; export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
 t0=$(date +%s)
 m='1x NVIDIA H200 (lent)'
-step() { local name=$1 t=$2; shift 2; echo "== $name start $(( $(date +%s) - t0 )) s" >&2
+step() { local name=$1 t=$2 left; shift 2; left=$(( 525 - ($(date +%s) - t0) ))  # the call's whole: < 9 min
+  [ "$t" -gt "$left" ] && t=$left; [ "$t" -lt 20 ] && { echo "== $name skipped (time)" >&2; return; }
+  echo "== $name start $(( $(date +%s) - t0 )) s, limit $t s" >&2
   timeout "$t" "$@" > "$out/logs/$name.out" 2> "$out/logs/$name.err"; echo "== $name rc $? at $(( $(date +%s) - t0 )) s" >&2; }
 cold() { local c; c=$(mktemp -d /tmp/tlm-cache.XXXX); echo "TYPEDLM_COMPILE_CACHE_DIR=$c/inductor TRITON_CACHE_DIR=$c/triton"; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$out/logs/gpu.txt" 2>&1 || true
 C=$(cold)
-step roofline-cold 200 env $C python3 -m typedlm bench roofline --arch qwen2.5-7b --device cuda --machine "$m" \
+step roofline-cold 230 env $C python3 -m typedlm bench roofline --arch qwen2.5-7b --device cuda --machine "$m" \
     --json "$out/roofline-h200.json" || true
 step roofline-restart 90 env $C python3 -m typedlm bench roofline --arch qwen2.5-7b --device cuda --no-decisions \
     --runs 3 --machine "$m" --json "$out/roofline-restart-h200.json" || true
@@ -32,9 +35,14 @@ step prefix-release 110 env $(cold) python3 -m typedlm bench prefix-cache --arch
     --many 16 --machine "$m" --out "$out/prefix-cache-h200.json" || true
 left=$(( 500 - ($(date +%s) - t0) ))
 if [ "$left" -gt 60 ]; then
-  step prefix-threads1 "$left" env $(cold) TYPEDLM_RELEASE_COMPILE_WORKERS=0 TYPEDLM_COMPILE_THREADS=1 python3 -m typedlm \
+  step prefix-threads1 110 env $(cold) TYPEDLM_RELEASE_COMPILE_WORKERS=0 TYPEDLM_COMPILE_THREADS=1 python3 -m typedlm \
       bench prefix-cache --arch qwen2.5-7b --device cuda --runs 3 --many 16 --machine "$m" \
       --out "$out/prefix-cache-threads1-h200.json" || true
+fi
+left=$(( 510 - ($(date +%s) - t0) ))
+if [ "$left" -gt 60 ]; then  # a decision alone / beside a started scheduler / after chats, workers released
+  step probe 150 env $(cold) python3 bench/scripts/sched_decide_probe.py --arch qwen2.5-7b --runs 5 || true
+  sed -n '/^{$/,$p' "$out/logs/probe.out" > "$out/sched-decide-probe-h200.json" 2>/dev/null || true
 fi
 python3 - "$out" <<'PY' > "$out/logs/summary.txt" 2>&1 || true
 import json, pathlib, sys
