@@ -24,6 +24,7 @@ from .errors import TypedLMError
 ENV_PREFIX = "TYPEDLM_"
 CONFIG_ENV = "TYPEDLM_CONFIG"  # a TOML file whose [engine] table holds these settings
 FILE_TABLE = "engine"
+INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"  # where inductor (torch.compile) keeps its compiled kernels
 # The EBNF size cap's default (bytes): xgrammar precomputes the masks of larger grammars for tens of seconds
 # (a MaskBench sample by size: bench/xgrammar_compile.py).
 MAX_GRAMMAR_BYTES = 120_000
@@ -42,6 +43,9 @@ class Settings(BaseModel):
     kv_len: int = Field(4096, ge=16)  # tokens a static KV slot holds (prompt + output), at most the context
     batch_invariant: bool | None = None  # batch-invariant scoring; None: on CUDA, off on the CPU
     compile_decode: bool = True  # torch.compile the CUDA decode layer
+    compile_cache_dir: Path | None = None  # inductor's kernel cache (reused across restarts); None: <cache>/inductor
+    compile_threads: int | None = Field(None, ge=1)  # inductor's compile workers; None: torch's default (the cores)
+    release_compile_workers: bool = True  # shut the compile workers down after a warm-up / capture
     short_prefill: bool = True  # short prefills as CUDA graphs
     score_graph: bool = True  # a decision's invariant pass as a CUDA graph
     score_graph_fused: bool = True  # that graph with fused q/k/v and gate/up GEMMs
@@ -69,6 +73,11 @@ class Settings(BaseModel):
             return None
         return self.grammar_cache_dir if self.grammar_cache_dir is not None else self.cache_dir / "grammars"
 
+    @property
+    def inductor_dir(self) -> Path:
+        """Where torch.compile's kernels persist (``TORCHINDUCTOR_CACHE_DIR`` is set to it at the engine's start)."""
+        return self.compile_cache_dir if self.compile_cache_dir is not None else self.cache_dir / "inductor"
+
     def replace(self, **changes: Any) -> "Settings":
         """A copy with the non-None ``changes`` (arguments) applied, validated; a bad one names its field."""
         given = {k: v for k, v in changes.items() if v is not None}
@@ -83,6 +92,17 @@ _CURRENT: list[Settings] = []
 def environment() -> Mapping[str, str]:
     """The environment as it was at start-up (for the server's own ``TYPEDLM_*`` settings)."""
     return _ENV_AT_START
+
+
+def export_compile_settings(s: Settings) -> None:
+    """Point torch.compile at ``s``'s kernel cache and worker count (the torch engine's start, before any compile):
+    inductor reads its cache dir from the environment at each use (``TORCHINDUCTOR_CACHE_DIR``; Triton's cache
+    sits under it unless ``TRITON_CACHE_DIR`` is set), so a restart reuses the compiled kernels."""
+    os.environ[INDUCTOR_CACHE_ENV] = str(s.inductor_dir)
+    if s.compile_threads is not None:
+        import torch._inductor.config as inductor_config
+
+        inductor_config.compile_threads = s.compile_threads
 
 
 def quiet_forked_tokenizers() -> None:

@@ -222,6 +222,7 @@ def engine_from_model(model, tokenizer, *, name: str, device: torch.device | str
     ``settings`` default: the process's."""
     device = torch.device(device)
     settings = settings or config.settings()
+    config.export_compile_settings(settings)  # before any torch.compile: the kernel cache kept across restarts
     if device.type == "cuda":
         # cuDNN attention builds an execution plan per new shape; in decode every step has a new KV
         # length, so each first-seen length cost ~40 ms on the H200 (57 ms vs 15 ms per forward for

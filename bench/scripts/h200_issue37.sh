@@ -1,44 +1,67 @@
 #!/usr/bin/env bash
-# Issue 37 on the lent H200, one device call (< 8 min), random-weight Qwen2.5-7B (bf16, real Qwen2.5 vocabulary):
-# 1. `bench roofline` first, on a cold inductor cache: decide, decide_many x16, decide cached, a 512-token prefill
-#    and decode steps at batch 1 and 32 as fractions of the H200's peaks (989 TFLOPS bf16 dense, 4.8 TB/s), the host
-#    time the GPU waits on, and its warm-up (30 graphs: the issue's 61.8 s row had 12, target <= 30 s; torch.compile
-#    graphs counted; each capture's seconds: the first of a compiled shape holds its compile);
-# 2. `bench/scripts/decode_b1_probe.py`: a b1 decode step on its own (specialized, second compile) graph vs on the
-#    2-row graph, and each graph's first capture (compile included);
-# 3. the same without the decisions and with the decode layer uncompiled (TYPEDLM_COMPILE_DECODE=0): the capture
-#    alone, and the compiled layers' gain per step.
-# Usage (repository root, .whl carried): bash bench/scripts/h200_issue37.sh   (results: "$OUT"/*.json, log on stderr)
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit;
-set -u
-out=${OUT:-/tmp/h200-issue37}; mkdir -p "$out"; export PYTHONUNBUFFERED=1
-step() { local t=$1; shift; echo "== $* ($(date +%T))" >&2; timeout "$t" "$@"; echo "== rc $?" >&2; }
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$out/gpu.txt" 2>&1
-step 230 python3 -m typedlm bench roofline --arch qwen2.5-7b --device cuda --json "$out/roofline-h200.json" > /dev/null
-step 90 python3 bench/scripts/decode_b1_probe.py "$out/decode-b1-probe-h200.json" > /dev/null
-TYPEDLM_COMPILE_DECODE=0 step 80 python3 -m typedlm bench roofline --arch qwen2.5-7b --device cuda --no-decisions \
-    --json "$out/roofline-h200-uncompiled.json" > /dev/null
-python3 - "$out" <<'PY' | tee "$out/summary.txt" >&2
+# Issue 37 on the lent H200 (random-weight Qwen2.5-7B, bf16, real Qwen2.5 vocabulary), one device call (< 9 min):
+# 1. `bench roofline` on a COLD compile cache (fresh TYPEDLM_COMPILE_CACHE_DIR / TRITON_CACHE_DIR): its warm-up row
+#    (static KV + 30 CUDA graphs, the decode / short-prefill layers compiled with only the bucket dims dynamic:
+#    typedlm/runner/compiled.py) and the fractions of peak of decide, decide_many, decide cached, prefill, decode;
+# 2. the same cache dir again in a new process (`--no-decisions`): the warm-up of a restart;
+# 3. `bench gen` b1 / b32 free + JSON Schema (warm cache);
+# 4. `bench prefix-cache --runs 3 --many 16`, each on a cold cache (the compile-worker pool starts in that process):
+#    inductor's compile workers kept (TYPEDLM_RELEASE_COMPILE_WORKERS=0), released after captures (the default),
+#    and compile_threads 1 (no pool) if time is left;
+# 5. if time is left, bench/scripts/sched_decide_probe.py (a decision before / after chats; cProfile, kernels).
+# Usage (repository root, .whl carried): OUT=/some/dir bash bench/scripts/h200_issue37.sh  (JSON + logs.tar in $OUT)
+set -x
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site:$PWD || exit
+out=${OUT:-/tmp/h200-issue37}; mkdir -p "$out/logs"; export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
+t0=$(date +%s)
+m='1x NVIDIA H200 (lent)'
+step() { local name=$1 t=$2 left; shift 2; left=$(( 525 - ($(date +%s) - t0) ))  # the call's whole: < 9 min
+  [ "$t" -gt "$left" ] && t=$left; [ "$t" -lt 20 ] && { echo "== $name skipped (time)" >&2; return; }
+  echo "== $name start $(( $(date +%s) - t0 )) s, limit $t s" >&2
+  timeout "$t" "$@" > "$out/logs/$name.out" 2> "$out/logs/$name.err"; echo "== $name rc $? at $(( $(date +%s) - t0 )) s" >&2; }
+cold() { local c; c=$(mktemp -d /tmp/tlm-cache.XXXX); echo "TYPEDLM_COMPILE_CACHE_DIR=$c/inductor TRITON_CACHE_DIR=$c/triton"; }
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$out/logs/gpu.txt" 2>&1 || true
+C=$(cold)
+step roofline-cold 230 env $C python3 -m typedlm bench roofline --arch qwen2.5-7b --device cuda --machine "$m" \
+    --json "$out/roofline-h200.json" || true
+step roofline-restart 90 env $C python3 -m typedlm bench roofline --arch qwen2.5-7b --device cuda --no-decisions \
+    --runs 3 --machine "$m" --json "$out/roofline-restart-h200.json" || true
+step gen 120 env $C python3 -m typedlm bench gen --arch qwen2.5-7b --device cuda --batch 1 --batch 32 --no-hf \
+    --no-hf-static --json "$out/gen-h200.json" || true
+step prefix-keep 110 env $(cold) TYPEDLM_RELEASE_COMPILE_WORKERS=0 python3 -m typedlm bench prefix-cache \
+    --arch qwen2.5-7b --device cuda --runs 3 --many 16 --machine "$m" --out "$out/prefix-cache-keep-h200.json" || true
+step prefix-release 110 env $(cold) python3 -m typedlm bench prefix-cache --arch qwen2.5-7b --device cuda --runs 3 \
+    --many 16 --machine "$m" --out "$out/prefix-cache-h200.json" || true
+left=$(( 500 - ($(date +%s) - t0) ))
+if [ "$left" -gt 60 ]; then
+  step prefix-threads1 110 env $(cold) TYPEDLM_RELEASE_COMPILE_WORKERS=0 TYPEDLM_COMPILE_THREADS=1 python3 -m typedlm \
+      bench prefix-cache --arch qwen2.5-7b --device cuda --runs 3 --many 16 --machine "$m" \
+      --out "$out/prefix-cache-threads1-h200.json" || true
+fi
+left=$(( 510 - ($(date +%s) - t0) ))
+if [ "$left" -gt 60 ]; then  # a decision alone / beside a started scheduler / after chats, workers released
+  step probe 150 env $(cold) python3 bench/scripts/sched_decide_probe.py --arch qwen2.5-7b --runs 5 || true
+  sed -n '/^{$/,$p' "$out/logs/probe.out" > "$out/sched-decide-probe-h200.json" 2>/dev/null || true
+fi
+python3 - "$out" <<'PY' > "$out/logs/summary.txt" 2>&1 || true
 import json, pathlib, sys
 d = pathlib.Path(sys.argv[1])
-if (d / "decode-b1-probe-h200.json").exists():
-    print("decode b1 probe:", (d / "decode-b1-probe-h200.json").read_text().replace("\n", " "))
-for f in sorted(d.glob("roofline-*.json")):
-    r = json.loads(f.read_text())
-    w = r["warmup"]
-    for part, err in r.get("errors", {}).items():
-        print(f"{f.name}: {part} failed: {err}")
-    print(f"{f.name}: warm-up {w['warmup_s']:.1f} s ({w['graphs']} graphs, {w['compiled_graphs']} compiled; "
-          + ", ".join(f"{k} slowest capture {v['slowest_s']:.1f} s, median {v['median_s']:.2f} s"
-                      for k, v in w.items() if isinstance(v, dict)) + ")")
-    for k, v in w.items():
-        if isinstance(v, dict):
-            print(f"  {k} captures over 1 s: " + ", ".join(f"{n} {t:.1f} s" for n, t in v["spans"].items() if t > 1))
+for f in sorted(d.glob("roofline*.json")):
+    r = json.loads(f.read_text()); w = r["warmup"]
+    print(f.name, "warm-up", round(w["warmup_s"], 1), "s", w["graphs"], "graphs", w["compiled_graphs"], "compiled",
+          r.get("errors"))
     for x in r["results"]:
-        frac = lambda v: "n/a" if v is None else f"{100 * v:.1f}%"
-        ms = lambda v: "n/a" if v is None else f"{1e3 * v:.2f}"
-        print(f"  {x['case']:<16} wall {1e3 * x['wall_s']:8.2f} ms  device {ms(x['device_s'])} ms  host wait "
-              f"{ms(x['host_wait_s'])} ms  {x['tflops']:7.1f} TFLOPS ({frac(x['tflops_fraction'])})  "
-              f"{x['gb_s']:7.0f} GB/s ({frac(x['gb_s_fraction'])})  first {x['first_s']:.2f} s")
+        print("  ", x["case"], round(1e3 * x["wall_s"], 2), "ms host wait", x["host_wait_s"], "tflops", x["tflops_fraction"],
+              "gb/s", x["gb_s_fraction"])
+for f in sorted(d.glob("prefix-cache*.json")):
+    r = json.loads(f.read_text()); print(f.name, r["summary"], "pools left", r.get("compile_worker_pools"))
+g = d / "gen-h200.json"
+if g.exists():
+    r = json.loads(g.read_text()); print("gen warm-up", r["warmup_capture_s"], "json/free", r["json_over_free"])
+    for x in r["results"]:
+        print("  ", {k: v for k, v in x.items() if not isinstance(v, (list, dict))})
 PY
-ls -la "$out" >&2
+cat "$out/logs/summary.txt" >&2
+mv "$out"/*.md "$out/logs/" 2>/dev/null; tar -C "$out" -czf "$out/logs.tar.gz" logs && rm -rf "$out/logs"
+ls -la "$out" >&2; echo "total $(( $(date +%s) - t0 )) s" >&2

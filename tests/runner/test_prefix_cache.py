@@ -464,3 +464,24 @@ def test_prefix_reuse_stages_host_lists_through_device_tensor():
                 assert not (node.func.attr in ("tensor", "as_tensor") and any(k.arg == "device" for k in node.keywords)), \
                     (mod.__name__, node.lineno)
                 assert node.func.attr != "to", (mod.__name__, node.lineno)
+
+
+def test_a_view_cache_holds_the_kv_as_is_and_grows_like_an_updated_one(monkeypatch):
+    """``to_hf(copy=False)``: the layers are views of the prefix's KV (no kernel), and a later update grows them as in
+    a cache filled through ``update`` (the fallback, taken where the layers cannot be made directly)."""
+    from typedlm.runner import prefix_cache as pc
+
+    kv = torch.randn(3, 2, 2, 5, 4)
+    new = torch.randn(1, 2, 2, 4)
+
+    def check(cache):
+        assert len(cache) == 3 and cache.get_seq_length() == 5
+        assert cache.layers[1].keys.data_ptr() == kv[1, 0].data_ptr()
+        k, v = cache.update(new, new, 1)
+        assert torch.equal(k[0], torch.cat([kv[1, 0], new[0]], 1)) and torch.equal(v[0], torch.cat([kv[1, 1], new[0]], 1))
+        assert cache.get_seq_length(1) == 7 and cache.get_seq_length(0) == 5
+
+    assert pc._made_layers([(kv[0, 0][None], kv[0, 1][None])], 5) is not None  # this version: made directly
+    check(pc.to_hf(kv, copy=False))
+    monkeypatch.setattr(pc, "_made_layers", lambda layers, length: None)
+    check(pc.to_hf(kv, copy=False))

@@ -40,6 +40,13 @@ def _timed(engine, fn):
     return time.perf_counter() - t0, out
 
 
+def compile_worker_pools() -> int:
+    """Inductor compile-worker pools alive now (0 once released: ``release_compile_workers``)."""
+    from torch._inductor import async_compile
+
+    return len(getattr(async_compile, "_pool_set", ()))
+
+
 def system_prompt(engine, tokens: int) -> str:
     """A system prompt of about ``tokens`` tokens (the bundled presets' example texts, repeated)."""
     pool = " ".join(e.replace("\n", " ") for name in presets.names() for e in presets.load(name)["examples"])
@@ -105,6 +112,7 @@ def run_bench(engine, *, preset: str, runs: int, many: int, system_tokens: int, 
         c["cached_tokens"].append(cached)
         m["on"].append(_timed(engine, lambda: decide_many(schema, chunk, engine=engine))[0])
     sched.stop()
+    out["compile_worker_pools"] = compile_worker_pools()
     fields = len(schema.fields)
     med = statistics.median
     d["prompt_tokens"] = dec.usage["prompt_tokens"]

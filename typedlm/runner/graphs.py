@@ -46,10 +46,13 @@ class DecodeGraphs:
     harmless inputs in them (rows write the scratch column) before a capture's warm-up runs."""
 
     def __init__(self, device: torch.device, run: Callable[[int, int], torch.Tensor],
-                 reset: Callable[[int], None], inputs: torch.Tensor, capture_mode: str = "global"):
+                 reset: Callable[[int], None], inputs: torch.Tensor, capture_mode: str = "global",
+                 after_capture: Callable[[], object] | None = None):
         """``capture_mode``: ``torch.cuda.graph``'s ``capture_error_mode`` ("thread_local": captures on first use
-        while other threads keep running CUDA work, as a decision's beside generation streams)."""
+        while other threads keep running CUDA work, as a decision's beside generation streams). ``after_capture``:
+        called after a capture on first use (at a replay), e.g. to release the compile workers."""
         self.device, self._run, self._reset, self._inputs = device, run, reset, inputs
+        self._after_capture = after_capture
         self.capture_mode = capture_mode
         self.graphs: dict[tuple[int, int], tuple] = {}
         self._pool = None
@@ -93,6 +96,8 @@ class DecodeGraphs:
             saved = self._inputs[:, :b].clone()
             self.get(b, cols)
             self._inputs[:, :b].copy_(saved)
+            if self._after_capture is not None:
+                self._after_capture()
         g, out = self.graphs[(b, cols)]
         g.replay()
         return out

@@ -128,13 +128,14 @@ def out_mlp(h, o, o_w, o_b, n2, gu_w, d_w, eps: float, *, linear=F.linear, norm=
 
 
 def decode_layer(h, cos, sin, visible, rows, pos, kc, vc, n1, qkv_w, qkv_b, qn, kn, o_w, o_b, n2, gu_w, d_w,
-                 eps: float, scaling: float, heads: int, kv_heads: int, hd: int, cols: int, *,
+                 eps: float, scaling: float, heads: int, kv_heads: int, hd: int, *,
                  linear=F.linear, norm=rms, attention=_dense_attention):
     """One decoder layer for one new token per row ([b, 1, hidden]), the same math as the model's
     modules: RMSNorm, fused q/k/v, (q/k norm), RoPE, K/V written at ``pos`` of each row's slot,
-    grouped attention over the first ``cols`` columns, o_proj, RMSNorm, SiLU-gated MLP. The ops are
-    torch's (fast, fused by ``torch.compile``) or, in :data:`invariant_decode_layer`, the batch-invariant ones."""
-    b = h.shape[0]
+    grouped attention over the first ``cols`` columns (``visible`` ``[b, 1, 1, cols]``), o_proj, RMSNorm,
+    SiLU-gated MLP. The ops are torch's (fast, fused by ``torch.compile``) or, in :data:`invariant_decode_layer`,
+    the batch-invariant ones."""
+    b, cols = h.shape[0], visible.shape[-1]
     q, k, v = qkv_rope(h, n1, qkv_w, qkv_b, qn, kn, cos, sin, eps, heads, kv_heads, hd, linear=linear, norm=norm)
     kc[rows, :, pos] = k
     vc[rows, :, pos] = v
@@ -142,6 +143,9 @@ def decode_layer(h, cos, sin, visible, rows, pos, kc, vc, n1, qkv_w, qkv_b, qn, 
     o = attention(qg, kc[:b, :, :cols], vc[:b, :, :cols], visible, scaling)  # [b, kv_heads, group, hd]
     return out_mlp(h, o.reshape(b, 1, heads * hd), o_w, o_b, n2, gu_w, d_w, eps, linear=linear, norm=norm)
 
+
+# what a decode bucket changes (compiled.compiled_layer): the rows of h, cos, sin, visible, rows, pos; visible's columns
+DECODE_DIMS = {0: (0,), 1: (0,), 2: (0,), 3: (0, 3), 4: (0,), 5: (0,)}
 
 # deterministic generation: a row's bits do not depend on the other rows, the bucket or stale slot columns
 invariant_decode_layer = functools.partial(decode_layer, linear=invariant.linear, norm=invariant.rms_norm,

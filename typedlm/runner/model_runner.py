@@ -151,7 +151,8 @@ class ModelRunner:
                               device=self.device, dtype=self.dtype, invariant=self.deterministic,
                               capacity=max(max_batch, kv.capacity if kv else 1), max_len=self.kv_len)
                 self._forwards[kv] = StaticForwards(self.model, kv, compile_decode=self.settings.compile_decode,
-                                                    short_prefill=self.settings.short_prefill)
+                                                    short_prefill=self.settings.short_prefill,
+                                                    release_workers=self.settings.release_compile_workers)
                 self._static = kv
             elif kv.capacity < max_batch:
                 raise TypedLMError(f"the engine's static KV holds {kv.capacity} rows and is in use; "

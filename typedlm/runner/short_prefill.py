@@ -27,14 +27,16 @@ from .layers import out_mlp, qkv_rope
 from .tensors import device_tensor
 
 BUCKETS = (16, 32, 64, 128)  # tokens of a short prefill (more: the eager prefill, bound by the GPU anyway)
+# what a (tokens, cols) bucket changes (compiled.compiled_layer): the tokens of h, cos, sin, visible, pos; visible's columns
+DIMS = {0: (1,), 1: (1,), 2: (1,), 3: (0, 1), 5: (0,)}
 
 
 def extend_layer(h, cos, sin, visible, slot, pos, kc, vc, n1, qkv_w, qkv_b, qn, kn, o_w, o_b, n2, gu_w, d_w,
-                 eps: float, scaling: float, heads: int, kv_heads: int, hd: int, cols: int):
+                 eps: float, scaling: float, heads: int, kv_heads: int, hd: int):
     """One decoder layer for ``t`` new tokens of one row (``h`` ``[1, t, hidden]``) at positions ``pos``
     ``[t]`` of slot ``slot`` (``[1]``): K/V written first, then each token attends over the first ``cols``
     columns where ``visible`` (``[t, cols]``) allows."""
-    t, group = h.shape[1], heads // kv_heads
+    t, group, cols = h.shape[1], heads // kv_heads, visible.shape[-1]
     q, k, v = qkv_rope(h, n1, qkv_w, qkv_b, qn, kn, cos, sin, eps, heads, kv_heads, hd)
     kc[slot, :, pos] = k
     vc[slot, :, pos] = v
@@ -57,10 +59,10 @@ class ShortPrefill:
         top = BUCKETS[-1]
         # inputs: ids, positions (padding: the scratch column), the slot (column 0), the last real token (column 0)
         self._io = torch.zeros(4, top, dtype=torch.long, device=dev)
-        self.graphs = DecodeGraphs(dev, self._run, self._reset, self._io)
+        self.graphs = DecodeGraphs(dev, self._run, self._reset, self._io, after_capture=kv.release_compile_workers)
         self._layer = extend_layer
         if self.enabled and kv.compile_decode:  # as the decode step's layer
-            self._layer = compiled_layer(extend_layer)
+            self._layer = compiled_layer(extend_layer, DIMS)
 
     def fits(self, rows: int, tokens: int) -> bool:
         """Rows of ``tokens`` new tokens each go through the graphs, one replay a row (up to 4 rows)."""
@@ -102,5 +104,5 @@ class ShortPrefill:
         visible = kv._cols[:cols].view(1, cols) <= pos.view(b, 1)  # [b, cols]
         for i, w in enumerate(kv.weights):
             h = self._layer(h, cos, sin, visible, slot, pos, kv.k[i], kv.v[i], *w, kv.eps, kv.scaling, kv.heads,
-                             kv.kv_heads, kv.head_dim, cols)
+                             kv.kv_heads, kv.head_dim)
         return kv.model.lm_head(kv.base.norm(h[0].index_select(0, last))).float()

@@ -26,9 +26,9 @@ import weakref
 import torch
 
 from ..errors import TypedLMError
-from .compiled import compiled_layer
+from .compiled import compiled_layer, release_workers
 from .graphs import MIN_BUCKET, DecodeGraphs, batch_buckets, bucket, column_buckets
-from .layers import attend, decode_layer, fuse, invariant_decode_layer, project_qkv
+from .layers import DECODE_DIMS, attend, decode_layer, fuse, invariant_decode_layer, project_qkv
 from .short_prefill import ShortPrefill
 from .static_kv import StaticKV
 from .tensors import device_tensor
@@ -37,10 +37,12 @@ from .tensors import device_tensor
 class StaticForwards:
     """The forwards of one :class:`StaticKV` (``kv``): prefill, decode step, extend, graph capture."""
 
-    def __init__(self, model, kv: StaticKV, *, compile_decode: bool = True, short_prefill: bool = True):
+    def __init__(self, model, kv: StaticKV, *, compile_decode: bool = True, short_prefill: bool = True,
+                 release_workers: bool = True):
         """``kv.invariant``: decode steps on the batch-invariant ops (deterministic generation; the caller runs the
         forwards with :func:`typedlm.runner.invariant.mode.enabled` so the eager prefill/extend use them too).
-        ``compile_decode``: the CUDA decode layer compiled; ``short_prefill``: short prefills graphed on CUDA."""
+        ``compile_decode``: the CUDA decode layer compiled; ``short_prefill``: short prefills graphed on CUDA;
+        ``release_workers``: inductor's compile workers shut down after captures (:func:`.compiled.release_workers`)."""
         # a proxy: the runner maps each StaticKV to its forwards weakly, so the slots' lifetime is the scheduler's
         self.model, self.kv, self.dev, self.invariant = model, weakref.proxy(kv), kv.dev, kv.invariant
         self.capacity, self.max_len, self.k, self.v, self.length = kv.capacity, kv.max_len, kv.k, kv.v, kv.length
@@ -62,13 +64,14 @@ class StaticForwards:
         self.eps = float(getattr(cfg, "rms_norm_eps", 1e-6))
         self.weights = [fuse(layer) for layer in self.layers]
         self._layer = invariant_decode_layer if kv.invariant else decode_layer
-        self.compile_decode = compile_decode
+        self.compile_decode, self.release_workers = compile_decode, release_workers
         if not kv.invariant and cuda and compile_decode:
             # one decoder layer compiled once (inductor fuses norms, rope, softmax, SiLU), shared by every
             # layer and bucket
             torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
-            self._layer = compiled_layer(decode_layer)
-        self.graphs = DecodeGraphs(device, self._decode, self._reset_inputs, self._io)
+            self._layer = compiled_layer(decode_layer, DECODE_DIMS)
+        self.graphs = DecodeGraphs(device, self._decode, self._reset_inputs, self._io,
+                                   after_capture=self.release_compile_workers)
         self.short = ShortPrefill(self, enabled=short_prefill)  # short prefills (a cached prompt's tail) as CUDA graphs
 
     @property
@@ -151,7 +154,12 @@ class StaticForwards:
         with self.kv.lock, torch.inference_mode():
             self.graphs.capture(bs, column_buckets(top, self.max_len))
             self.short.capture(top)
+        self.release_compile_workers()
         return self.graphs.capture_s - before
+
+    def release_compile_workers(self) -> bool:
+        """The compile workers shut down once the graphs that compile are captured (when ``release_workers``)."""
+        return release_workers(self.release_workers)
 
     # -- the model ----------------------------------------------------------------------------------
     def _extend(self, ids: torch.Tensor, slots: list[int], lens: list[int], every: bool = False) -> torch.Tensor:
@@ -203,5 +211,5 @@ class StaticForwards:
         visible = self._cols[:cols].view(1, 1, 1, cols) <= pos.view(b, 1, 1, 1)  # [b, 1, 1, cols]
         for i, w in enumerate(self.weights):
             h = self._layer(h, cos, sin, visible, rows, pos[:, 0], self.k[i], self.v[i], *w,
-                            self.eps, self.scaling, self.heads, self.kv_heads, self.head_dim, cols)
+                            self.eps, self.scaling, self.heads, self.kv_heads, self.head_dim)
         return self.model.lm_head(self.base.norm(h[:, 0])).float()

@@ -120,10 +120,11 @@ class ServerState:
 
 
 def _warm(engine: Engine, sched: Scheduler) -> None:
-    """One short free row and one JSON row through the real batch path (allocator, kernels, grammar)."""
+    """CUDA graphs of every bucket (no request pays a capture; the compile workers released once, after them), then
+    one short free row and one JSON row through the real batch path (allocator, kernels, grammar)."""
+    sched.call(sched.runner.capture, sched.kv).result(600)
     ids = engine.encode_prompt(prompt="Hello")
     seqs = [build_sequence(engine, ids, SamplingParams(max_tokens=2, temperature=0), None),
             build_sequence(engine, ids, SamplingParams(max_tokens=2, temperature=0), make_constraint(json_object=True))]
     for r in sched.submit_all([Request(seq=s) for s in seqs], force=True):
         r.done.wait(600)
-    sched.call(sched.runner.capture, sched.kv).result(600)  # CUDA graphs of every bucket: no request pays a capture
