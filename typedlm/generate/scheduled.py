@@ -167,12 +167,13 @@ class ChunkedPass:
         last = b == len(self.ids)
         read = [r - a for r in self.read if a <= r < b]
         try:  # a chunk with no read still asks for one logits row (the lm_head takes no empty input), not kept
-            logits, _ = self.runner.score(self.ids[a:b], self.prefix, self.positions[a:b],
-                                          self.allow[a:b, :self.start + b], read or [b - a - 1],
-                                          keep=self.start if last else self.start + b)
+            logits, prefix = self.runner.score(self.ids[a:b], self.prefix, self.positions[a:b],
+                                               self.allow[a:b, :self.start + b], read or [b - a - 1],
+                                               keep=self.start if last else self.start + b)
         except BaseException:
             truncate(self.prefix, self.start)
             raise
+        self.prefix = prefix  # the same cache grown (eager), or a new one (a score graph's: the buffer's next prefix)
         self.parts.append(logits[:len(read)])
         self.at = b
         if last:

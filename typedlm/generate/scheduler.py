@@ -72,7 +72,7 @@ class Scheduler:
         self._thread: threading.Thread | None = None
         self._stop = False
         self.peak_batch = 0  # most rows ever decoded together
-        self.work = WorkQueue(engine.settings.step_tokens)  # decisions' forwards (.work, .scheduled)
+        self.work = WorkQueue(engine.settings.step_tokens, engine.settings.step_forwards)  # decisions' forwards (.work, .scheduled)
         self._advance = self._overlapped if engine.settings.overlap_schedule else self._serial
 
     # -- client side (any thread) -----------------------------------------------------------------

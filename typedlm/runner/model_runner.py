@@ -252,13 +252,15 @@ class ModelRunner:
         prompt = ids[:keep] if prefix is None and keep else None
         if prompt is not None:
             past, ids, positions, allow, read = cached_pass(self.prefix_cache, ids, positions, allow, read, keep)
-            graphs, m = self.score_graphs, 0 if past is None else int(past.shape[3])
-            if self.invariant and graphs is not None and graphs.fits(m, len(ids)):  # = the eager pass, bit for bit
-                logits, kv = graphs.run(past, ids, positions, allow, read, keep)
+            if self._graphed(0 if past is None else int(past.shape[3]), len(ids)):  # = the eager pass, bit for bit
+                logits, kv = self.score_graphs.run(past, ids, positions, allow, read, keep)
                 store_pass(self.prefix_cache, prompt, kv)
                 return logits, to_hf(kv, copy=False)
             prefix = None if past is None else to_hf(past)
         cut = keep if keep is not None else (prefix_length(prefix) if prefix is not None else None)
+        if prefix is not None and self._graphed(prefix_length(prefix), len(ids)):  # a chunk of a pass on its prefix
+            logits, kv = self.score_graphs.run(prefix, ids, positions, allow, read, cut)
+            return logits, to_hf(kv, copy=False)
         read_t = device_tensor(read, dev)  # pinned staging: a copy from pageable memory would wait for the queue
         try:
             logits, cache = self.forward(device_tensor([ids], dev), prefix, position_ids=device_tensor([positions], dev),
@@ -273,6 +275,26 @@ class ModelRunner:
         if prompt is not None:
             store_pass(self.prefix_cache, prompt, prefix)
         return logits, prefix
+
+    def _graphed(self, cached: int, new: int) -> bool:
+        """Does a scoring forward of ``new`` tokens after ``cached`` ones go through a score graph (invariant)?"""
+        return self.invariant and self.score_graphs is not None and self.score_graphs.fits(cached, new)
+
+    @torch.inference_mode()
+    def extend_prefix(self, past, ids: list[int]):
+        """A decision prompt's KV ``past`` (None, a transformers cache, or a KV tensor ``[layers, 2, kv_heads, m,
+        head_dim]``) continued by ``ids`` (causal, positions ``m`` on) -> the longer KV: a tensor when the chunk
+        went through a score graph (invariant scoring on CUDA: one replay, bit-identical to the eager forward),
+        else a transformers cache. Each chunk of :class:`~.prefix_reuse.PromptPrefill` is one call."""
+        m, n = (0 if past is None else int(past.shape[3]) if isinstance(past, torch.Tensor) else prefix_length(past),
+                len(ids))
+        with self._scoring():
+            if self._graphed(m, n):
+                allow = torch.ones(n, m + n, dtype=torch.bool).tril_(m)
+                return self.score_graphs.run(past, ids, list(range(m, m + n)), allow, [n - 1], m + n)[1]
+            if isinstance(past, torch.Tensor):
+                past = to_hf(past, copy=False)
+            return self.forward(device_tensor([ids], self.device), past, **self._keep(1))[1]
 
     @torch.inference_mode()
     def score_expand(self, rows: torch.Tensor, prefix, read: list[int]) -> torch.Tensor:

@@ -17,7 +17,7 @@ import torch
 from transformers import DynamicCache
 
 from .allow import rows_from
-from .prefix_cache import PrefixCache, from_hf, to_hf
+from .prefix_cache import MISS, Match, PrefixCache, from_hf, to_hf
 from .tensors import device_tensor, to_device
 
 
@@ -88,17 +88,15 @@ class PromptPrefill:
             if self.hit is None:
                 self.hit = cache.match(self.ids)
                 self.at = self.hit.length
-                self.past = to_hf(self.hit.kv()) if self.at else None
+                self.past = self.hit.kv() if self.at else None  # a new tensor, ours
             if self.at < len(self.ids):
                 end = min(len(self.ids), self.at + max(1, n))
-                ids = device_tensor([self.ids[self.at:end]], runner.device)
-                _, self.past = runner.forward(ids, self.past, **runner._keep(1))
+                self.past = runner.extend_prefix(self.past, self.ids[self.at:end])  # a KV tensor when graphed
                 self.at = end
             if self.at < len(self.ids):
                 return False
-            past = self.past
-            cache.insert(self.ids, lambda a, b: from_hf(past, 0, a, b), after=self.hit)
-        self.result = past
+            store_pass(cache, self.ids, self.past, after=self.hit)
+        self.result = to_hf(self.past, copy=False) if isinstance(self.past, torch.Tensor) else self.past
         return True
 
 
@@ -153,10 +151,11 @@ def cached_pass(cache: PrefixCache, ids: list[int], positions: list[int], allow:
     return hit.kv(), ids[m:], positions[m:], allow, [r - m for r in read]
 
 
-def store_pass(cache: PrefixCache, prompt: list[int], kv) -> None:
+def store_pass(cache: PrefixCache, prompt: list[int], kv, after: Match = MISS) -> None:
     """Store the prompt's KV a scoring pass left (``kv``: a transformers cache of exactly that prompt, or its tensor
-    ``[layers, 2, kv_heads, len(prompt), head_dim]``: the blocks are sliced from it, no restacking)."""
+    ``[layers, 2, kv_heads, len(prompt), head_dim]``: the blocks are sliced from it, no restacking); ``after``: the
+    lookup's hit the new blocks follow."""
     if isinstance(kv, torch.Tensor):
-        cache.insert(prompt, lambda a, b: kv[:, :, :, a:b])
+        cache.insert(prompt, lambda a, b: kv[:, :, :, a:b], after=after)
     else:
-        cache.insert(prompt, lambda a, b: from_hf(kv, 0, a, b))
+        cache.insert(prompt, lambda a, b: from_hf(kv, 0, a, b), after=after)
