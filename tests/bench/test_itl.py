@@ -4,7 +4,10 @@ refused by name."""
 
 import pytest
 
-from typedlm.bench.itl import _check_modes, bench_itl, to_markdown
+from typedlm.bench.itl import DecideFailed, _check_modes, _clients_alone, bench_itl, to_markdown
+from typedlm.server.app import create_app
+from typedlm.server.state import ServerConfig
+from typedlm.server.testing import live_server
 
 
 def test_bench_itl_reports_decisions_alone_and_beside_and_the_target_ratios(tiny):
@@ -26,7 +29,15 @@ def test_bench_itl_reports_decisions_alone_and_beside_and_the_target_ratios(tiny
 
 
 @pytest.mark.parametrize("mode,ok", [("beside@128", True), ("beside", True), ("decide-alone", True),
+                                     ("beside@64/2", True), ("beside@64/", False), ("beside@64/0", False),
                                      ("alone@2", False), ("beside@x", False), ("beside@0", False),
                                      ("sliced", False), ("sometimes", False)])
 def test_mode_names(mode, ok):
     assert (_check_modes((mode,)) is None) == ok
+
+
+def test_a_failing_decide_client_fails_the_bench_loudly(tiny):
+    """A decision the server refuses is not a silent hole in the decide numbers: the run raises with its status."""
+    with live_server(create_app(tiny, ServerConfig(warmup=False)), timeout=120) as url:
+        with pytest.raises(DecideFailed, match="HTTP 400"):
+            _clients_alone(url, {"schema": {"type": "nonsense"}, "context": "x"}, clients=2, decisions=3)

@@ -191,8 +191,17 @@ class ModelRunner:
             return self.forwards(kv).step(ids, slots)
 
     def capture(self, kv: SlotBook, max_tokens: int | None = None) -> float:
+        """The decode (and short-prefill) graphs of ``kv``'s buckets, and with invariant scoring on CUDA every score
+        graph (a decision's chunks beside streams replay them: none pays a capture) -> seconds."""
         with invariant.enabled(self.deterministic):
-            return self.forwards(kv).capture(max_tokens)
+            s = self.forwards(kv).capture(max_tokens)
+        graphs = self.score_graphs
+        if self.invariant and graphs is not None and graphs.enabled and self.device.type == "cuda":
+            before = graphs.graphs.capture_s
+            with self._scoring(), torch.inference_mode():
+                graphs.capture()
+            s += graphs.graphs.capture_s - before
+        return s
 
     def graph_stats(self, kv: SlotBook) -> tuple[int, float]:
         """(CUDA graphs captured for ``kv``, seconds spent capturing them); none for the dynamic cache."""
