@@ -24,6 +24,9 @@ def test_bench_itl_reports_decisions_alone_and_beside_and_the_target_ratios(tiny
         assert beside["meets_targets"] == (beside["p99_vs_alone"] <= 1.2 and beside["decide_p50_vs_alone"] <= 2.0)
     assert res["targets"] == {"p99_vs_alone": 1.2, "decide_p50_vs_alone": 2.0} and res["rounds"] == 2
     assert res["step_tokens"] == tiny.settings.step_tokens
+    steps = beside["steps"]  # the engine's steps beside the streams, with and without work
+    assert alone["steps"]["with_work"]["n"] == 0 and alone["steps"]["without_work"]["n"] > 20, alone["steps"]
+    assert steps["with_work"]["n"] > 0 and steps["without_work"]["n"] > 0, steps
     md = to_markdown({**res, "command": "typedlm bench itl"})
     assert "| beside@64 |" in md and "decide p50 vs alone" in md and "One decision at a time" in md
 

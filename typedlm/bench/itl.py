@@ -12,7 +12,8 @@ back to back. Runs:
                    step token budget (:mod:`typedlm.generate.work`); ``beside@N``: with a budget of N tokens,
                    ``beside@N/F``: and at most F work forwards a step (``step_forwards``)
 
-Reported per run: p50 / p90 / p99 / max ITL, decisions that started and ended while the streams ran and their
+Reported per run: p50 / p90 / p99 / max ITL, the engine's steps (``steps``: the host's wall time of each step, from
+the start of one to the start of the next, p50 / p99 of steps that carried work and of those that did not), decisions that started and ended while the streams ran and their
 p50 / p99 latency, and the ratios against the targets: streams' p99 vs ``alone`` (target <= 1.2) and decide
 p50 vs ``decide-alone`` (target <= 2). A decision that fails fails the bench (its status and body), never
 silently. ``--threads`` sets torch's intra-op threads (on a CPU shared with other
@@ -141,6 +142,38 @@ def _beside(url: str, model: str, mode: str, *, streams: int, rounds: int, max_t
             **_latencies(inside), "wall_s": round(t1 - t0, 2)}
 
 
+class StepClock:
+    """Wall time between the starts of consecutive engine steps, split by whether the step carried decisions' work
+    (the bench wraps the scheduler instance's ``step`` and ``work.take``; nothing in the scheduler changes)."""
+
+    def __init__(self, sched):
+        self.sched, self.spans, self._t, self._work = sched, ([], []), None, False
+        step, take = sched.step, sched.work.take
+
+        def timed_step():
+            now = time.perf_counter()
+            if self._t is not None and now - self._t < 0.5:  # an idle wait between steps is not a step
+                self.spans[self._work].append(now - self._t)
+            self._t, self._work = now, False
+            step()
+
+        def noted_take(decode_tokens):
+            got = take(decode_tokens)
+            self._work = self._work or bool(got)
+            return got
+
+        sched.step, sched.work.take = timed_step, noted_take
+
+    def reset(self) -> None:
+        self.spans, self._t = ([], []), None
+
+    def summary(self) -> dict:
+        def pct(xs):
+            return {"n": len(xs), "p50_ms": round(1e3 * _pct(xs, .5), 2), "p99_ms": round(1e3 * _pct(xs, .99), 2)} \
+                if xs else {"n": 0}
+        return {"without_work": pct(self.spans[0]), "with_work": pct(self.spans[1])}
+
+
 def _configure(state, mode: str) -> str:
     """The scheduler's step budget for a run name (``beside@128``: 128 tokens, ``beside@64/2``: 64 tokens and 2
     work forwards a step; else the engine's settings)."""
@@ -163,14 +196,16 @@ def bench_itl(engine, *, modes=MODES, streams: int = 4, rounds: int = 1, max_tok
     with live_server(app, timeout=600) as url:
         model = httpx.get(url + "/v1/models").json()["data"][0]["id"]
         httpx.post(url + "/v1/decide", json=decide_body, timeout=600).raise_for_status()  # plan compiled once
+        clock = StepClock(app.state.typedlm.scheduler)
         for mode in modes:
             if progress:
                 progress(f"{mode} ...")
             base = _configure(app.state.typedlm, mode)
+            clock.reset()
             run = _decide_alone(url, decide_body, max(1, decide_clients), decisions) if base == "decide-alone" else \
                 _beside(url, model, base, streams=streams, rounds=rounds, max_tokens=max_tokens,
                         decide_clients=decide_clients, decide_body=decide_body)
-            runs.append({**run, "mode": mode})
+            runs.append({**run, "mode": mode, "steps": clock.summary()})
             if progress:
                 progress(f"{mode}: {json.dumps(runs[-1])}")
     _ratios(runs)
