@@ -191,12 +191,13 @@ class ModelRunner:
             return self.forwards(kv).step(ids, slots)
 
     def capture(self, kv: SlotBook, max_tokens: int | None = None) -> float:
-        """The decode (and short-prefill) graphs of ``kv``'s buckets, and with invariant scoring on CUDA every score
-        graph (a decision's chunks beside streams replay them: none pays a capture) -> seconds."""
+        """The decode (and short-prefill) graphs of ``kv``'s buckets up to ``max_tokens`` columns; with no bound (the
+        server's warm-up) and invariant scoring on CUDA, every score graph too (a decision's chunks beside streams
+        replay them: none pays a capture) -> seconds."""
         with invariant.enabled(self.deterministic):
             s = self.forwards(kv).capture(max_tokens)
         graphs = self.score_graphs
-        if self.invariant and graphs is not None and graphs.enabled and self.device.type == "cuda":
+        if max_tokens is None and self.invariant and graphs is not None and graphs.enabled and self.device.type == "cuda":
             before = graphs.graphs.capture_s
             with self._scoring(), torch.inference_mode():
                 graphs.capture()
