@@ -1,8 +1,9 @@
 """A decision's work chunk beside decode rows, timed (issue 34): on a random-weight architecture (bf16, invariant
 scoring), after an 832-token prompt prefix, one prompt chunk of n tokens (``runner.extend_prefix``) eagerly vs
 through a score graph (wall ms, median of 7, synchronized; ``equal``: the graphed chunk's K/V is the eager one's,
-bit for bit), then a 4-row decode step alone and followed by a graphed chunk in the same step (the streams'
-step cost with work). ``tiny`` runs the CPU test model (the graph's eager body: a smoke test). JSON out.
+bit for bit), then a 4-row decode step alone, followed by a graphed 64-token chunk in the same step (the streams'
+step cost with work), and with the chunk riding in the decode forward (``mixed``: runner/mixed.py; ``mixed_equal``:
+its K/V and logits are the graphed chunk's, bit for bit). ``tiny`` runs the CPU test model (the graph's eager body: a smoke test). JSON out.
 
     python bench/scripts/chunk_timing.py qwen2.5-7b > chunk-timing-h200.json
 """
@@ -14,7 +15,9 @@ import time
 
 import torch
 
+from typedlm.runner.mixed import MixedStep
 from typedlm.runner.prefix_cache import from_hf
+from typedlm.runner.score_graph import Ride
 
 arch = sys.argv[1] if len(sys.argv) > 1 else "qwen2.5-7b"
 if arch == "tiny":
@@ -83,6 +86,21 @@ try:  # a decode step of 4 rows alone, and with one graphed 64-token chunk after
     out["decode_step_ms"], _ = timed(lambda: runner.run(kv, feeds, slots), reps=15)
     out["decode_plus_chunk64_ms"], _ = timed(lambda: (runner.run(kv, feeds, slots),
                                                       runner.extend_prefix(base_kv, ids)), reps=15)
+    fw = runner.forwards(kv)
+    fw.mixed = fw.mixed or MixedStep(fw, graphs)
+    m, n = int(base_kv.shape[3]), len(ids)
+
+    def ride():
+        return Ride(base_kv, ids, list(range(m, m + n)), torch.ones(n, m + n, dtype=torch.bool).tril_(m), [n - 1],
+                    m + n)
+
+    out["decode_with_riding_chunk64_ms"], r = timed(lambda: (runner.run(kv, feeds, slots, ride=(x := ride())), x)[1],
+                                                    reps=15)
+    with torch.inference_mode(), runner._scoring():
+        g_logits, g_kv = graphs.run(base_kv, ids, list(range(m, m + n)),
+                                    torch.ones(n, m + n, dtype=torch.bool).tril_(m), [n - 1], m + n)
+    out["mixed_rode"] = r.out is not None
+    out["mixed_equal"] = bool(r.out is not None and torch.equal(r.out[1], g_kv) and torch.equal(r.out[0], g_logits))
     for s in slots:
         kv.release(s)
 except Exception as ex:  # noqa: BLE001

@@ -54,3 +54,21 @@ def test_chunked_decisions_beside_streams_are_bit_identical_with_batch_invarianc
     assert r["work_forwards"] > 2 * (1 + len(ctxs)), r  # more forwards than whole prefills and passes would make
     assert (graphs.passes - passes > r["work_forwards"]) == graphed, (graphs.passes - passes, r)
     assert r["max_abs_diff"] == 0.0 and r["same_values"], r
+
+
+def test_mixed_step_chunks_ride_in_decode_forwards_and_decisions_stay_bit_identical(no_prefix_cache):
+    """``mixed_step``: each step's decision chunk rides in the decode rows' forward (runner/mixed.py: one row block,
+    attention split); on the CPU the mixed body runs eagerly with the score graphs' code. The decisions are the same
+    floats as alone, and the streams keep decoding."""
+    from typedlm.config import Settings
+    from typedlm.testing import tiny_engine
+
+    eng = tiny_engine(settings=Settings(mixed_step=True, batch_invariant=True, prefix_cache_gb=0))
+    eng.runner.score_graphs.enabled = True  # the graphs' code on the CPU (eager at the padded sizes)
+    p = presets.load("support_triage")
+    ctxs = [" ".join(p["examples"] * 2), p["examples"][1]]
+    r = decide_beside_streams(eng, p["schema"], ctxs, streams=3, max_tokens=2000, warm=False, step_tokens=64)
+    mixed = eng.runner.forwards(eng.runner.static_kv).mixed
+    assert mixed is not None and mixed.steps > 2, (mixed and mixed.steps, r)  # chunks rode decode forwards
+    assert r["streams_running_after"] > 0 and r["work_forwards"] >= mixed.steps, r
+    assert r["max_abs_diff"] == 0.0 and r["same_values"], r

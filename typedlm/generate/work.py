@@ -51,6 +51,7 @@ class WorkQueue:
             raise TypedLMError(f"step_tokens and step_forwards must be >= 1, not {step_tokens}, {step_forwards}")
         self.step_tokens, self.step_forwards = step_tokens, step_forwards
         self._carried = False  # the last step beside decode rows carried work
+        self._riding: tuple[Work, object] | None = None  # the step's chunk staged to ride its decode forward
         self._items: collections.deque[Work] = collections.deque()
         self._lock = threading.Lock()
         self.chunks = 0  # work forwards run (tests, bench)
@@ -87,21 +88,48 @@ class WorkQueue:
             room -= n
         return out
 
+    def ride(self, chunks: list[tuple[Work, int]]):
+        """``mixed_step``: the step's one chunk (a chunked job's) as a ride for its decode forward
+        (:mod:`typedlm.runner.mixed`), or None; the forward that carries it hands it back with :meth:`rode`."""
+        self._riding = None
+        if len(chunks) != 1 or not chunks[0][0].job.chunked or chunks[0][0].future.done():
+            return None
+        w, n = chunks[0]
+        try:
+            ride = w.context.run(w.job.ride, n)
+        except BaseException:  # noqa: BLE001 - the job runs its chunk itself in ``run`` and meets the error there
+            return None
+        self._riding = (w, ride) if ride is not None else None
+        return ride
+
+    def rode(self) -> None:
+        """The staged ride's forward ran: its job takes the outputs (or, not carried, runs its chunk in ``run``)."""
+        w, ride = self._riding
+        if ride.out is not None:
+            self._riding = (w, None)
+            self._done(w, lambda: w.context.run(w.job.rode, ride))
+
     def run(self, chunks: list[tuple[Work, int]]) -> None:
-        """Each item's chunk; a finished item answers its future and leaves, a failed one too (with the error)."""
+        """Each item's chunk (one that rode the decode forward: already done); a finished item answers its future
+        and leaves, a failed one too (with the error)."""
+        rode = self._riding[0] if self._riding is not None and self._riding[1] is None else None
+        self._riding = None
         for w, n in chunks:
-            if w.future.done():  # cancelled meanwhile
+            if w is rode or w.future.done():  # carried by the forward; cancelled meanwhile
                 continue
-            self.chunks += 1
-            try:
-                done = w.context.run(w.job.advance, n)
-            except BaseException as e:  # noqa: BLE001 - handed to the decision's thread
-                self._leave(w)
-                w.future.set_exception(e)
-                continue
-            if done:
-                self._leave(w)
-                w.future.set_result(w.job.result)
+            self._done(w, lambda: w.context.run(w.job.advance, n))
+
+    def _done(self, w: Work, chunk) -> None:
+        self.chunks += 1
+        try:
+            done = chunk()
+        except BaseException as e:  # noqa: BLE001 - handed to the decision's thread
+            self._leave(w)
+            w.future.set_exception(e)
+            return
+        if done:
+            self._leave(w)
+            w.future.set_result(w.job.result)
 
     def _leave(self, w: Work) -> None:
         with self._lock:

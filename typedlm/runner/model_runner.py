@@ -39,9 +39,11 @@ from .dynamic_kv import DynamicKV
 from .invariant import mode as invariant
 from .prefix_cache import PrefixCache, default_limit, to_hf
 from .prefix_reuse import PromptPrefill, WeightsStamp, cached_pass, prefill_prompts, prefill_rows, store_pass
-from .score_graph import ScoreGraphs
+from .mixed import MixedStep
+from .score_graph import Ride, ScoreGraphs
 from .static_forwards import StaticForwards
 from .static_kv import StaticKV, unsupported
+from .graphs import batch_buckets, column_buckets
 from .tensors import device_tensor, to_device
 
 
@@ -150,8 +152,10 @@ class ModelRunner:
                 kv = StaticKV(layers=cfg.num_hidden_layers, kv_heads=cfg.num_key_value_heads, head_dim=layer.head_dim,
                               device=self.device, dtype=self.dtype, invariant=self.deterministic,
                               capacity=max(max_batch, kv.capacity if kv else 1), max_len=self.kv_len)
-                self._forwards[kv] = StaticForwards(self.model, kv, compile_decode=self.settings.compile_decode,
-                                                    short_prefill=self.settings.short_prefill)
+                fw = self._forwards[kv] = StaticForwards(self.model, kv, compile_decode=self.settings.compile_decode,
+                                                         short_prefill=self.settings.short_prefill)
+                if self.settings.mixed_step and self.score_graphs is not None:
+                    fw.mixed = MixedStep(fw, self.score_graphs)
                 self._static = kv
             elif kv.capacity < max_batch:
                 raise TypedLMError(f"the engine's static KV holds {kv.capacity} rows and is in use; "
@@ -173,22 +177,25 @@ class ModelRunner:
         with invariant.enabled(self.deterministic):
             return prefill_rows(self.prefix_cache, kv, self.forwards(kv), prompts, slots, self.device)
 
-    def run(self, kv: SlotBook, feeds: list[list[int]], slots: list[int], every: bool = False) -> torch.Tensor:
+    def run(self, kv: SlotBook, feeds: list[list[int]], slots: list[int], every: bool = False,
+            ride: Ride | None = None) -> torch.Tensor:
         """Each row's new tokens into its slot -> float32 logits ``[n, V]`` after each row's last token, or
         ``[n, k, V]`` after every fed position (``every``: rows verifying a draft). One token per row takes
-        the decode step (CUDA graphs); any row with several, the eager extend."""
+        the decode step (CUDA graphs); any row with several, the eager extend. ``ride``: a decision's chunk for
+        the decode step's forward (``mixed_step``; ``ride.out`` stays None if it did not ride)."""
         fw = self.forwards(kv)
         with invariant.enabled(self.deterministic):
             if every or any(len(f) != 1 for f in feeds):
                 return fw.extend(feeds, slots, every)
-            return fw.step([f[0] for f in feeds], slots)
+            return fw.step([f[0] for f in feeds], slots, ride) if ride is not None else \
+                fw.step([f[0] for f in feeds], slots)
 
-    def step_ids(self, kv: SlotBook, ids: torch.Tensor, slots: list[int]) -> torch.Tensor:
+    def step_ids(self, kv: SlotBook, ids: torch.Tensor, slots: list[int], ride: Ride | None = None) -> torch.Tensor:
         """One token per row given on the device (``[n]`` long: the last sampling's output, not yet read by the
         host) -> float32 logits ``[n, V]``; only for a cache with ``device_feed``. The forward is queued behind
         that sampling, so the host reads the ids while the device runs it (no host sync between steps)."""
         with invariant.enabled(self.deterministic):
-            return self.forwards(kv).step(ids, slots)
+            return self.forwards(kv).step(ids, slots, ride) if ride is not None else self.forwards(kv).step(ids, slots)
 
     def capture(self, kv: SlotBook, max_tokens: int | None = None) -> float:
         """The decode (and short-prefill) graphs of ``kv``'s buckets up to ``max_tokens`` columns; with no bound (the
@@ -201,6 +208,9 @@ class ModelRunner:
             before = graphs.graphs.capture_s
             with self._scoring(), torch.inference_mode():
                 graphs.capture()
+                fw = self.forwards(kv)
+                if isinstance(kv, StaticKV) and fw.mixed is not None:
+                    fw.mixed.capture(batch_buckets(kv.capacity), column_buckets(self.kv_len, self.kv_len))
             s += graphs.graphs.capture_s - before
         return s
 

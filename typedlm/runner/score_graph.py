@@ -29,6 +29,8 @@ from __future__ import annotations
 import inspect
 import threading
 import weakref
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -103,31 +105,44 @@ class ScoreGraphs:
         V]`` at pass positions ``read``, the first ``keep`` tokens' KV ``[layers, 2, kv_heads, keep, head_dim]``).
         The graph's outputs are read before the lock is let go (the next replay overwrites them)."""
         n, m = len(ids), _length(past)
-        b = bucket_of(n)
-        cols = min(max(MIN_BUCKET, bucket(m + n, 1 << 30)), self.max_len)
+        b, cols = self.shape(n, m)
         with self._lock:
             self._buffer()
             cuda = self.device.type == "cuda"
             graph = self.graphs.get(b, cols) if cuda else None  # captured before the inputs are staged
-            if past is not None and not self._holds(past, m):
-                self._kv[:, :, 0, :, :m].copy_(past if isinstance(past, torch.Tensor) else from_hf(past, 0, 0, m))
-            pad = b - n
-            self._io[:, :b].copy_(device_tensor([ids + [0] * pad, positions + [0] * pad,
-                                                 list(range(m, m + n)) + [self.max_len] * pad,
-                                                 read + [0] * (b - len(read))], self.device))
-            self._allow[:b, :cols].zero_()
-            self._allow[:n, :m + n].copy_(to_device(allow, self.device))
+            self.stage(past, ids, positions, allow, read, b, cols)
             if cuda:
                 graph[0].replay()
                 hidden = graph[1]
             else:
                 hidden = self._run(b, cols)
-            self.passes += 1
-            # the lm_head on the rows read only, outside the graph (their count varies more than the pass's)
-            logits = self.model.lm_head(hidden.index_select(0, self._io[3, :len(read)]))
-            kv = self._kv[:, :, 0, :, :keep].clone()
-            self._held = weakref.ref(kv)
-            return logits, kv
+            return self.finish(hidden, len(read), keep)
+
+    def shape(self, n: int, m: int) -> tuple[int, int]:
+        """(token bucket, column bucket) of a pass of ``n`` tokens after ``m`` cached ones."""
+        return bucket_of(n), min(max(MIN_BUCKET, bucket(m + n, 1 << 30)), self.max_len)
+
+    def stage(self, past, ids: list[int], positions: list[int], allow: torch.Tensor, read: list[int], b: int,
+              cols: int) -> None:
+        """A pass's inputs into the buffers (under the lock, after any capture): the prefix's K/V unless held."""
+        n, m = len(ids), _length(past)
+        if past is not None and not self._holds(past, m):
+            self._kv[:, :, 0, :, :m].copy_(past if isinstance(past, torch.Tensor) else from_hf(past, 0, 0, m))
+        pad = b - n
+        self._io[:, :b].copy_(device_tensor([ids + [0] * pad, positions + [0] * pad,
+                                             list(range(m, m + n)) + [self.max_len] * pad,
+                                             read + [0] * (b - len(read))], self.device))
+        self._allow[:b, :cols].zero_()
+        self._allow[:n, :m + n].copy_(to_device(allow, self.device))
+
+    def finish(self, hidden: torch.Tensor, reads: int, keep: int):
+        """-> (logits at the ``reads`` rows read, the first ``keep`` tokens' KV, a copy): the lm_head on the rows
+        read only, outside the graph (their count varies more than the pass's)."""
+        self.passes += 1
+        logits = self.model.lm_head(hidden.index_select(0, self._io[3, :reads]))
+        kv = self._kv[:, :, 0, :, :keep].clone()
+        self._held = weakref.ref(kv)
+        return logits, kv
 
     def _holds(self, past, m: int) -> bool:
         """Is ``past`` (its first ``m`` tokens) already in the buffer's first columns? It is when it is (a view of)
@@ -152,6 +167,10 @@ class ScoreGraphs:
             cfg, a = self.model.config, self.layers[0].self_attn
             self._kv = torch.zeros(len(self.layers), 2, 1, cfg.num_key_value_heads, self.max_len + 1, a.head_dim,
                                    dtype=self.dtype, device=self.device)
+
+    def reset_all(self) -> None:
+        """Harmless inputs in every row (K/V to the scratch column), before a capture's warm-up runs."""
+        self._reset(self._io.shape[1])
 
     def _reset(self, b: int) -> None:
         self._io[:, :b] = 0
@@ -206,6 +225,20 @@ def fused_ok(model) -> bool:
         if any(getattr(m, "variance_epsilon", None) != layer.input_layernorm.variance_epsilon for m in norms):
             return False
     return True
+
+
+@dataclass(eq=False)
+class Ride:
+    """A scoring chunk to ride in a decode step's forward (:mod:`.mixed`): :meth:`ScoreGraphs.run`'s inputs; ``out``
+    its (logits, KV) once a forward carried it (None: it did not ride; the job runs it itself)."""
+
+    past: Any
+    ids: list[int]
+    positions: list[int]
+    allow: torch.Tensor
+    read: list[int]
+    keep: int
+    out: tuple | None = None
 
 
 def _length(past) -> int:
