@@ -100,10 +100,10 @@ class ScoreGraphs:
     def run(self, past: torch.Tensor | None, ids: list[int], positions: list[int], allow: torch.Tensor,
             read: list[int], keep: int):
         """The pass of ``ids`` (per-token ``positions``; ``allow`` ``[n, m + n]`` bool over the ``m`` cached keys
-        ``past`` ``[layers, 2, kv_heads, m, head_dim]`` (a transformers cache, or None) then the pass's own; not copied in
-        when the buffer holds it: :meth:`_holds`) -> (logits ``[len(read),
-        V]`` at pass positions ``read``, the first ``keep`` tokens' KV ``[layers, 2, kv_heads, keep, head_dim]``).
-        The graph's outputs are read before the lock is let go (the next replay overwrites them)."""
+        ``past`` ``[layers, 2, kv_heads, m, head_dim]`` (or a transformers cache, or None; not copied in when the
+        buffer holds it: :meth:`_holds`) then the pass's own) -> (logits ``[len(read), V]`` at pass positions
+        ``read``, the first ``keep`` tokens' KV ``[layers, 2, kv_heads, keep, head_dim]``). The graph's outputs are
+        read before the lock is let go (the next replay overwrites them)."""
         n, m = len(ids), _length(past)
         b, cols = self.shape(n, m)
         with self._lock:
