@@ -59,7 +59,9 @@ class Settings(BaseModel):
     grammar_cache_dir: Path | None = None  # None: <cache>/grammars
     grammar_cache_mb: float = Field(1024.0, gt=0)  # the disk cache's bound (least recently used files go)
     overlap_schedule: bool = True  # the scheduler's overlapped step (forward queued before the host's update)
-    step_tokens: int = Field(256, ge=1)  # tokens one scheduler step carries: decode rows, then decisions' work
+    step_tokens: int = Field(128, ge=1)  # tokens one scheduler step carries: decode rows, then decisions' work
+    step_forwards: int = Field(1, ge=1)  # decisions' forwards one step carries beside decode rows (every other step)
+    mixed_step: bool = False  # a decision's chunk rides in the decode step's forward (runner/mixed.py; opt-in)
     cache: Path | None = None  # model conversion cache; None: $XDG_CACHE_HOME/typedlm or ~/.cache/typedlm
 
     @property

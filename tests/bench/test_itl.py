@@ -4,7 +4,10 @@ refused by name."""
 
 import pytest
 
-from typedlm.bench.itl import _check_modes, bench_itl, to_markdown
+from typedlm.bench.itl import DecideFailed, _check_modes, _clients_alone, bench_itl, to_markdown
+from typedlm.server.app import create_app
+from typedlm.server.state import ServerConfig
+from typedlm.server.testing import live_server
 
 
 def test_bench_itl_reports_decisions_alone_and_beside_and_the_target_ratios(tiny):
@@ -21,12 +24,23 @@ def test_bench_itl_reports_decisions_alone_and_beside_and_the_target_ratios(tiny
         assert beside["meets_targets"] == (beside["p99_vs_alone"] <= 1.2 and beside["decide_p50_vs_alone"] <= 2.0)
     assert res["targets"] == {"p99_vs_alone": 1.2, "decide_p50_vs_alone": 2.0} and res["rounds"] == 2
     assert res["step_tokens"] == tiny.settings.step_tokens
+    steps = beside["steps"]  # the engine's steps beside the streams, with and without work
+    assert alone["steps"]["with_work"]["n"] == 0 and alone["steps"]["without_work"]["n"] > 20, alone["steps"]
+    assert steps["with_work"]["n"] > 0 and steps["without_work"]["n"] > 0, steps
     md = to_markdown({**res, "command": "typedlm bench itl"})
     assert "| beside@64 |" in md and "decide p50 vs alone" in md and "One decision at a time" in md
 
 
 @pytest.mark.parametrize("mode,ok", [("beside@128", True), ("beside", True), ("decide-alone", True),
+                                     ("beside@64/2", True), ("beside@64/", False), ("beside@64/0", False),
                                      ("alone@2", False), ("beside@x", False), ("beside@0", False),
                                      ("sliced", False), ("sometimes", False)])
 def test_mode_names(mode, ok):
     assert (_check_modes((mode,)) is None) == ok
+
+
+def test_a_failing_decide_client_fails_the_bench_loudly(tiny):
+    """A decision the server refuses is not a silent hole in the decide numbers: the run raises with its status."""
+    with live_server(create_app(tiny, ServerConfig(warmup=False)), timeout=120) as url:
+        with pytest.raises(DecideFailed, match="HTTP 400"):
+            _clients_alone(url, {"schema": {"type": "nonsense"}, "context": "x"}, clients=2, decisions=3)

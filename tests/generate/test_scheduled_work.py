@@ -114,10 +114,20 @@ def test_a_burst_of_rows_cannot_starve_work(tiny):
     q.push(Work(job, owner=None))
     q.push(Work(Whole(3, lambda: "x"), owner=None))
     assert [n for _, n in q.take(decode_tokens=8)] == [MIN_CHUNK]  # rows fill the budget: still one chunk
+    assert q.take(decode_tokens=8) == []  # ... every other step: no stream waits on work two steps running
     assert [n for _, n in q.take(decode_tokens=5)] == [3]  # what the rows leave, no more
     assert [n for _, n in q.take(decode_tokens=0)] == [job.left]  # nothing decoding: whole, one at least
-    with pytest.raises(TypedLMError, match="step_tokens must be >= 1"):
+    with pytest.raises(TypedLMError, match="step_tokens and step_forwards must be >= 1"):
         WorkQueue(0)
+
+
+def test_a_step_beside_rows_carries_at_most_step_forwards_every_other_step(tiny):
+    q = WorkQueue(128, step_forwards=2)
+    for _ in range(3):
+        q.push(Work(Whole(3, lambda: "x"), owner=None))
+    got = [[n for _, n in q.take(decode_tokens=4)] for _ in range(4)]
+    assert got == [[3, 3], [], [3, 3], []]  # nothing is run here: the same two items each time
+    assert [n for _, n in q.take(decode_tokens=0)] == [3, 3, 3]  # nothing decoding: every step, no forward cap
 
 
 def test_a_cancelled_decision_leaves_nothing_queued(tiny, beside):

@@ -9,11 +9,14 @@ back to back. Runs:
 - ``alone``        the streams only
 - ``decide-alone`` the decide clients only, until ``--decisions`` decisions: the decision's own latency
 - ``beside``       streams + decide clients: each decision's forwards are work of the engine's steps, within the
-                   step token budget (:mod:`typedlm.generate.work`); ``beside@N``: with a budget of N tokens
+                   step token budget (:mod:`typedlm.generate.work`); ``beside@N``: with a budget of N tokens,
+                   ``beside@N/F``: and at most F work forwards a step (``step_forwards``)
 
-Reported per run: p50 / p90 / p99 / max ITL, decisions that started and ended while the streams ran and their
+Reported per run: p50 / p90 / p99 / max ITL, the engine's steps (``steps``: the host's wall time of each step, from
+the start of one to the start of the next, p50 / p99 of steps that carried work and of those that did not), decisions that started and ended while the streams ran and their
 p50 / p99 latency, and the ratios against the targets: streams' p99 vs ``alone`` (target <= 1.2) and decide
-p50 vs ``decide-alone`` (target <= 2). ``--threads`` sets torch's intra-op threads (on a CPU shared with other
+p50 vs ``decide-alone`` (target <= 2). A decision that fails fails the bench (its status and body), never
+silently. ``--threads`` sets torch's intra-op threads (on a CPU shared with other
 work, one thread avoids OpenMP barrier stalls that dwarf the model's own cost).
 """
 
@@ -53,14 +56,32 @@ def _stream(url: str, bodies: list[dict], arrivals: list[list[float]]) -> None:
                     got.append(time.perf_counter())
 
 
-def _decider(url: str, body: dict, stop: threading.Event, spans: list[tuple[float, float]]) -> None:
+class DecideFailed(RuntimeError):
+    """A decide client got an error: the run's decide numbers would be wrong (the bench stops)."""
+
+
+def _decider(url: str, body: dict, stop: threading.Event, spans: list[tuple[float, float]],
+             errors: list[str]) -> None:
     import httpx  # optional extra: server
 
     while not stop.is_set():
         t0 = time.perf_counter()
-        r = httpx.post(url + "/v1/decide", json=body, timeout=600)
-        r.raise_for_status()
+        try:
+            r = httpx.post(url + "/v1/decide", json=body, timeout=600)
+        except Exception as e:  # noqa: BLE001 - written down, raised by the run
+            errors.append(f"{type(e).__name__}: {e}")
+            return
+        if r.status_code != 200:
+            errors.append(f"HTTP {r.status_code}: {r.text[:500]}")
+            return
         spans.append((t0, time.perf_counter()))
+
+
+def _joined(deciders: list[threading.Thread], errors: list[str]) -> None:
+    for t in deciders:
+        t.join()
+    if errors:
+        raise DecideFailed(f"{len(errors)} decide client(s) failed; first: {errors[0]}")
 
 
 def _latencies(spans: list[tuple[float, float]]) -> dict:
@@ -70,15 +91,14 @@ def _latencies(spans: list[tuple[float, float]]) -> dict:
 
 
 def _clients_alone(url: str, body: dict, clients: int, decisions: int) -> list[tuple[float, float]]:
-    stop, spans = threading.Event(), []
-    deciders = [threading.Thread(target=_decider, args=(url, body, stop, spans)) for _ in range(clients)]
+    stop, spans, errors = threading.Event(), [], []
+    deciders = [threading.Thread(target=_decider, args=(url, body, stop, spans, errors)) for _ in range(clients)]
     for t in deciders:
         t.start()
     while len(spans) < decisions and all(t.is_alive() for t in deciders):
         time.sleep(0.01)
     stop.set()
-    for t in deciders:
-        t.join()
+    _joined(deciders, errors)
     return spans
 
 
@@ -99,8 +119,8 @@ def _beside(url: str, model: str, mode: str, *, streams: int, rounds: int, max_t
                 "messages": [{"role": "user", "content": f"Tell me a long story about the number {i}."}]}
                for r in range(rounds)] for i in range(streams)]
     arrivals = [[] for _ in bodies]
-    stop, spans = threading.Event(), []
-    deciders = [threading.Thread(target=_decider, args=(url, decide_body, stop, spans))
+    stop, spans, errors = threading.Event(), [], []
+    deciders = [threading.Thread(target=_decider, args=(url, decide_body, stop, spans, errors))
                 for _ in range(decide_clients if mode != "alone" else 0)]
     for t in deciders:
         t.start()
@@ -114,8 +134,7 @@ def _beside(url: str, model: str, mode: str, *, streams: int, rounds: int, max_t
         t.join()
     t1 = time.perf_counter()
     stop.set()
-    for t in deciders:
-        t.join()
+    _joined(deciders, errors)
     itl = [b - a for per_stream in arrivals for arr in per_stream for a, b in zip(arr, arr[1:])]
     inside = [(a, b) for a, b in spans if a >= t0 and b <= t1]  # started and ended beside the streams
     return {"mode": mode, "chunks": sum(len(a) for s in arrivals for a in s), "itl_count": len(itl),
@@ -123,10 +142,46 @@ def _beside(url: str, model: str, mode: str, *, streams: int, rounds: int, max_t
             **_latencies(inside), "wall_s": round(t1 - t0, 2)}
 
 
+class StepClock:
+    """Wall time between the starts of consecutive engine steps, split by whether the step carried decisions' work
+    (the bench wraps the scheduler instance's ``step`` and ``work.take``; nothing in the scheduler changes)."""
+
+    def __init__(self, sched):
+        self.sched, self.spans, self._t, self._work = sched, ([], []), None, False
+        step, take = sched.step, sched.work.take
+
+        def timed_step():
+            now = time.perf_counter()
+            if self._t is not None and now - self._t < 0.5:  # an idle wait between steps is not a step
+                self.spans[self._work].append(now - self._t)
+            self._t, self._work = now, False
+            step()
+
+        def noted_take(decode_tokens):
+            got = take(decode_tokens)
+            self._work = self._work or bool(got)
+            return got
+
+        sched.step, sched.work.take = timed_step, noted_take
+
+    def reset(self) -> None:
+        self.spans, self._t = ([], []), None
+
+    def summary(self) -> dict:
+        def pct(xs):
+            return {"n": len(xs), "p50_ms": round(1e3 * _pct(xs, .5), 2), "p99_ms": round(1e3 * _pct(xs, .99), 2)} \
+                if xs else {"n": 0}
+        return {"without_work": pct(self.spans[0]), "with_work": pct(self.spans[1])}
+
+
 def _configure(state, mode: str) -> str:
-    """The scheduler's step budget for a run name (``beside@128``: 128 tokens; else the engine's setting)."""
-    base, _, tokens = mode.partition("@")
-    state.scheduler.work.step_tokens = int(tokens) if tokens else state.engine.settings.step_tokens
+    """The scheduler's step budget for a run name (``beside@128``: 128 tokens, ``beside@64/2``: 64 tokens and 2
+    work forwards a step; else the engine's settings)."""
+    base, _, budget = mode.partition("@")
+    tokens, _, forwards = budget.partition("/")
+    settings, work = state.engine.settings, state.scheduler.work
+    work.step_tokens = int(tokens) if tokens else settings.step_tokens
+    work.step_forwards = int(forwards) if forwards else settings.step_forwards
     return base
 
 
@@ -141,14 +196,16 @@ def bench_itl(engine, *, modes=MODES, streams: int = 4, rounds: int = 1, max_tok
     with live_server(app, timeout=600) as url:
         model = httpx.get(url + "/v1/models").json()["data"][0]["id"]
         httpx.post(url + "/v1/decide", json=decide_body, timeout=600).raise_for_status()  # plan compiled once
+        clock = StepClock(app.state.typedlm.scheduler)
         for mode in modes:
             if progress:
                 progress(f"{mode} ...")
             base = _configure(app.state.typedlm, mode)
+            clock.reset()
             run = _decide_alone(url, decide_body, max(1, decide_clients), decisions) if base == "decide-alone" else \
                 _beside(url, model, base, streams=streams, rounds=rounds, max_tokens=max_tokens,
                         decide_clients=decide_clients, decide_body=decide_body)
-            runs.append({**run, "mode": mode})
+            runs.append({**run, "mode": mode, "steps": clock.summary()})
             if progress:
                 progress(f"{mode}: {json.dumps(runs[-1])}")
     _ratios(runs)
@@ -156,6 +213,7 @@ def bench_itl(engine, *, modes=MODES, streams: int = 4, rounds: int = 1, max_tok
             "machine": f"{os.cpu_count()}-core {platform.machine()} CPU" if engine.device.type == "cpu"
             else torch.cuda.get_device_name(engine.device),
             "torch_threads": torch.get_num_threads(), "step_tokens": engine.settings.step_tokens,
+            "step_forwards": engine.settings.step_forwards,
             "streams": streams, "rounds": rounds, "max_tokens": max_tokens, "decide_clients": decide_clients,
             "preset": preset,
             "targets": TARGETS, "runs": runs}
@@ -201,7 +259,7 @@ def to_markdown(res: dict) -> str:
              f"`{res['command']}`", "",
              f"{res['streams']} streams x {res['rounds']} round(s) x {res['max_tokens']} tokens, "
              f"{res['decide_clients']} decide client(s) (preset `{res['preset']}`), torch threads "
-             f"{res['torch_threads']}; step budget {res['step_tokens']} tokens (``beside@N``: N). Targets: streams' p99 <= {tg['p99_vs_alone']}x alone and "
+             f"{res['torch_threads']}; step budget {res['step_tokens']} tokens, {res.get('step_forwards', 1)} work forward(s) every other step (``beside@N/F``: N, F). Targets: streams' p99 <= {tg['p99_vs_alone']}x alone and "
              f"decide p50 <= {tg['decide_p50_vs_alone']}x alone, in one run. Decisions beside the streams: those that "
              "started and ended while the streams ran.", ""] + _solo_line(res) + [
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
@@ -222,9 +280,10 @@ def _solo_line(res: dict) -> list[str]:
 
 def _check_modes(modes: tuple[str, ...]) -> str | None:
     for m in modes:
-        base, at, tokens = m.partition("@")
+        base, at, budget = m.partition("@")
         if base not in MODES or (at and base != "beside"):
-            return f"--mode must be one of {', '.join(MODES)} (beside@TOKENS for a step budget), not {m!r}"
-        if at and not (tokens.isdigit() and int(tokens) > 0):
-            return f"--mode {m!r}: the step budget after @ must be a whole number > 0"
+            return f"--mode must be one of {', '.join(MODES)} (beside@TOKENS[/FORWARDS] for a step budget), not {m!r}"
+        tokens, slash, forwards = budget.partition("/")
+        if at and not (tokens.isdigit() and int(tokens) > 0 and (not slash or (forwards.isdigit() and int(forwards) > 0))):
+            return f"--mode {m!r}: the step budget after @ must be TOKENS or TOKENS/FORWARDS, whole numbers > 0"
     return None

@@ -43,7 +43,7 @@ def serve(
                                       help="append grammar-forced text without sampling (requests may override)"),
     step_tokens: Optional[int] = typer.Option(None, "--step-tokens",
                                               help="tokens one engine step carries: decode rows first, then "
-                                                   "decisions' prefill chunks and scoring passes (default 256)"),
+                                                   "decisions' prefill chunks and scoring passes (default 128)"),
     prefix_cache_gb: Optional[float] = typer.Option(None, "--prefix-cache-gb",
                                                     help="KV of prompt prefixes kept across requests, in GB "
                                                          "(0: off; default 10% of a GPU's memory, max 16, "

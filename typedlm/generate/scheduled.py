@@ -18,12 +18,15 @@ decision's and are refused.
 from __future__ import annotations
 
 import torch
+from transformers import DynamicCache
 
 from ..engine import Engine
 from ..errors import TypedLMError
 from ..runner.contract import Capabilities, Job, Runner, Whole
 from ..runner.invariant import mode as invariant
 from ..runner.model_runner import truncate
+from ..runner.prefix_cache import to_hf
+from ..runner.score_graph import Ride
 from .work import Work
 
 
@@ -162,19 +165,37 @@ class ChunkedPass:
     def left(self) -> int:
         return len(self.ids) - self.at
 
-    def advance(self, n: int) -> bool:
+    def _chunk(self, n: int) -> Ride:
+        """The next ``n`` queries' pass on the prefix so far (a chunk with no read still asks for one logits row:
+        the lm_head takes no empty input; not kept)."""
         a, b = self.at, min(len(self.ids), self.at + max(1, n))
-        last = b == len(self.ids)
         read = [r - a for r in self.read if a <= r < b]
-        try:  # a chunk with no read still asks for one logits row (the lm_head takes no empty input), not kept
-            logits, _ = self.runner.score(self.ids[a:b], self.prefix, self.positions[a:b],
-                                          self.allow[a:b, :self.start + b], read or [b - a - 1],
-                                          keep=self.start if last else self.start + b)
+        self._reads = len(read)
+        return Ride(self.prefix, self.ids[a:b], self.positions[a:b], self.allow[a:b, :self.start + b],
+                    read or [b - a - 1], self.start if b == len(self.ids) else self.start + b)
+
+    def advance(self, n: int) -> bool:
+        c = self._chunk(n)
+        try:
+            c.out = self.runner.score(c.ids, c.past, c.positions, c.allow, c.read, keep=c.keep)
         except BaseException:
             truncate(self.prefix, self.start)
             raise
-        self.parts.append(logits[:len(read)])
-        self.at = b
+        return self.rode(c)
+
+    def ride(self, n: int) -> Ride | None:
+        """The next chunk for a decode step's forward (``mixed_step``), or None where no score graph takes it."""
+        c = self._chunk(n)
+        return c if self.runner._graphed(self.start + self.at, len(c.ids)) else None
+
+    def rode(self, c: Ride) -> bool:
+        """A chunk's outputs applied -> whether the pass is done: its logits kept, the prefix grown (eager: the same
+        cache; a score graph's: a new one, the buffer's next prefix)."""
+        logits, prefix = c.out
+        self.prefix = prefix if isinstance(prefix, DynamicCache) else to_hf(prefix, copy=False)
+        self.parts.append(logits[:self._reads])
+        self.at += len(c.ids)
+        last = self.at == len(self.ids)
         if last:
             self.result = (torch.cat(self.parts), self.prefix)
         return last

@@ -16,8 +16,8 @@ verification is :mod:`.spec_decode`. One ``step()``:
   4. ``execute`` -> one ``runner.run`` of every running row's feed; ``hand_out`` gives each row its logits.
   5. ``settle``: one batched mask fill of the new grammar states, per row ``settle`` (a complete grammar or
      ``max_tokens`` ends it), then the step's one eviction (slot + matcher freed, ``done``).
-  6. the plan's decision work (:meth:`.work.WorkQueue.run`, :class:`.scheduled.ScheduledRunner`): prefill chunks
-     and scoring passes after the decode forward, on the same thread.
+  6. the plan's decision work (:mod:`.work`, :mod:`.scheduled`): prefill chunks and scoring passes after the
+     decode forward, on the same thread; with ``mixed_step`` the chunk rides in that forward (``execute``).
 
 Two orders of 3-5, chosen at construction (``overlap_schedule``): ``_serial`` (accept, settle, execute) and
 ``_overlapped`` (default): ``execute`` needs only the tokens just accepted, so when a row that settling cannot
@@ -26,8 +26,7 @@ it (a row the fill ends leaves its share unused); else it runs after ``settle``.
 slots): when every next feed is just the sampled token, the next forward is queued on the ids still on the
 device *before* ``collect``: no host sync between two forwards (vLLM's and SGLang's async scheduling).
 
-``Scheduler.start()`` runs ``step()`` in one background thread; ``run_batch`` drives it inline
-(tests, benchmarks). Events are delivered by calling ``Request.on_event`` on the engine thread.
+``start()`` runs ``step()`` in a background thread; ``run_batch`` inline; events: ``Request.on_event``.
 """
 
 from __future__ import annotations
@@ -72,8 +71,9 @@ class Scheduler:
         self._thread: threading.Thread | None = None
         self._stop = False
         self.peak_batch = 0  # most rows ever decoded together
-        self.work = WorkQueue(engine.settings.step_tokens)  # decisions' forwards (.work, .scheduled)
+        self.work = WorkQueue(engine.settings.step_tokens, engine.settings.step_forwards)  # decisions' forwards (.work, .scheduled)
         self._advance = self._overlapped if engine.settings.overlap_schedule else self._serial
+        self._mixed, self._ride = engine.settings.mixed_step and self.kv.device_feed, None  # runner/mixed.py
 
     # -- client side (any thread) -----------------------------------------------------------------
     def submit(self, req: Request) -> Request:
@@ -176,6 +176,7 @@ class Scheduler:
         self.hand_out(ahead if ahead is not None else self.execute())
 
     def schedule(self) -> StepPlan:
+        self._ride = None
         self._drop_cancelled()
         self._run_calls()
         self._admit()
@@ -187,6 +188,7 @@ class Scheduler:
         if not plan.rows:
             self._evict()
         plan.work = self.work.take(len(self.running))
+        self._ride = self.work.ride(plan.work) if self._mixed and plan.rows else None
         return plan
 
     def pick(self, plan: StepPlan) -> torch.Tensor:
@@ -237,16 +239,16 @@ class Scheduler:
     def execute(self, ids: torch.Tensor | None = None) -> tuple[torch.Tensor, list[Request]] | None:
         """One forward of every running row that goes on (``runner.run`` of its feed) -> (logits in row order,
         those rows): ``[B, V]``, or ``[B, k, V]`` at every fed position when a row verifies a draft. ``ids``: the
-        feeds as the sampled ids on the device, one per plan row (``_device_feed``). Finished rows are left out
-        here and evicted once, in ``settle``."""
+        feeds on the device (``_device_feed``). Finished rows are left out here, evicted in ``settle``."""
         rows = [r for r in self.running if not r.seq.finished]
         if not rows:
             return None
-        if ids is not None:
-            out = self.runner.step_ids(self.kv, ids, [r.slot for r in rows])
-        else:
-            out = self.runner.run(self.kv, [r.feed for r in rows], [r.slot for r in rows],
-                                  every=any(r.draft for r in rows))
+        ride, self._ride = self._ride, None  # mixed_step: the plan's chunk rides this forward (static slots only)
+        kw, slots = ({} if ride is None else {"ride": ride}), [r.slot for r in rows]
+        out = self.runner.step_ids(self.kv, ids, slots, **kw) if ids is not None else self.runner.run(
+            self.kv, [r.feed for r in rows], slots, every=any(r.draft for r in rows), **kw)
+        if ride is not None:
+            self.work.rode()
         return out, rows
 
     def settle(self, plan: StepPlan) -> None:

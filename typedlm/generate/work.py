@@ -2,12 +2,15 @@
 :class:`Work` with a token cost, queued here and run by the engine thread inside a step, after that step's decode
 forward (same thread, same CUDA stream).
 
-**The budget** (``Settings.step_tokens``, :meth:`WorkQueue.take`): a step carries at most ``step_tokens``
-tokens. Decode rows come first (one token each); work fills the rest in arrival order: a chunked job (a causal
-prompt prefill continuing one KV cache) gets a chunk cut to the room left, a whole job (a scoring pass) goes if
-it fits. Fairness: while work waits, every step carries at least one chunk (at least :data:`MIN_CHUNK` tokens,
-or the first whole job), so a burst of streams cannot starve decisions; the budget keeps a long ``decide_many``
-from starving streams. With no decode row running, jobs go whole (up to the budget, at least one).
+**The budget** (``Settings.step_tokens``, ``Settings.step_forwards``, :meth:`WorkQueue.take`): beside decode
+rows a step carries at most ``step_tokens`` tokens and ``step_forwards`` work forwards, and only when the step
+before carried none, so no stream waits on work two steps running (on CUDA a decode step is ~5 ms and a graphed
+chunk ~7 ms: issue 34). Decode rows come first (one token each); work fills the rest in arrival order: a chunked
+job (a causal prompt prefill continuing one KV cache) gets a chunk cut to the room left, a whole job (a scoring
+pass) goes if it fits. Fairness: while work waits, every other step carries at least one chunk (at least
+:data:`MIN_CHUNK` tokens, or the first whole job), so a burst of streams cannot starve decisions; the budget keeps
+a long ``decide_many`` from starving streams. With no decode row running, jobs go whole (up to the budget, at
+least one), every step.
 """
 
 from __future__ import annotations
@@ -43,10 +46,12 @@ class Work:
 class WorkQueue:
     """Work waiting for steps, in arrival order; a chunked job keeps its place until its last chunk."""
 
-    def __init__(self, step_tokens: int):
-        if step_tokens < 1:
-            raise TypedLMError(f"step_tokens must be >= 1, not {step_tokens}")
-        self.step_tokens = step_tokens
+    def __init__(self, step_tokens: int, step_forwards: int = 1):
+        if step_tokens < 1 or step_forwards < 1:
+            raise TypedLMError(f"step_tokens and step_forwards must be >= 1, not {step_tokens}, {step_forwards}")
+        self.step_tokens, self.step_forwards = step_tokens, step_forwards
+        self._carried = False  # the last step beside decode rows carried work
+        self._riding: tuple[Work, object] | None = None  # the step's chunk staged to ride its decode forward
         self._items: collections.deque[Work] = collections.deque()
         self._lock = threading.Lock()
         self.chunks = 0  # work forwards run (tests, bench)
@@ -63,6 +68,11 @@ class WorkQueue:
         docstring)."""
         with self._lock:
             items = list(self._items)
+        if decode_tokens:
+            rest, self._carried = self._carried, bool(items) and not self._carried
+            if rest:
+                return []
+            items = items[:self.step_forwards]
         room, out = self.step_tokens - decode_tokens, []
         for w in items:
             want = w.tokens
@@ -78,21 +88,48 @@ class WorkQueue:
             room -= n
         return out
 
+    def ride(self, chunks: list[tuple[Work, int]]):
+        """``mixed_step``: the step's one chunk (a chunked job's) as a ride for its decode forward
+        (:mod:`typedlm.runner.mixed`), or None; the forward that carries it hands it back with :meth:`rode`."""
+        self._riding = None
+        if len(chunks) != 1 or not chunks[0][0].job.chunked or chunks[0][0].future.done():
+            return None
+        w, n = chunks[0]
+        try:
+            ride = w.context.run(w.job.ride, n)
+        except BaseException:  # noqa: BLE001 - the job runs its chunk itself in ``run`` and meets the error there
+            return None
+        self._riding = (w, ride) if ride is not None else None
+        return ride
+
+    def rode(self) -> None:
+        """The staged ride's forward ran: its job takes the outputs (or, not carried, runs its chunk in ``run``)."""
+        w, ride = self._riding
+        if ride.out is not None:
+            self._riding = (w, None)
+            self._done(w, lambda: w.context.run(w.job.rode, ride))
+
     def run(self, chunks: list[tuple[Work, int]]) -> None:
-        """Each item's chunk; a finished item answers its future and leaves, a failed one too (with the error)."""
+        """Each item's chunk (one that rode the decode forward: already done); a finished item answers its future
+        and leaves, a failed one too (with the error)."""
+        rode = self._riding[0] if self._riding is not None and self._riding[1] is None else None
+        self._riding = None
         for w, n in chunks:
-            if w.future.done():  # cancelled meanwhile
+            if w is rode or w.future.done():  # carried by the forward; cancelled meanwhile
                 continue
-            self.chunks += 1
-            try:
-                done = w.context.run(w.job.advance, n)
-            except BaseException as e:  # noqa: BLE001 - handed to the decision's thread
-                self._leave(w)
-                w.future.set_exception(e)
-                continue
-            if done:
-                self._leave(w)
-                w.future.set_result(w.job.result)
+            self._done(w, lambda: w.context.run(w.job.advance, n))
+
+    def _done(self, w: Work, chunk) -> None:
+        self.chunks += 1
+        try:
+            done = chunk()
+        except BaseException as e:  # noqa: BLE001 - handed to the decision's thread
+            self._leave(w)
+            w.future.set_exception(e)
+            return
+        if done:
+            self._leave(w)
+            w.future.set_result(w.job.result)
 
     def _leave(self, w: Work) -> None:
         with self._lock:

@@ -39,9 +39,11 @@ from .dynamic_kv import DynamicKV
 from .invariant import mode as invariant
 from .prefix_cache import PrefixCache, default_limit, to_hf
 from .prefix_reuse import PromptPrefill, WeightsStamp, cached_pass, prefill_prompts, prefill_rows, store_pass
-from .score_graph import ScoreGraphs
+from .mixed import MixedStep
+from .score_graph import Ride, ScoreGraphs
 from .static_forwards import StaticForwards
 from .static_kv import StaticKV, unsupported
+from .graphs import batch_buckets, column_buckets
 from .tensors import device_tensor, to_device
 
 
@@ -150,9 +152,11 @@ class ModelRunner:
                 kv = StaticKV(layers=cfg.num_hidden_layers, kv_heads=cfg.num_key_value_heads, head_dim=layer.head_dim,
                               device=self.device, dtype=self.dtype, invariant=self.deterministic,
                               capacity=max(max_batch, kv.capacity if kv else 1), max_len=self.kv_len)
-                self._forwards[kv] = StaticForwards(self.model, kv, compile_decode=self.settings.compile_decode,
-                                                    short_prefill=self.settings.short_prefill,
-                                                    release_workers=self.settings.release_compile_workers)
+                fw = self._forwards[kv] = StaticForwards(self.model, kv, compile_decode=self.settings.compile_decode,
+                                                         short_prefill=self.settings.short_prefill,
+                                                         release_workers=self.settings.release_compile_workers)
+                if self.settings.mixed_step and self.score_graphs is not None:
+                    fw.mixed = MixedStep(fw, self.score_graphs)
                 self._static = kv
             elif kv.capacity < max_batch:
                 raise TypedLMError(f"the engine's static KV holds {kv.capacity} rows and is in use; "
@@ -174,26 +178,42 @@ class ModelRunner:
         with invariant.enabled(self.deterministic):
             return prefill_rows(self.prefix_cache, kv, self.forwards(kv), prompts, slots, self.device)
 
-    def run(self, kv: SlotBook, feeds: list[list[int]], slots: list[int], every: bool = False) -> torch.Tensor:
+    def run(self, kv: SlotBook, feeds: list[list[int]], slots: list[int], every: bool = False,
+            ride: Ride | None = None) -> torch.Tensor:
         """Each row's new tokens into its slot -> float32 logits ``[n, V]`` after each row's last token, or
         ``[n, k, V]`` after every fed position (``every``: rows verifying a draft). One token per row takes
-        the decode step (CUDA graphs); any row with several, the eager extend."""
+        the decode step (CUDA graphs); any row with several, the eager extend. ``ride``: a decision's chunk for
+        the decode step's forward (``mixed_step``; ``ride.out`` stays None if it did not ride)."""
         fw = self.forwards(kv)
         with invariant.enabled(self.deterministic):
             if every or any(len(f) != 1 for f in feeds):
                 return fw.extend(feeds, slots, every)
-            return fw.step([f[0] for f in feeds], slots)
+            return fw.step([f[0] for f in feeds], slots, ride) if ride is not None else \
+                fw.step([f[0] for f in feeds], slots)
 
-    def step_ids(self, kv: SlotBook, ids: torch.Tensor, slots: list[int]) -> torch.Tensor:
+    def step_ids(self, kv: SlotBook, ids: torch.Tensor, slots: list[int], ride: Ride | None = None) -> torch.Tensor:
         """One token per row given on the device (``[n]`` long: the last sampling's output, not yet read by the
         host) -> float32 logits ``[n, V]``; only for a cache with ``device_feed``. The forward is queued behind
         that sampling, so the host reads the ids while the device runs it (no host sync between steps)."""
         with invariant.enabled(self.deterministic):
-            return self.forwards(kv).step(ids, slots)
+            return self.forwards(kv).step(ids, slots, ride) if ride is not None else self.forwards(kv).step(ids, slots)
 
     def capture(self, kv: SlotBook, max_tokens: int | None = None) -> float:
+        """The decode (and short-prefill) graphs of ``kv``'s buckets up to ``max_tokens`` columns; with no bound (the
+        server's warm-up) and invariant scoring on CUDA, every score graph too (a decision's chunks beside streams
+        replay them: none pays a capture) -> seconds."""
         with invariant.enabled(self.deterministic):
-            return self.forwards(kv).capture(max_tokens)
+            s = self.forwards(kv).capture(max_tokens)
+        graphs = self.score_graphs
+        if max_tokens is None and self.invariant and graphs is not None and graphs.enabled and self.device.type == "cuda":
+            before = graphs.graphs.capture_s
+            with self._scoring(), torch.inference_mode():
+                graphs.capture()
+                fw = self.forwards(kv)
+                if isinstance(kv, StaticKV) and fw.mixed is not None:
+                    fw.mixed.capture(batch_buckets(kv.capacity), column_buckets(self.kv_len, self.kv_len))
+            s += graphs.graphs.capture_s - before
+        return s
 
     def graph_stats(self, kv: SlotBook) -> tuple[int, float]:
         """(CUDA graphs captured for ``kv``, seconds spent capturing them); none for the dynamic cache."""
@@ -253,13 +273,15 @@ class ModelRunner:
         prompt = ids[:keep] if prefix is None and keep else None
         if prompt is not None:
             past, ids, positions, allow, read = cached_pass(self.prefix_cache, ids, positions, allow, read, keep)
-            graphs, m = self.score_graphs, 0 if past is None else int(past.shape[3])
-            if self.invariant and graphs is not None and graphs.fits(m, len(ids)):  # = the eager pass, bit for bit
-                logits, kv = graphs.run(past, ids, positions, allow, read, keep)
+            if self._graphed(0 if past is None else int(past.shape[3]), len(ids)):  # = the eager pass, bit for bit
+                logits, kv = self.score_graphs.run(past, ids, positions, allow, read, keep)
                 store_pass(self.prefix_cache, prompt, kv)
                 return logits, to_hf(kv, copy=False)
             prefix = None if past is None else to_hf(past)
         cut = keep if keep is not None else (prefix_length(prefix) if prefix is not None else None)
+        if prefix is not None and self._graphed(prefix_length(prefix), len(ids)):  # a chunk of a pass on its prefix
+            logits, kv = self.score_graphs.run(prefix, ids, positions, allow, read, cut)
+            return logits, to_hf(kv, copy=False)
         read_t = device_tensor(read, dev)  # pinned staging: a copy from pageable memory would wait for the queue
         try:
             logits, cache = self.forward(device_tensor([ids], dev), prefix, position_ids=device_tensor([positions], dev),
@@ -274,6 +296,26 @@ class ModelRunner:
         if prompt is not None:
             store_pass(self.prefix_cache, prompt, prefix)
         return logits, prefix
+
+    def _graphed(self, cached: int, new: int) -> bool:
+        """Does a scoring forward of ``new`` tokens after ``cached`` ones go through a score graph (invariant)?"""
+        return self.invariant and self.score_graphs is not None and self.score_graphs.fits(cached, new)
+
+    @torch.inference_mode()
+    def extend_prefix(self, past, ids: list[int]):
+        """A decision prompt's KV ``past`` (None, a transformers cache, or a KV tensor ``[layers, 2, kv_heads, m,
+        head_dim]``) continued by ``ids`` (causal, positions ``m`` on) -> the longer KV: a tensor when the chunk
+        went through a score graph (invariant scoring on CUDA: one replay, bit-identical to the eager forward),
+        else a transformers cache. Each chunk of :class:`~.prefix_reuse.PromptPrefill` is one call."""
+        m, n = (0 if past is None else int(past.shape[3]) if isinstance(past, torch.Tensor) else prefix_length(past),
+                len(ids))
+        with self._scoring():
+            if self._graphed(m, n):
+                allow = torch.ones(n, m + n, dtype=torch.bool).tril_(m)
+                return self.score_graphs.run(past, ids, list(range(m, m + n)), allow, [n - 1], m + n)[1]
+            if isinstance(past, torch.Tensor):
+                past = to_hf(past, copy=False)
+            return self.forward(device_tensor([ids], self.device), past, **self._keep(1))[1]
 
     @torch.inference_mode()
     def score_expand(self, rows: torch.Tensor, prefix, read: list[int]) -> torch.Tensor:

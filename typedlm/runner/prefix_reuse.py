@@ -17,7 +17,8 @@ import torch
 from transformers import DynamicCache
 
 from .allow import rows_from
-from .prefix_cache import PrefixCache, from_hf, to_hf
+from .prefix_cache import MISS, Match, PrefixCache, from_hf, to_hf
+from .score_graph import Ride
 from .tensors import device_tensor, to_device
 
 
@@ -83,22 +84,42 @@ class PromptPrefill:
         return len(self.ids) - self.at
 
     def advance(self, n: int) -> bool:
-        runner, cache = self.runner, self.runner.prefix_cache
-        with runner._scoring():  # the tree the lookups walk and the forwards' ops: the scoring ones
-            if self.hit is None:
-                self.hit = cache.match(self.ids)
-                self.at = self.hit.length
-                self.past = to_hf(self.hit.kv()) if self.at else None
+        with self.runner._scoring():  # the tree the lookups walk and the forwards' ops: the scoring ones
+            self._lookup()
             if self.at < len(self.ids):
                 end = min(len(self.ids), self.at + max(1, n))
-                ids = device_tensor([self.ids[self.at:end]], runner.device)
-                _, self.past = runner.forward(ids, self.past, **runner._keep(1))
+                self.past = self.runner.extend_prefix(self.past, self.ids[self.at:end])  # a KV tensor when graphed
                 self.at = end
-            if self.at < len(self.ids):
-                return False
-            past = self.past
-            cache.insert(self.ids, lambda a, b: from_hf(past, 0, a, b), after=self.hit)
-        self.result = past
+            return self._settle()
+
+    def ride(self, n: int):
+        """The next chunk as a :class:`~.score_graph.Ride` for a decode step's forward (``extend_prefix``'s graphed
+        pass), or None (nothing left to compute, or the chunk goes no graph's way: ``advance`` runs it)."""
+        with self.runner._scoring():
+            self._lookup()
+            m, end = self.at, min(len(self.ids), self.at + max(1, n))
+            if m == len(self.ids) or not self.runner._graphed(m, end - m):
+                return None
+        return Ride(self.past, self.ids[m:end], list(range(m, end)),
+                    torch.ones(end - m, end, dtype=torch.bool).tril_(m), [end - m - 1], end)
+
+    def rode(self, ride) -> bool:
+        """A ride's outputs applied (the chunk's KV continues the prompt's) -> whether the prompt is done."""
+        self.past, self.at = ride.out[1], ride.keep
+        with self.runner._scoring():
+            return self._settle()
+
+    def _lookup(self) -> None:
+        if self.hit is None:
+            self.hit = self.runner.prefix_cache.match(self.ids)
+            self.at = self.hit.length
+            self.past = self.hit.kv() if self.at else None  # a new tensor, ours
+
+    def _settle(self) -> bool:
+        if self.at < len(self.ids):
+            return False
+        store_pass(self.runner.prefix_cache, self.ids, self.past, after=self.hit)
+        self.result = to_hf(self.past, copy=False) if isinstance(self.past, torch.Tensor) else self.past
         return True
 
 
@@ -153,10 +174,11 @@ def cached_pass(cache: PrefixCache, ids: list[int], positions: list[int], allow:
     return hit.kv(), ids[m:], positions[m:], allow, [r - m for r in read]
 
 
-def store_pass(cache: PrefixCache, prompt: list[int], kv) -> None:
+def store_pass(cache: PrefixCache, prompt: list[int], kv, after: Match = MISS) -> None:
     """Store the prompt's KV a scoring pass left (``kv``: a transformers cache of exactly that prompt, or its tensor
-    ``[layers, 2, kv_heads, len(prompt), head_dim]``: the blocks are sliced from it, no restacking)."""
+    ``[layers, 2, kv_heads, len(prompt), head_dim]``: the blocks are sliced from it, no restacking); ``after``: the
+    lookup's hit the new blocks follow."""
     if isinstance(kv, torch.Tensor):
-        cache.insert(prompt, lambda a, b: kv[:, :, :, a:b])
+        cache.insert(prompt, lambda a, b: kv[:, :, :, a:b], after=after)
     else:
-        cache.insert(prompt, lambda a, b: from_hf(kv, 0, a, b))
+        cache.insert(prompt, lambda a, b: from_hf(kv, 0, a, b), after=after)

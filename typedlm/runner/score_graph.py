@@ -28,12 +28,16 @@ from __future__ import annotations
 
 import inspect
 import threading
+import weakref
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from .graphs import DecodeGraphs, MIN_BUCKET, bucket
+from .graphs import DecodeGraphs, MIN_BUCKET, bucket, column_buckets
 from .invariant import mode as invariant
 from .layers import fuse, out_mlp, qkv_rope
+from .prefix_cache import from_hf
 from .tensors import device_tensor, to_device
 
 # tokens of a graphed pass: powers of two, then steps of 64 above 256 (a later decision's ~280-token pass pays 320
@@ -71,6 +75,7 @@ class ScoreGraphs:
         self._fused = [fuse(layer) for layer in self.layers] if settings.score_graph_fused and fused_ok(model) else None
         self.weights = self._fused
         self._kv = None  # the static buffer, made on first use
+        self._held = None  # a weak reference to the KV the last pass returned (its prefix stays in the buffer)
         top = BUCKETS[-1]
         self._io = torch.zeros(4, top, dtype=torch.long, device=device)  # ids, positions, K/V column, rows read
         self._allow = torch.zeros(top, max_len, dtype=torch.bool, device=device)
@@ -95,36 +100,77 @@ class ScoreGraphs:
     def run(self, past: torch.Tensor | None, ids: list[int], positions: list[int], allow: torch.Tensor,
             read: list[int], keep: int):
         """The pass of ``ids`` (per-token ``positions``; ``allow`` ``[n, m + n]`` bool over the ``m`` cached keys
-        ``past`` ``[layers, 2, kv_heads, m, head_dim]`` (or None) then the pass's own) -> (logits ``[len(read),
-        V]`` at pass positions ``read``, the first ``keep`` tokens' KV ``[layers, 2, kv_heads, keep, head_dim]``).
-        The graph's outputs are read before the lock is let go (the next replay overwrites them)."""
-        n, m = len(ids), 0 if past is None else int(past.shape[3])
-        b = bucket_of(n)
-        cols = min(max(MIN_BUCKET, bucket(m + n, 1 << 30)), self.max_len)
+        ``past`` ``[layers, 2, kv_heads, m, head_dim]`` (or a transformers cache, or None; not copied in when the
+        buffer holds it: :meth:`_holds`) then the pass's own) -> (logits ``[len(read), V]`` at pass positions
+        ``read``, the first ``keep`` tokens' KV ``[layers, 2, kv_heads, keep, head_dim]``). The graph's outputs are
+        read before the lock is let go (the next replay overwrites them)."""
+        n, m = len(ids), _length(past)
+        b, cols = self.shape(n, m)
         with self._lock:
-            if self._kv is None:
-                cfg, a = self.model.config, self.layers[0].self_attn
-                self._kv = torch.zeros(len(self.layers), 2, 1, cfg.num_key_value_heads, self.max_len + 1, a.head_dim,
-                                       dtype=self.dtype, device=self.device)
+            self._buffer()
             cuda = self.device.type == "cuda"
             graph = self.graphs.get(b, cols) if cuda else None  # captured before the inputs are staged
-            if past is not None:
-                self._kv[:, :, 0, :, :m].copy_(past)
-            pad = b - n
-            self._io[:, :b].copy_(device_tensor([ids + [0] * pad, positions + [0] * pad,
-                                                 list(range(m, m + n)) + [self.max_len] * pad,
-                                                 read + [0] * (b - len(read))], self.device))
-            self._allow[:b, :cols].zero_()
-            self._allow[:n, :m + n].copy_(to_device(allow, self.device))
+            self.stage(past, ids, positions, allow, read, b, cols)
             if cuda:
                 graph[0].replay()
                 hidden = graph[1]
             else:
                 hidden = self._run(b, cols)
-            self.passes += 1
-            # the lm_head on the rows read only, outside the graph (their count varies more than the pass's)
-            logits = self.model.lm_head(hidden.index_select(0, self._io[3, :len(read)]))
-            return logits, self._kv[:, :, 0, :, :keep].clone()
+            return self.finish(hidden, len(read), keep)
+
+    def shape(self, n: int, m: int) -> tuple[int, int]:
+        """(token bucket, column bucket) of a pass of ``n`` tokens after ``m`` cached ones."""
+        return bucket_of(n), min(max(MIN_BUCKET, bucket(m + n, 1 << 30)), self.max_len)
+
+    def stage(self, past, ids: list[int], positions: list[int], allow: torch.Tensor, read: list[int], b: int,
+              cols: int) -> None:
+        """A pass's inputs into the buffers (under the lock, after any capture): the prefix's K/V unless held."""
+        n, m = len(ids), _length(past)
+        if past is not None and not self._holds(past, m):
+            self._kv[:, :, 0, :, :m].copy_(past if isinstance(past, torch.Tensor) else from_hf(past, 0, 0, m))
+        pad = b - n
+        self._io[:, :b].copy_(device_tensor([ids + [0] * pad, positions + [0] * pad,
+                                             list(range(m, m + n)) + [self.max_len] * pad,
+                                             read + [0] * (b - len(read))], self.device))
+        self._allow[:b, :cols].zero_()
+        self._allow[:n, :m + n].copy_(to_device(allow, self.device))
+
+    def finish(self, hidden: torch.Tensor, reads: int, keep: int):
+        """-> (logits at the ``reads`` rows read, the first ``keep`` tokens' KV, a copy): the lm_head on the rows
+        read only, outside the graph (their count varies more than the pass's)."""
+        self.passes += 1
+        logits = self.model.lm_head(hidden.index_select(0, self._io[3, :reads]))
+        kv = self._kv[:, :, 0, :, :keep].clone()
+        self._held = weakref.ref(kv)
+        return logits, kv
+
+    def _holds(self, past, m: int) -> bool:
+        """Is ``past`` (its first ``m`` tokens) already in the buffer's first columns? It is when it is (a view of)
+        the KV the last pass returned: the next chunk of a prompt or a pass goes on without copying its prefix in."""
+        held = self._held() if self._held is not None else None
+        if held is None or m > held.shape[3]:
+            return False
+        t = past if isinstance(past, torch.Tensor) else past.layers[0].keys
+        return t.untyped_storage().data_ptr() == held.untyped_storage().data_ptr()
+
+    def capture(self) -> None:
+        """Every (tokens, columns) bucket's graph now (warm-up), so no decision pays a capture."""
+        with self._lock:
+            self._buffer()
+            for b in BUCKETS:
+                for cols in column_buckets(self.max_len, self.max_len):
+                    self.graphs.get(b, cols)
+        torch.cuda.synchronize(self.device)
+
+    def _buffer(self) -> None:
+        if self._kv is None:
+            cfg, a = self.model.config, self.layers[0].self_attn
+            self._kv = torch.zeros(len(self.layers), 2, 1, cfg.num_key_value_heads, self.max_len + 1, a.head_dim,
+                                   dtype=self.dtype, device=self.device)
+
+    def reset_all(self) -> None:
+        """Harmless inputs in every row (K/V to the scratch column), before a capture's warm-up runs."""
+        self._reset(self._io.shape[1])
 
     def _reset(self, b: int) -> None:
         self._io[:, :b] = 0
@@ -179,6 +225,27 @@ def fused_ok(model) -> bool:
         if any(getattr(m, "variance_epsilon", None) != layer.input_layernorm.variance_epsilon for m in norms):
             return False
     return True
+
+
+@dataclass(eq=False)
+class Ride:
+    """A scoring chunk to ride in a decode step's forward (:mod:`.mixed`): :meth:`ScoreGraphs.run`'s inputs; ``out``
+    its (logits, KV) once a forward carried it (None: it did not ride; the job runs it itself)."""
+
+    past: Any
+    ids: list[int]
+    positions: list[int]
+    allow: torch.Tensor
+    read: list[int]
+    keep: int
+    out: tuple | None = None
+
+
+def _length(past) -> int:
+    """Tokens of a pass's prefix: None, a KV tensor ``[layers, 2, kv_heads, m, head_dim]`` or a transformers cache."""
+    if past is None:
+        return 0
+    return int(past.shape[3]) if isinstance(past, torch.Tensor) else int(past.layers[0].keys.shape[-2])
 
 
 def bucket_of(n: int) -> int:

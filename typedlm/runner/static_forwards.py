@@ -73,6 +73,7 @@ class StaticForwards:
         self.graphs = DecodeGraphs(device, self._decode, self._reset_inputs, self._io,
                                    after_capture=self.release_compile_workers)
         self.short = ShortPrefill(self, enabled=short_prefill)  # short prefills (a cached prompt's tail) as CUDA graphs
+        self.mixed = None  # a MixedStep when decisions' chunks ride in decode steps (the runner's mixed_step)
 
     @property
     def capture_s(self) -> float:
@@ -97,9 +98,10 @@ class StaticForwards:
             return self._extend(ids, slots, [t] * g)
 
     @torch.inference_mode()
-    def step(self, tokens: list[int] | torch.Tensor, slots: list[int]) -> torch.Tensor:
+    def step(self, tokens: list[int] | torch.Tensor, slots: list[int], ride=None) -> torch.Tensor:
         """``tokens``: host ids, or the ids on the device (``device_feed``: the sampler's output, queued before the
-        host has read it, so the forward runs while the host handles the previous step)."""
+        host has read it, so the forward runs while the host handles the previous step). ``ride``: a decision's
+        chunk (:class:`~.score_graph.Ride`) for the same forward (:mod:`.mixed`, when on and it fits)."""
         with self.kv.lock:
             longest = self.kv.check(max(self.length[s] for s in slots) + 1)
             top = max(slots) + 1
@@ -131,7 +133,10 @@ class StaticForwards:
                     self._io[0, : len(slots)].copy_(tokens)
                 else:
                     self._io[0].index_copy_(0, device_tensor(slots, self.dev), tokens)
-            out = self.graphs.replay(b, cols) if self.dev.type == "cuda" else self._decode(b, cols)
+            if ride is not None and self.mixed is not None and self.mixed.fits(ride):
+                out = self.mixed.step(b, cols, ride)
+            else:
+                out = self.graphs.replay(b, cols) if self.dev.type == "cuda" else self._decode(b, cols)
             if contiguous:
                 return out[: len(slots)].clone()  # a copy: the next replay overwrites ``out``
             return out[device_tensor(slots, self.dev)]

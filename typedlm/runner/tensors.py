@@ -13,7 +13,8 @@ def device_tensor(values: list, device: torch.device, dtype=torch.long) -> torch
 
 
 def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """A host tensor on ``device`` the same way: staged pinned, copied without waiting (as is on the CPU)."""
-    if device.type != "cuda":
+    """A host tensor on ``device`` the same way: staged pinned, copied without waiting (as is on the CPU; a device
+    tensor is left alone)."""
+    if device.type != "cuda" or t.device.type != "cpu":
         return t
     return t.pin_memory().to(device, non_blocking=True)

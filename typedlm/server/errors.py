@@ -24,6 +24,14 @@ class APIError(Exception):
         self.headers = headers or {}
 
 
+DISCONNECT_POLL_S = 0.5  # how often a waiting request checks that its client is still there
+
+
+class ClientGone(Exception):
+    """The client left before its answer: the request's work is cancelled and the answer is 499 (nginx's "client
+    closed request"; nobody reads it), with no traceback in the log."""
+
+
 def error_response(status: int, message: str, *, type: str = "invalid_request_error", param: str | None = None,
                    code: str | None = None, headers: dict | None = None) -> JSONResponse:
     body = {"error": {"message": message, "type": type, "param": param, "code": code}}
@@ -38,6 +46,11 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(GrammarCompileError)
     async def _grammar(_: Request, e: GrammarCompileError):
         return error_response(400, str(e), param=e.pointer, code="grammar_compile_error")
+
+    @app.exception_handler(ClientGone)
+    async def _gone(request: Request, e: ClientGone):
+        log.info("%s %s: %s", request.method, request.url.path, e)
+        return error_response(499, str(e), code="client_gone")
 
     @app.exception_handler(TypedLMError)
     async def _typed(_: Request, e: TypedLMError):

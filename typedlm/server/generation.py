@@ -22,11 +22,9 @@ from ..generate.api import build_sequence
 from ..generate.result import GenerationResult
 from ..generate.sampling import SamplingParams
 from ..generate.requests import DoneEvent, QueueFull, Request, TokenEvent
-from .errors import APIError
+from .errors import DISCONNECT_POLL_S, APIError, ClientGone
 from .state import ServerState
 from .structured import Structured, is_degradable
-
-DISCONNECT_POLL_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -164,7 +162,7 @@ class Job:
                 self.polled = now
                 if await http.is_disconnected():
                     self.cancel()
-                    raise asyncio.CancelledError("client disconnected")
+                    raise ClientGone("client disconnected")
             try:
                 i, ev = await asyncio.wait_for(self.queue.get(), DISCONNECT_POLL_S)
             except TimeoutError:

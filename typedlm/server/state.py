@@ -26,7 +26,7 @@ from ..generate.scheduled import scheduled_engine
 from ..generate.scheduler import Scheduler
 from ..grammar.spec import make_constraint
 from .config import REDACTED
-from .errors import APIError
+from .errors import DISCONNECT_POLL_S, APIError, ClientGone
 
 log = logging.getLogger("typedlm.server")
 
@@ -81,16 +81,22 @@ class ServerState:
         return APIError(503, "model is loading; retry shortly", type="server_error", code="not_ready",
                         headers={"Retry-After": str(self.config.retry_after_s)})
 
-    async def run_decision(self, fn: Callable[..., Any], *args, **kwargs) -> Any:
+    async def run_decision(self, fn: Callable[..., Any], *args, http=None, **kwargs) -> Any:
         """``fn(*args, engine=<the engine with a ScheduledRunner>, **kwargs)`` on a worker thread: every forward it
-        makes is work of the scheduler (a step's token budget); a cancelled request drops what it has queued."""
+        makes is work of the scheduler (a step's token budget); a cancelled request, or one whose client ``http``
+        has left (polled every ``DISCONNECT_POLL_S``: ``ClientGone``), drops what it has queued."""
         if not self.ready:
             raise self.not_ready()
         engine = scheduled_engine(self.engine, self.scheduler)
+        task = asyncio.ensure_future(asyncio.to_thread(fn, *args, engine=engine, **kwargs))
         try:
-            return await asyncio.to_thread(fn, *args, engine=engine, **kwargs)
-        except asyncio.CancelledError:
-            engine.runner.cancel()
+            while not (await asyncio.wait({task}, timeout=DISCONNECT_POLL_S))[0]:
+                if http is not None and await http.is_disconnected():
+                    raise ClientGone("client disconnected")
+            return task.result()
+        except (asyncio.CancelledError, ClientGone):
+            engine.runner.cancel()  # the thread's next forward raises; its error is nobody's
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
             raise
 
     # -- lifecycle --------------------------------------------------------------------------------

@@ -150,8 +150,8 @@ def itl(
     decisions: int = typer.Option(20, "--decisions", help="decisions the decide-alone run measures"),
     preset: str = typer.Option("support_triage", "--preset"),
     threads: Optional[int] = typer.Option(None, "--threads", help="torch intra-op threads"),
-    mode: Optional[list[str]] = typer.Option(None, "--mode", help="alone | decide-alone | beside[@STEP_TOKENS] "
-                                             "(repeatable; beside@128: a step budget of 128 tokens)"),
+    mode: Optional[list[str]] = typer.Option(None, "--mode", help="alone | decide-alone | beside[@TOKENS[/FORWARDS]] "
+                                             "(repeatable; beside@64/2: 64 tokens, 2 work forwards a step)"),
     out: Optional[Path] = typer.Option(None, "--json", help="write the results JSON here"),
 ):
     """p50/p99 inter-token latency of streaming requests and decide latency, alone and together."""

@@ -11,9 +11,9 @@ router = APIRouter()
 
 @router.post("/v1/decide")
 async def v1_decide(body: DecideRequest, http: Request):
-    return await http.app.state.serving.decide.decide(body)
+    return await http.app.state.serving.decide.decide(body, http)
 
 
 @router.post("/v1/systemone")
 async def v1_systemone(body: SystemOneRequest, http: Request):
-    return await http.app.state.serving.decide.systemone(body)
+    return await http.app.state.serving.decide.systemone(body, http)

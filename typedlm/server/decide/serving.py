@@ -20,7 +20,7 @@ class ServingDecide:
     def __init__(self, state):
         self.state = state
 
-    async def decide(self, body: DecideRequest) -> dict | list[dict]:
+    async def decide(self, body: DecideRequest, http=None) -> dict | list[dict]:
         """One Decision dict for ``context``, a list of them for ``contexts``."""
         if (body.context is None) == (body.contexts is None):
             raise APIError(400, "give exactly one of 'context' (a string) or 'contexts' (a list of strings)",
@@ -35,10 +35,10 @@ class ServingDecide:
             raise APIError(400, str(e), param="prior") from e
         except TypedLMError as e:  # a context: empty, too long
             raise APIError(400, str(e), param="contexts" if body.contexts is not None else "context") from e
-        ds = await self.state.run_decision(run, job)
+        ds = await self.state.run_decision(run, job, http=http)
         return ds[0].to_dict() if body.context is not None else [d.to_dict() for d in ds]
 
-    async def systemone(self, body: SystemOneRequest) -> dict:
+    async def systemone(self, body: SystemOneRequest, http=None) -> dict:
         """The answers in the System One shape; usage counts the prompt and the scored tokens."""
         state = self.state
         context = body.state if isinstance(body.state, str) else canonical_json(body.state)
@@ -46,7 +46,7 @@ class ServingDecide:
             raise APIError(400, "state is empty", param="state")
         schema, names = systemone_schema(body.questions)
         job = prepare(schema, [context], DecideOptions(scoring=body.scoring), engine=state.engine)  # checks -> 400
-        d = (await state.run_decision(run, job))[0]
+        d = (await state.run_decision(run, job, http=http))[0]
         n_prompt, n_scored = d.usage["prompt_tokens"], d.usage["scored_tokens"]
         return {"model": state.engine.name, "answers": systemone_answers(body.questions, names, d),
                 "usage": {"prompt_tokens": n_prompt, "completion_tokens": 0, "total_tokens": n_prompt,
