@@ -74,11 +74,8 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=30.0, help="seconds per schema before it counts as a timeout")
     schemastore.add_engine_options(ap)
     args = ap.parse_args()
-    source = ""
-    if args.corpus is None:
-        commit = subprocess.run(["git", "--git-dir", str(args.repo), "rev-parse", "HEAD"], check=True,
-                                capture_output=True, text=True).stdout.strip()
-        source = f"guidance-ai/jsonschemabench@{commit} ({FOLDER}, every {args.stride}th schema with tests)"
+    source = "" if args.corpus is not None else (f"guidance-ai/jsonschemabench@{schemastore.head_commit(args.repo)} "
+                                                 f"({FOLDER}, every {args.stride}th schema with tests)")
     schemastore.run_corpus(args, lambda: extract(args.repo, args.stride), source,
                            by_split=lambda rows: {r["name"]: r["name"].split("---")[0].split("_")[0] for r in rows})
 

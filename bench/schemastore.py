@@ -472,6 +472,12 @@ def run_corpus(args, extract_fn, source: str, by_split=None) -> dict:
     return out
 
 
+def head_commit(repo: Path) -> str:
+    """The commit a bare corpus repository is at (the source line of a results file)."""
+    return subprocess.run(["git", "--git-dir", str(repo), "rev-parse", "HEAD"], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repo", type=Path, default=None, help="bare git directory of SchemaStore/schemastore")
@@ -483,11 +489,7 @@ def main() -> None:
                     help="only the schemas this earlier results file refused by a --refused-by keyword (a subset)")
     ap.add_argument("--refused-by", action="append", default=[], help="keyword for --refused-in (repeatable)")
     args = ap.parse_args()
-    source = ""
-    if args.corpus is None:
-        commit = subprocess.run(["git", "--git-dir", str(args.repo), "rev-parse", "HEAD"], check=True,
-                                capture_output=True, text=True).stdout.strip()
-        source = f"SchemaStore/schemastore@{commit}"
+    source = "" if args.corpus is not None else f"SchemaStore/schemastore@{head_commit(args.repo)}"
     run_corpus(args, lambda: extract(args.repo), source)
 
 
