@@ -97,14 +97,11 @@ def environment() -> Mapping[str, str]:
 
 
 def export_compile_settings(s: Settings) -> None:
-    """Point torch.compile at ``s``'s kernel cache and worker count (the torch engine's start, before any compile):
+    """Point torch.compile at ``s``'s kernel cache (the torch engine's start, before any compile; the worker count:
+    :func:`typedlm.runner.compiled.set_compile_threads`):
     inductor reads its cache dir from the environment at each use (``TORCHINDUCTOR_CACHE_DIR``; Triton's cache
     sits under it unless ``TRITON_CACHE_DIR`` is set), so a restart reuses the compiled kernels."""
     os.environ[INDUCTOR_CACHE_ENV] = str(s.inductor_dir)
-    if s.compile_threads is not None:
-        import torch._inductor.config as inductor_config
-
-        inductor_config.compile_threads = s.compile_threads
 
 
 def quiet_forked_tokenizers() -> None:

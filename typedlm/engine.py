@@ -23,6 +23,7 @@ from .errors import ModelLoadError, TypedLMError
 from .grammar.compiler import Grammars
 from .lru import LRUCache
 from .profile import ChatProfile, ReasoningFormat, detect_reasoning
+from .runner.compiled import set_compile_threads
 from .runner.model_runner import ModelRunner
 from .tokens import SegmentEncoder
 
@@ -223,6 +224,7 @@ def engine_from_model(model, tokenizer, *, name: str, device: torch.device | str
     device = torch.device(device)
     settings = settings or config.settings()
     config.export_compile_settings(settings)  # before any torch.compile: the kernel cache kept across restarts
+    set_compile_threads(settings.compile_threads)
     if device.type == "cuda":
         # cuDNN attention builds an execution plan per new shape; in decode every step has a new KV
         # length, so each first-seen length cost ~40 ms on the H200 (57 ms vs 15 ms per forward for

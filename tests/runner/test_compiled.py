@@ -55,12 +55,14 @@ def test_the_compile_cache_dir_and_threads_reach_inductor(tmp_path, monkeypatch)
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
     from typedlm import config
+    from typedlm.runner.compiled import set_compile_threads
 
     monkeypatch.setenv(config.INDUCTOR_CACHE_ENV, "/nonexistent-before")
     monkeypatch.setattr(inductor_config, "compile_threads", inductor_config.compile_threads)
     s = config.resolve({"cache": tmp_path}, env={})
     assert s.inductor_dir == tmp_path / "inductor"
-    config.export_compile_settings(s.replace(compile_cache_dir=tmp_path / "kernels", compile_threads=1))
+    config.export_compile_settings(s.replace(compile_cache_dir=tmp_path / "kernels"))
+    set_compile_threads(1)
     assert cache_dir() == str(tmp_path / "kernels") and (tmp_path / "kernels").is_dir()
     assert inductor_config.compile_threads == 1
     with pytest.raises(config.ConfigError, match="TYPEDLM_COMPILE_THREADS='0'"):

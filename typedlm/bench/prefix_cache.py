@@ -29,6 +29,7 @@ from ..generate.api import build_sequence
 from ..generate.sampling import SamplingParams
 from ..generate.requests import Request, TokenEvent
 from ..generate.scheduler import Scheduler
+from ..runner.compiled import worker_pools
 from ..testing.contexts import contexts
 
 
@@ -38,13 +39,6 @@ def _timed(engine, fn):
     out = fn()
     engine.sync()
     return time.perf_counter() - t0, out
-
-
-def compile_worker_pools() -> int:
-    """Inductor compile-worker pools alive now (0 once released: ``release_compile_workers``)."""
-    from torch._inductor import async_compile
-
-    return len(getattr(async_compile, "_pool_set", ()))
 
 
 def system_prompt(engine, tokens: int) -> str:
@@ -112,7 +106,7 @@ def run_bench(engine, *, preset: str, runs: int, many: int, system_tokens: int, 
         c["cached_tokens"].append(cached)
         m["on"].append(_timed(engine, lambda: decide_many(schema, chunk, engine=engine))[0])
     sched.stop()
-    out["compile_worker_pools"] = compile_worker_pools()
+    out["compile_worker_pools"] = worker_pools()
     fields = len(schema.fields)
     med = statistics.median
     d["prompt_tokens"] = dec.usage["prompt_tokens"]

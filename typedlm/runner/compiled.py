@@ -21,7 +21,9 @@ import threading
 from typing import Callable, Mapping
 
 import torch
+import torch._inductor.config as inductor_config
 import torch.fx.experimental._config as shape_config
+from torch._inductor import async_compile
 
 _PATCH = threading.Lock()  # the shape config is process-wide: one patched call at a time, so each restores it
 
@@ -51,13 +53,20 @@ def release_workers(enabled: bool = True) -> bool:
     slower (a later cached decision's host work)."""
     if not enabled:
         return False
-    try:
-        from torch._inductor import async_compile
-    except ImportError:  # pragma: no cover - torch without inductor
-        return False
     pools = getattr(async_compile, "_pool_set", None)
     shutdown = getattr(async_compile, "shutdown_compile_workers", None)
     if shutdown is None or not pools:
         return False
     shutdown()
     return True
+
+
+def worker_pools() -> int:
+    """Inductor compile-worker pools alive now (0 once released: ``release_compile_workers``)."""
+    return len(getattr(async_compile, "_pool_set", ()))
+
+
+def set_compile_threads(threads: int | None) -> None:
+    """Inductor's compile-worker count (the ``compile_threads`` setting; None: inductor's own default)."""
+    if threads is not None:
+        inductor_config.compile_threads = threads
