@@ -33,7 +33,7 @@ from .result import QuestionScore
 
 PRIOR_MODES = ("none", "neutral", "batch")
 AUTO = {"boolean": "none", "enum": "neutral", "multi": "neutral"}  # prior "auto": the mode per field type
-DEFAULT_PRIOR = "auto"  # AUTO won the most fields per type: bench/quality_defaults.py (bench/results/quality/defaults.md)
+DEFAULT_PRIOR = "auto"  # chosen per field type on the calibration splits (docs/guides/decision-quality.md)
 CONTENT_FREE = ("N/A", "", "[MASK]")
 MIN_BATCH = 2
 
